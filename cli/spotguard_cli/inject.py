@@ -1,0 +1,90 @@
+"""Build EventBridge events of every kind SpotGuard takes, from the samples in events/eventbridge.
+
+The samples are the single source of what a real event looks like; this module only swaps in the
+instance, the time and a fresh id. The demo, the local stack and the benchmarks inject what it builds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from spotguard_cli.template import REPO
+
+SAMPLES = REPO / "events" / "eventbridge"
+
+KINDS = {
+    "spot-interruption": "spot-interruption-warning.json",
+    "rebalance-recommendation": "rebalance-recommendation.json",
+    "instance-state-change": "instance-state-shutting-down.json",
+    "lifecycle-terminate": "asg-terminate-lifecycle-action.json",
+    "health-maintenance": "health-scheduled-retirement.json",
+    "container-instance-change": "ecs-container-instance-state-change.json",
+}
+
+
+def sample(kind: str) -> dict[str, Any]:
+    if kind not in KINDS:
+        raise ValueError(f"unknown event kind {kind!r}; one of: {', '.join(KINDS)}")
+    return dict(json.loads((SAMPLES / KINDS[kind]).read_text()))
+
+
+def make_event(
+    kind: str,
+    instance_id: str,
+    *,
+    at: datetime | None = None,
+    region: str = "us-east-1",
+    account: str = "123456789012",
+    **detail: Any,
+) -> dict[str, Any]:
+    """An event of `kind` for `instance_id`; `detail` overrides fields of the sample's detail."""
+    event = copy.deepcopy(sample(kind))
+    when = at or datetime.now(UTC)
+    event["id"] = str(uuid.uuid4())
+    event["time"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    event["region"], event["account"] = region, account
+    d = event["detail"]
+    for key in ("instance-id", "EC2InstanceId", "ec2InstanceId"):
+        if key in d:
+            d[key] = instance_id
+    if "affectedEntities" in d:
+        d["affectedEntities"] = [{"entityValue": instance_id, "status": "PENDING"}]
+    event["resources"] = [f"arn:aws:ec2:{region}:{account}:instance/{instance_id}"]
+    d.update(detail)
+    return event
+
+
+def container_instance_event(description: dict[str, Any], at: datetime | None = None) -> dict[str, Any]:
+    """The ECS Container Instance State Change that ECS would emit for a DescribeContainerInstances entry."""
+    cluster_arn = description.get("clusterArn") or _cluster_of(description["containerInstanceArn"])
+    return make_event(
+        "container-instance-change",
+        description["ec2InstanceId"],
+        at=at,
+        region=cluster_arn.split(":")[3],
+        account=cluster_arn.split(":")[4],
+        clusterArn=cluster_arn,
+        containerInstanceArn=description["containerInstanceArn"],
+        status=description.get("status", "ACTIVE"),
+        version=int(description.get("version", 1)),
+    )
+
+
+def _cluster_of(container_instance_arn: str) -> str:
+    head, _, rest = container_instance_arn.partition(":container-instance/")
+    return f"{head}:cluster/{rest.split('/')[0]}"
+
+
+def put_entry(event: dict[str, Any]) -> dict[str, Any]:
+    """The PutEvents entry that puts `event` on the default bus."""
+    return {
+        "Source": event["source"],
+        "DetailType": event["detail-type"],
+        "Detail": json.dumps(event["detail"]),
+        "Resources": event.get("resources", []),
+        "Time": datetime.fromisoformat(event["time"].replace("Z", "+00:00")),
+    }

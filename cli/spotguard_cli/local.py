@@ -1,0 +1,254 @@
+"""The template deployed into moto server, and SpotGuard's handlers run in this process against it.
+
+- `deploy`: translate template.yaml with aws-sam-translator, upload each code folder as a zip, create the
+  stack in moto's CloudFormation. moto creates every resource but AWS::SQS::QueuePolicy and
+  AWS::S3::BucketPolicy, which it accepts and skips: nothing here depends on them locally.
+- `FunctionHost`: imports a function's app.py with exactly the environment the stack gave the function
+  (moto cannot run Lambda code without Docker, so the handler runs in-process).
+- `QueuePoller`: plays Lambda's SQS event source mapping: batch size, partial batch responses (only the
+  successes are deleted), the queue's own visibility timeout and redrive to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import sys
+import time
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TextIO
+
+import boto3
+
+from spotguard_cli.motoserver import FAKE_CREDENTIALS
+from spotguard_cli.template import CODE_BUCKET, REPO, code_locations, load, translate
+
+STACK = "spotguard"
+
+
+@dataclass
+class LocalStack:
+    endpoint: str
+    region: str
+    outputs: dict[str, str]
+    functions: dict[str, FunctionConfig] = field(default_factory=dict)
+
+    def client(self, service: str) -> Any:
+        return boto3.client(service, endpoint_url=self.endpoint, region_name=self.region, **_creds())
+
+
+@dataclass
+class FunctionConfig:
+    logical_id: str
+    name: str
+    code_dir: Path
+    handler: str
+    environment: dict[str, str]
+    batch_size: int = 10
+    queue_arn: str | None = None
+
+
+def _creds() -> dict[str, str]:
+    return {
+        "aws_access_key_id": FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        "aws_session_token": FAKE_CREDENTIALS["AWS_SESSION_TOKEN"],
+    }
+
+
+def _zip(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                z.write(p, p.relative_to(folder))
+    return buf.getvalue()
+
+
+def deploy(
+    endpoint: str, parameters: dict[str, str], region: str = "us-east-1", timeout: float = 60.0
+) -> LocalStack:
+    stack = LocalStack(endpoint=endpoint, region=region, outputs={})
+    s3 = stack.client("s3")
+    s3.create_bucket(Bucket=CODE_BUCKET)
+    template = load()
+    folders = code_locations(template)
+    for logical_id, folder in folders.items():
+        s3.put_object(Bucket=CODE_BUCKET, Key=f"{logical_id}.zip", Body=_zip(REPO / folder))
+    cfn = translate(template, parameters, region=region)
+    cf = stack.client("cloudformation")
+    cf.create_stack(
+        StackName=STACK,
+        TemplateBody=json.dumps(cfn),
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
+        Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        st = cf.describe_stacks(StackName=STACK)["Stacks"][0]
+        if not st["StackStatus"].endswith("IN_PROGRESS"):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError("the stack did not finish creating in moto")
+        time.sleep(0.1)
+    if st["StackStatus"] != "CREATE_COMPLETE":
+        raise RuntimeError(f"stack creation failed in moto: {st['StackStatus']} {st.get('StackStatusReason')}")
+    stack.outputs = {o["OutputKey"]: o["OutputValue"] for o in st.get("Outputs", [])}
+
+    physical = {
+        r["LogicalResourceId"]: r.get("PhysicalResourceId", "")
+        for r in cf.describe_stack_resources(StackName=STACK)["StackResources"]
+        if "LogicalResourceId" in r
+    }
+    lam = stack.client("lambda")
+    mappings = lam.list_event_source_mappings()["EventSourceMappings"]
+    for logical_id, folder in folders.items():
+        if template["Resources"][logical_id]["Type"] != "AWS::Serverless::Function":
+            continue
+        conf = lam.get_function_configuration(FunctionName=physical[logical_id])
+        fn = FunctionConfig(
+            logical_id=logical_id,
+            name=conf["FunctionName"],
+            code_dir=REPO / folder,
+            handler=conf["Handler"],
+            environment={k: str(v) for k, v in conf.get("Environment", {}).get("Variables", {}).items()},
+        )
+        for m in mappings:
+            if m["FunctionArn"].endswith(f":function:{fn.name}"):
+                fn.queue_arn, fn.batch_size = m["EventSourceArn"], int(m.get("BatchSize", 10))
+        stack.functions[logical_id] = fn
+    return stack
+
+
+class LambdaContext:
+    """What Powertools reads from a Lambda context."""
+
+    def __init__(self, fn: FunctionConfig, region: str, timeout_s: float = 30.0) -> None:
+        self.function_name = fn.name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = 512
+        self.invoked_function_arn = f"arn:aws:lambda:{region}:123456789012:function:{fn.name}"
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{fn.name}"
+        self.log_stream_name = "local"
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+class FunctionHost:
+    """A function's handler, imported in this process with the environment the stack gave it."""
+
+    def __init__(self, stack: LocalStack, fn: FunctionConfig, log: TextIO | None = None) -> None:
+        self.stack = stack
+        self.fn = fn
+        self.log = log
+        os.environ.update(fn.environment)
+        os.environ.update(FAKE_CREDENTIALS)
+        os.environ.update({"AWS_ENDPOINT_URL": stack.endpoint, "AWS_DEFAULT_REGION": stack.region})
+        os.environ.setdefault("POWERTOOLS_DEV", "false")
+        module_file, _, func = fn.handler.rpartition(".")
+        self.module = _import(fn.code_dir / f"{module_file}.py", f"spotguard_fn_{fn.logical_id}")
+        self.handler = getattr(self.module, func)
+        logger = getattr(self.module, "logger", None)
+        if log is not None and logger is not None:
+            logger.registered_handler.setStream(log)  # the function's log lines, as CloudWatch would keep them
+
+    def invoke(self, event: dict[str, Any]) -> Any:
+        context = LambdaContext(self.fn, self.stack.region)
+        if self.log is None:
+            return self.handler(event, context)
+        with contextlib.redirect_stdout(self.log):  # EMF metric lines are printed to stdout
+            return self.handler(event, context)
+
+
+def _import(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _as_eventbridge_delivers(body: str, account: str) -> str:
+    """moto's EventBridge leaves `account` out of the events it delivers to SQS; AWS always sends it.
+    Put it back, so the handler sees what it would see in AWS (and its strict parsing stays strict)."""
+    try:
+        event = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(event, dict) and "detail-type" in event and "account" not in event:
+        event["account"] = account
+        return json.dumps(event)
+    return body
+
+
+class QueuePoller:
+    """One SQS event source mapping: receive a batch, invoke, delete what succeeded."""
+
+    def __init__(self, stack: LocalStack, host: FunctionHost) -> None:
+        if host.fn.queue_arn is None:
+            raise ValueError(f"{host.fn.logical_id} has no SQS event source")
+        self.host = host
+        self.sqs = stack.client("sqs")
+        name = host.fn.queue_arn.rsplit(":", 1)[-1]
+        self.queue_url = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        self.queue_arn = host.fn.queue_arn
+        self.region = stack.region
+        self.delivered: list[str] = []  # every body handed to the function, in order
+
+    def poll_once(self, wait_seconds: int = 0) -> tuple[int, int]:
+        """(records delivered, records failed) for one batch."""
+        resp = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=min(10, self.host.fn.batch_size),
+            WaitTimeSeconds=wait_seconds,
+            AttributeNames=["All"],
+        )
+        messages = resp.get("Messages", [])
+        if not messages:
+            return 0, 0
+        event = {"Records": [self._record(m) for m in messages]}
+        self.delivered += [m["Body"] for m in messages]
+        result = self.host.invoke(event) or {}
+        failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+        done = [m for m in messages if m["MessageId"] not in failed]
+        if done:
+            self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+            )
+        return len(messages), len(failed)
+
+    def drain(self, max_batches: int = 1000) -> tuple[int, int]:
+        """Poll until the queue has nothing visible."""
+        total = failed = 0
+        for _ in range(max_batches):
+            n, f = self.poll_once()
+            if n == 0:
+                break
+            total, failed = total + n, failed + f
+        return total, failed
+
+    def _record(self, m: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "messageId": m["MessageId"],
+            "receiptHandle": m["ReceiptHandle"],
+            "body": _as_eventbridge_delivers(m["Body"], self.queue_arn.split(":")[4]),
+            "attributes": m.get("Attributes", {}),
+            "messageAttributes": m.get("MessageAttributes", {}),
+            "md5OfBody": m.get("MD5OfBody", ""),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self.queue_arn,
+            "awsRegion": self.region,
+        }

@@ -1,0 +1,77 @@
+"""Read template.yaml and translate it with aws-sam-translator, offline.
+
+Used by the template tests and by the local stack, which creates the translated stack in moto's
+CloudFormation so that what runs locally is exactly what the template says.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+from samtranslator.translator.managed_policy_translator import ManagedPolicyLoader
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = REPO / "template.yaml"
+CODE_BUCKET = "spotguard-code"
+
+# The only AWS managed policies SAM attaches for this template (the SQS event source's poller rights,
+# and the basic execution role); naming them here keeps translation off the network.
+MANAGED_POLICIES = {
+    "AWSLambdaBasicExecutionRole": "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+    "AWSLambdaSQSQueueExecutionRole": "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole",
+    "AWSXrayWriteOnlyAccess": "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    "AWSXRayDaemonWriteAccess": "arn:aws:iam::aws:policy/AWSXRayDaemonWriteAccess",
+}
+
+
+class _OfflinePolicies(ManagedPolicyLoader):
+    def __init__(self) -> None:
+        pass
+
+    def load(self) -> dict[str, str]:
+        return dict(MANAGED_POLICIES)
+
+
+def load(path: Path = TEMPLATE) -> dict[str, Any]:
+    return dict(yaml_parse(path.read_text()))
+
+
+def code_locations(template: dict[str, Any]) -> dict[str, str]:
+    """Logical id -> local folder of every function's CodeUri and layer's ContentUri."""
+    out: dict[str, str] = {}
+    for name, res in template.get("Resources", {}).items():
+        props = res.get("Properties", {})
+        if res.get("Type") == "AWS::Serverless::Function" and isinstance(props.get("CodeUri"), str):
+            out[name] = props["CodeUri"]
+        if res.get("Type") == "AWS::Serverless::LayerVersion" and isinstance(props.get("ContentUri"), str):
+            out[name] = props["ContentUri"]
+    return out
+
+
+def translate(
+    template: dict[str, Any] | None = None,
+    parameters: dict[str, Any] | None = None,
+    region: str = "us-east-1",
+    bucket: str = CODE_BUCKET,
+) -> dict[str, Any]:
+    """The CloudFormation that SAM makes of the template; local code folders become s3://bucket/<id>.zip."""
+    tpl = copy.deepcopy(template if template is not None else load())
+    for name, res in tpl.get("Resources", {}).items():
+        props = res.get("Properties", {})
+        for key in ("CodeUri", "ContentUri"):
+            if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
+                props[key] = f"s3://{bucket}/{name}.zip"
+    previous = os.environ.get("AWS_DEFAULT_REGION")
+    os.environ["AWS_DEFAULT_REGION"] = region  # the translator reads the region from the environment
+    try:
+        return transform(tpl, dict(parameters or {}), _OfflinePolicies())
+    finally:
+        if previous is None:
+            os.environ.pop("AWS_DEFAULT_REGION", None)
+        else:
+            os.environ["AWS_DEFAULT_REGION"] = previous

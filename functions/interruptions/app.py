@@ -1,0 +1,63 @@
+"""Interruption function: the urgent path. SQS batch of EventBridge events -> notices -> drain + checkpoint.
+
+Per record: classify the event; a reject goes straight to the dead-letter queue (retrying bad input
+never helps) and the batch goes on; an ignore is logged and counted; an act runs the use case, and any
+exception there (throttling that outlived botocore's retries, the same notice in flight elsewhere) marks
+only that record failed, so SQS delivers it again and, after maxReceiveCount, to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from spotguard.config import InterruptionEnv
+from spotguard.domain.notices import classify, plan
+from spotguard.observability import count_decision, count_outcome, tracer
+from spotguard.runtime import InterruptionRuntime
+
+# A batch of ignored events has no metric to publish; that is normal, not worth a warning per batch.
+warnings.filterwarnings("ignore", "No application metrics to publish")
+logger = Logger()
+metrics = Metrics()
+processor = BatchProcessor(event_type=EventType.SQS)
+runtime = InterruptionRuntime(InterruptionEnv.load())
+_tracer = tracer()
+
+
+def record_handler(record: SQSRecord) -> None:
+    decision = classify(record.body, runtime.settings)
+    logger.set_correlation_id(decision.event_id or record.message_id)
+    count_decision(metrics, decision)
+    if decision.outcome == "reject":
+        logger.warning("rejected", extra={"reason": decision.reason, "message_id": record.message_id})
+        runtime.dead_letters.send(record.body, decision.reason, record.message_id)
+        return
+    if decision.outcome == "ignore":
+        logger.info("ignored", extra={"kind": decision.kind, "reason": decision.reason})
+        return
+    logger.info("acting", extra={"kind": decision.kind, "actions": plan(decision, runtime.settings)})
+    if decision.index_update is not None:
+        applied = runtime.service.index(decision.index_update)
+        logger.info("indexed" if applied else "stale index update dropped")
+        return
+    for notice in decision.notices:
+        outcome = runtime.handle_notice(notice=notice)
+        count_outcome(metrics, outcome)
+        logger.info("notice handled", extra={"outcome": outcome})
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    runtime.register_context(context)
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+
+
+if _tracer is not None:  # optional X-Ray tracing (EnableTracing=true)
+    lambda_handler = _tracer.capture_lambda_handler(lambda_handler)

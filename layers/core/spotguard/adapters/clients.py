@@ -1,0 +1,54 @@
+"""boto3 clients with botocore's standard retry mode and short timeouts.
+
+Retries live here and only here: `standard` mode retries throttling and transient errors with jittered
+backoff, so no adapter loops on its own. The endpoint comes from boto3's own AWS_ENDPOINT_URL setting,
+which is how the local stack points everything at moto server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+# The interruption path has two minutes: fail fast and let SQS redeliver rather than hang.
+URGENT = Config(
+    retries={"mode": "standard", "max_attempts": 4},
+    connect_timeout=2,
+    read_timeout=8,
+    max_pool_connections=32,
+)
+
+_clients: dict[tuple[str, str | None], Any] = {}
+_hooks: list[Callable[..., None]] = []
+_lock = threading.Lock()
+
+
+def client(service: str, region: str | None = None) -> Any:
+    """One client per service per process (clients are thread-safe and costly to create)."""
+    with _lock:
+        key = (service, region)
+        if key not in _clients:
+            c = boto3.session.Session().client(service, region_name=region, config=URGENT)
+            for hook in _hooks:
+                c.meta.events.register("before-parameter-build", hook)
+            _clients[key] = c
+        return _clients[key]
+
+
+def on_every_call(hook: Callable[..., None]) -> None:
+    """Register a botocore `before-parameter-build` hook (it sees the API parameters) on every client, now and later (benchmarks, the demo)."""
+    with _lock:
+        _hooks.append(hook)
+        for c in _clients.values():
+            c.meta.events.register("before-parameter-build", hook)
+
+
+def reset() -> None:
+    """Forget every client and hook (tests that switch endpoints or mocks)."""
+    with _lock:
+        _clients.clear()
+        _hooks.clear()

@@ -1,0 +1,63 @@
+"""SQS: SpotGuard's own delayed follow-ups, and rejected records sent straight to a dead-letter queue."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from spotguard.domain.notices import LifecycleRef
+
+MAX_DELAY_SECONDS = 900  # SQS's limit for DelaySeconds
+
+
+class FollowUpQueue:
+    def __init__(self, client: Any, queue_url: str) -> None:
+        self.client = client
+        self.queue_url = queue_url
+
+    def lifecycle_check(
+        self, instance_id: str, ref: LifecycleRef, deadline: datetime, notice_key: str, delay_seconds: int
+    ) -> None:
+        """An EventBridge-shaped event, so it goes through the same parser as every other record."""
+        body = {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "source": "spotguard",
+            "detail-type": "Lifecycle Check",
+            "account": "000000000000",
+            "time": datetime.now(UTC).isoformat(),
+            "region": "",
+            "resources": [],
+            "detail": {
+                "instance-id": instance_id,
+                "lifecycle": ref.model_dump(),
+                "deadline": deadline.isoformat(),
+                "notice-key": notice_key,
+            },
+        }
+        self.client.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=json.dumps(body),
+            DelaySeconds=max(0, min(delay_seconds, MAX_DELAY_SECONDS)),
+        )
+
+
+class DeadLetters:
+    """Rejected records go straight here: bad input never gets better by retrying, and the queue's
+    alarm makes somebody look. The reason travels as a message attribute."""
+
+    def __init__(self, client: Any, queue_url: str) -> None:
+        self.client = client
+        self.queue_url = queue_url
+
+    def send(self, body: str, reason: str, source_message_id: str) -> None:
+        self.client.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=body if body else "(empty)",
+            MessageAttributes={
+                "spotguard-reject-reason": {"DataType": "String", "StringValue": reason[:1000] or "-"},
+                "spotguard-source-message-id": {"DataType": "String", "StringValue": source_message_id or "-"},
+            },
+        )

@@ -1,0 +1,467 @@
+"""Turn one raw event into exactly one decision: act on typed notices, ignore with a reason, or reject.
+
+Pure: no boto3, no clock. Every event the interruption queue can carry comes through `classify`, and so do
+the events `spotguard explain` is given, so what the CLI prints is what the Lambda does.
+
+Quirks of the platform handled here (see DESIGN.md):
+- ids come from `detail`, never from `resources` (the spot warning's ARN may hold an availability zone
+  where the region should be, and no account);
+- ECS times carry 0 to 3 fractional digits; AWS Health times are RFC 1123 with sometimes wrong weekdays;
+  Health numbers and booleans arrive as strings;
+- the console's sample events hold placeholders such as `<instance-id>` or `yyyy-mm-ddThh:mm:ssZ`: such an
+  event is rejected, never acted on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+SPOT_WARNING_SECONDS = 120
+INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+_PLACEHOLDER = re.compile(r"<[^<>]*>|\byyyy\b|\bhh:mm|\{\{|\$\{", re.IGNORECASE)
+
+
+class NoticeKind(StrEnum):
+    SPOT_INTERRUPTION = "spot-interruption"
+    REBALANCE = "rebalance-recommendation"
+    INSTANCE_STATE = "instance-state-change"
+    LIFECYCLE_TERMINATE = "lifecycle-terminate"
+    HEALTH = "health-maintenance"
+    CONTAINER_INSTANCE = "container-instance-change"
+    LIFECYCLE_CHECK = "lifecycle-check"
+
+
+class RebalanceMode(StrEnum):
+    IGNORE = "ignore"
+    CHECKPOINT = "checkpoint"  # SIGUSR1 to managed tasks: checkpoint and keep running
+    DRAIN = "drain"  # treat it as an interruption: drain the host, stop tasks with a checkpoint
+
+
+class Action(StrEnum):
+    """What the interruption use case does for a notice, in order."""
+
+    RECORD = "record-notice"
+    INDEX = "index-container-instance"
+    DRAIN = "drain-container-instance"
+    STOP_TASKS = "stop-managed-tasks"
+    CHECKPOINT_TASKS = "signal-managed-tasks-SIGUSR1"
+    HEARTBEAT = "heartbeat-lifecycle-action"
+    COMPLETE_LIFECYCLE = "complete-lifecycle-action-when-stopped"
+
+
+class LifecycleRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    group: str
+    hook: str
+    token: str
+
+
+class Notice(BaseModel):
+    """One instance that is going away (or at risk), from one event."""
+
+    model_config = ConfigDict(frozen=True)
+    kind: NoticeKind
+    instance_id: str
+    event_id: str
+    event_time: datetime
+    deadline: datetime | None = Field(description="when the instance is expected to go; None = not known")
+    detail: str = ""
+    lifecycle: LifecycleRef | None = None
+
+    @property
+    def key(self) -> str:
+        """Identity of this notice: the same event delivered again has the same key."""
+        return f"{self.kind}#{self.event_id}#{self.instance_id}"
+
+
+class ContainerInstanceUpdate(BaseModel):
+    """An ECS container instance changed: keeps the instance -> container instance index current."""
+
+    model_config = ConfigDict(frozen=True)
+    cluster_arn: str
+    container_instance_arn: str
+    instance_id: str
+    status: str
+    version: int
+    event_id: str
+    event_time: datetime
+
+
+class Decision(BaseModel):
+    """The one outcome of one event."""
+
+    model_config = ConfigDict(frozen=True)
+    outcome: Literal["act", "ignore", "reject"]
+    reason: str
+    kind: str | None = None
+    event_id: str | None = None
+    notices: tuple[Notice, ...] = ()
+    index_update: ContainerInstanceUpdate | None = None
+    task_arn: str | None = None
+
+    @property
+    def instance_ids(self) -> list[str]:
+        if self.index_update is not None:
+            return [self.index_update.instance_id]
+        return [n.instance_id for n in self.notices]
+
+
+class Settings(BaseModel):
+    """The part of the stack's configuration that changes what an event means."""
+
+    model_config = ConfigDict(frozen=True)
+    clusters: tuple[str, ...] = ()  # names; empty = every cluster
+    rebalance: RebalanceMode = RebalanceMode.CHECKPOINT
+
+    def watches(self, cluster_arn: str) -> bool:
+        if not self.clusters:
+            return True
+        name = cluster_arn.rsplit("/", 1)[-1]
+        return name in self.clusters or cluster_arn in self.clusters
+
+
+# ---------------------------------------------------------------------------------------------- details
+
+
+def _instance_id(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    if not INSTANCE_ID.match(value):
+        raise ValueError(f"{value!r} is not an EC2 instance id")
+    return value
+
+
+def _health_time(value: Any) -> datetime:
+    """AWS Health: 'Wed, 08 Feb 2023 12:00:00 GMT' (the weekday may be wrong), or ISO 8601."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a time string")
+    text = value.strip()
+    if "," in text[:5]:
+        text = text.split(",", 1)[1].strip()  # drop the weekday: Health sometimes gets it wrong
+        try:
+            return parsedate_to_datetime(text)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{value!r} is not an RFC 1123 time") from exc
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a time") from exc
+
+
+InstanceId = Annotated[str, BeforeValidator(_instance_id)]
+HealthTime = Annotated[datetime, BeforeValidator(_health_time)]
+
+
+class SpotWarningDetail(BaseModel):
+    instance_id: InstanceId = Field(alias="instance-id")
+    instance_action: Literal["terminate", "stop", "hibernate"] = Field(alias="instance-action")
+
+
+class RebalanceDetail(BaseModel):
+    instance_id: InstanceId = Field(alias="instance-id")
+
+
+class StateChangeDetail(BaseModel):
+    instance_id: InstanceId = Field(alias="instance-id")
+    state: str
+
+
+class LifecycleDetail(BaseModel):
+    token: str = Field(alias="LifecycleActionToken", min_length=1)
+    group: str = Field(alias="AutoScalingGroupName", min_length=1)
+    hook: str = Field(alias="LifecycleHookName", min_length=1)
+    instance_id: InstanceId = Field(alias="EC2InstanceId")
+    transition: str = Field(alias="LifecycleTransition")
+
+
+class HealthEntity(BaseModel):
+    entity_value: str = Field(alias="entityValue")
+
+
+class HealthDetail(BaseModel):
+    service: str
+    event_type_code: str = Field(alias="eventTypeCode")
+    event_type_category: str = Field(alias="eventTypeCategory")
+    status_code: str = Field(default="open", alias="statusCode")
+    start_time: HealthTime | None = Field(default=None, alias="startTime")
+    affected_entities: list[HealthEntity] = Field(default_factory=list, alias="affectedEntities")
+
+    @field_validator("affected_entities", mode="before")
+    @classmethod
+    def _entities(cls, v: Any) -> Any:
+        return [] if v is None else v
+
+
+class ContainerInstanceDetail(BaseModel):
+    cluster_arn: str = Field(alias="clusterArn", pattern=r"^arn:aws[\w-]*:ecs:")
+    container_instance_arn: str = Field(alias="containerInstanceArn", pattern=r"^arn:aws[\w-]*:ecs:")
+    instance_id: InstanceId = Field(alias="ec2InstanceId")
+    status: str
+    version: int
+
+
+class LifecycleCheckDetail(BaseModel):
+    """SpotGuard's own follow-up, sent to the interruption queue with a delay while tasks still stop."""
+
+    instance_id: InstanceId = Field(alias="instance-id")
+    lifecycle: LifecycleRef
+    deadline: datetime
+    notice_key: str = Field(alias="notice-key")
+
+
+# --------------------------------------------------------------------------------------------- classify
+
+ACTED_STATES = {"stopping", "stopped", "shutting-down", "terminated"}
+HEALTH_CATEGORIES = {"scheduledChange", "issue"}
+TASK_EVENT_TYPES = {"ECS Task State Change"}
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "event"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {msg}{more}"
+
+
+# Free text that may hold angle brackets in a real event: not searched for placeholders.
+_FREE_TEXT = {"eventDescription", "latestDescription", "NotificationMetadata", "Description", "Cause"}
+
+
+def _find_placeholder(value: Any, path: str = "") -> str | None:
+    if isinstance(value, str):
+        return path or "event" if _PLACEHOLDER.search(value) else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in _FREE_TEXT:
+                continue
+            found = _find_placeholder(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _find_placeholder(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def reject(reason: str, event_id: str | None = None, kind: str | None = None) -> Decision:
+    return Decision(outcome="reject", reason=reason, event_id=event_id, kind=kind)
+
+
+def classify(raw: str | bytes | dict[str, Any], settings: Settings) -> Decision:
+    """Classify one event (an SQS body, a file's text, or an already decoded dict)."""
+    if isinstance(raw, (str, bytes)):
+        try:
+            raw = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return reject(f"not valid JSON: {exc}")
+    if not isinstance(raw, dict):
+        return reject(f"not an EventBridge event: a JSON {type(raw).__name__}, not an object")
+    missing = [k for k in ("id", "source", "detail-type", "detail", "time") if k not in raw]
+    if missing:
+        return reject(f"not an EventBridge event: missing {', '.join(missing)}")
+    placeholder = _find_placeholder(raw)
+    if placeholder:
+        return reject(f"{placeholder}: holds a placeholder, not a real value", _str(raw.get("id")))
+    try:
+        event = EventBridgeModel.model_validate(raw)
+    except ValidationError as exc:
+        return reject(_one_line(exc), _str(raw.get("id")))
+    if not isinstance(event.detail, dict):
+        return reject("detail: must be an object", event.id)
+    if event.time.tzinfo is None:
+        return reject("time: has no time zone", event.id)
+    return _classify_event(event, settings)
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _classify_event(event: EventBridgeModel, settings: Settings) -> Decision:
+    handler = _HANDLERS.get((event.source, event.detail_type))
+    if handler is None:
+        if event.detail_type in TASK_EVENT_TYPES:
+            return _task_event(event)
+        return Decision(
+            outcome="ignore",
+            reason=f"SpotGuard does not act on {event.source} '{event.detail_type}' events",
+            event_id=event.id,
+        )
+    try:
+        return handler(event, settings)
+    except ValidationError as exc:
+        return reject(f"detail.{_one_line(exc)}", event.id, _KIND_OF.get((event.source, event.detail_type)))
+
+
+def _notice(event: EventBridgeModel, kind: NoticeKind, instance_id: str, **kw: Any) -> Notice:
+    return Notice(kind=kind, instance_id=instance_id, event_id=event.id, event_time=event.time, **kw)
+
+
+def _act(event: EventBridgeModel, kind: NoticeKind, reason: str, *notices: Notice) -> Decision:
+    return Decision(outcome="act", reason=reason, kind=kind, event_id=event.id, notices=notices)
+
+
+def _ignore(event: EventBridgeModel, kind: NoticeKind, reason: str) -> Decision:
+    return Decision(outcome="ignore", reason=reason, kind=kind, event_id=event.id)
+
+
+def _spot_warning(event: EventBridgeModel, settings: Settings) -> Decision:
+    d = SpotWarningDetail.model_validate(event.detail)
+    # Hibernation starts at once: there is no two-minute warning to spend.
+    grace = 0 if d.instance_action == "hibernate" else SPOT_WARNING_SECONDS
+    notice = _notice(
+        event,
+        NoticeKind.SPOT_INTERRUPTION,
+        d.instance_id,
+        deadline=event.time + timedelta(seconds=grace),
+        detail=f"instance-action={d.instance_action}",
+    )
+    return _act(event, NoticeKind.SPOT_INTERRUPTION, f"spot instance will {d.instance_action}", notice)
+
+
+def _rebalance(event: EventBridgeModel, settings: Settings) -> Decision:
+    d = RebalanceDetail.model_validate(event.detail)
+    kind = NoticeKind.REBALANCE
+    if settings.rebalance is RebalanceMode.IGNORE:
+        return _ignore(event, kind, "rebalance recommendations are ignored (RebalanceAction=ignore)")
+    notice = _notice(event, kind, d.instance_id, deadline=None, detail=f"mode={settings.rebalance}")
+    return _act(event, kind, f"elevated interruption risk (RebalanceAction={settings.rebalance})", notice)
+
+
+def _state_change(event: EventBridgeModel, settings: Settings) -> Decision:
+    d = StateChangeDetail.model_validate(event.detail)
+    kind = NoticeKind.INSTANCE_STATE
+    if d.state not in ACTED_STATES:
+        return _ignore(event, kind, f"instance state '{d.state}' is not a stop or termination")
+    notice = _notice(event, kind, d.instance_id, deadline=event.time, detail=f"state={d.state}")
+    return _act(event, kind, f"instance is {d.state}", notice)
+
+
+def _lifecycle(event: EventBridgeModel, settings: Settings) -> Decision:
+    d = LifecycleDetail.model_validate(event.detail)
+    kind = NoticeKind.LIFECYCLE_TERMINATE
+    if d.transition != "autoscaling:EC2_INSTANCE_TERMINATING":
+        return _ignore(event, kind, f"lifecycle transition '{d.transition}' is not a termination")
+    ref = LifecycleRef(group=d.group, hook=d.hook, token=d.token)
+    notice = _notice(event, kind, d.instance_id, deadline=None, lifecycle=ref, detail=f"group={d.group}")
+    return _act(event, kind, f"Auto Scaling is terminating the instance (hook {d.hook})", notice)
+
+
+def _health(event: EventBridgeModel, settings: Settings) -> Decision:
+    d = HealthDetail.model_validate(event.detail)
+    kind = NoticeKind.HEALTH
+    if d.service != "EC2":
+        return _ignore(event, kind, f"AWS Health event for {d.service}, not EC2")
+    if d.event_type_category not in HEALTH_CATEGORIES:
+        return _ignore(event, kind, f"AWS Health category '{d.event_type_category}' does not affect instances")
+    if d.status_code.lower() == "closed":
+        return _ignore(event, kind, f"AWS Health event {d.event_type_code} is closed")
+    ids = sorted({e.entity_value for e in d.affected_entities if INSTANCE_ID.match(e.entity_value)})
+    if not ids:
+        return _ignore(event, kind, f"AWS Health event {d.event_type_code} names no EC2 instance")
+    deadline = d.start_time if d.start_time is not None else event.time
+    notices = [
+        _notice(event, kind, i, deadline=deadline, detail=f"{d.event_type_category}:{d.event_type_code}")
+        for i in ids
+    ]
+    return _act(event, kind, f"AWS Health {d.event_type_code} ({d.status_code})", *notices)
+
+
+def _container_instance(event: EventBridgeModel, settings: Settings) -> Decision:
+    d = ContainerInstanceDetail.model_validate(event.detail)
+    kind = NoticeKind.CONTAINER_INSTANCE
+    if not settings.watches(d.cluster_arn):
+        return _ignore(event, kind, f"cluster {d.cluster_arn.rsplit('/', 1)[-1]} is not watched")
+    update = ContainerInstanceUpdate(
+        cluster_arn=d.cluster_arn,
+        container_instance_arn=d.container_instance_arn,
+        instance_id=d.instance_id,
+        status=d.status,
+        version=d.version,
+        event_id=event.id,
+        event_time=event.time,
+    )
+    return Decision(
+        outcome="act",
+        reason=f"container instance is {d.status}: update the instance index",
+        kind=kind,
+        event_id=event.id,
+        index_update=update,
+    )
+
+
+def _lifecycle_check(event: EventBridgeModel, settings: Settings) -> Decision:
+    d = LifecycleCheckDetail.model_validate(event.detail)
+    notice = Notice(
+        kind=NoticeKind.LIFECYCLE_CHECK,
+        instance_id=d.instance_id,
+        event_id=event.id,
+        event_time=event.time,
+        deadline=d.deadline,
+        lifecycle=d.lifecycle,
+        detail=d.notice_key,
+    )
+    return _act(event, NoticeKind.LIFECYCLE_CHECK, "tasks were still stopping: check again", notice)
+
+
+def _task_event(event: EventBridgeModel) -> Decision:
+    detail = event.detail if isinstance(event.detail, dict) else {}
+    arn = detail.get("taskArn") if isinstance(detail.get("taskArn"), str) else None
+    return Decision(
+        outcome="ignore",
+        reason="ECS task state changes belong to the task-events function, not the interruption queue",
+        kind="task-state-change",
+        event_id=event.id,
+        task_arn=arn,
+    )
+
+
+_HANDLERS = {
+    ("aws.ec2", "EC2 Spot Instance Interruption Warning"): _spot_warning,
+    ("aws.ec2", "EC2 Instance Rebalance Recommendation"): _rebalance,
+    ("aws.ec2", "EC2 Instance State-change Notification"): _state_change,
+    ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action"): _lifecycle,
+    ("aws.health", "AWS Health Event"): _health,
+    ("aws.ecs", "ECS Container Instance State Change"): _container_instance,
+    ("spotguard", "Lifecycle Check"): _lifecycle_check,
+}
+_KIND_OF = {
+    ("aws.ec2", "EC2 Spot Instance Interruption Warning"): NoticeKind.SPOT_INTERRUPTION,
+    ("aws.ec2", "EC2 Instance Rebalance Recommendation"): NoticeKind.REBALANCE,
+    ("aws.ec2", "EC2 Instance State-change Notification"): NoticeKind.INSTANCE_STATE,
+    ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action"): NoticeKind.LIFECYCLE_TERMINATE,
+    ("aws.health", "AWS Health Event"): NoticeKind.HEALTH,
+    ("aws.ecs", "ECS Container Instance State Change"): NoticeKind.CONTAINER_INSTANCE,
+    ("spotguard", "Lifecycle Check"): NoticeKind.LIFECYCLE_CHECK,
+}
+
+
+def plan(decision: Decision, settings: Settings) -> list[str]:
+    """The actions the interruption use case takes for a decision, in order (what `explain` prints)."""
+    if decision.outcome != "act":
+        return []
+    if decision.index_update is not None:
+        return [str(Action.INDEX)]
+    kind = decision.kind
+    if kind == NoticeKind.LIFECYCLE_CHECK:
+        steps = [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
+    elif kind == NoticeKind.REBALANCE and settings.rebalance is RebalanceMode.CHECKPOINT:
+        steps = [Action.RECORD, Action.CHECKPOINT_TASKS]
+    else:
+        steps = [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
+        if kind == NoticeKind.LIFECYCLE_TERMINATE:
+            steps += [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
+    return [str(s) for s in steps]

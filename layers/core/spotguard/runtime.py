@@ -1,0 +1,67 @@
+"""Composition root for the Lambdas: build the adapters from the environment once per cold start, and
+wrap the use cases in Powertools idempotency. Handlers in functions/ import from here and stay thin."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+
+from spotguard.adapters.autoscaling import LifecycleAdapter
+from spotguard.adapters.clients import client
+from spotguard.adapters.ecs import EcsAdapter
+from spotguard.adapters.ledger import DynamoLedger
+from spotguard.adapters.queues import DeadLetters, FollowUpQueue
+from spotguard.adapters.ssm import SsmSignaller
+from spotguard.config import InterruptionEnv
+from spotguard.domain.notices import Notice
+from spotguard.usecases.interruption import InterruptionConfig, InterruptionService
+
+NOTICE_IDEMPOTENCY_SECONDS = 24 * 3600  # a redelivered notice, even hours later, is not acted on twice
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class InterruptionRuntime:
+    def __init__(self, env: InterruptionEnv) -> None:
+        self.env = env
+        self.settings = env.settings
+        sqs = client("sqs")
+        self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
+        self.service = InterruptionService(
+            config=InterruptionConfig(
+                settings=env.settings, manage=env.manage, lifecycle_wait_seconds=env.lifecycle_wait_seconds
+            ),
+            ecs=EcsAdapter(client("ecs")),
+            signaller=SsmSignaller(client("ssm")),
+            lifecycle=LifecycleAdapter(client("autoscaling")),
+            follow_ups=FollowUpQueue(sqs, env.queue_url),
+            ledger=self.ledger,
+            clock=utcnow,
+        )
+        self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
+        self.idempotency = IdempotencyConfig(
+            event_key_jmespath="[kind, event_id, instance_id]",
+            expires_after_seconds=NOTICE_IDEMPOTENCY_SECONDS,
+            raise_on_no_idempotency_key=True,
+        )
+        store = DynamoDBPersistenceLayer(
+            table_name=env.idempotency_table, boto3_client=client("dynamodb")
+        )
+        # Same notice key in flight elsewhere -> IdempotencyAlreadyInProgressError -> the record is retried.
+        self.handle_notice = idempotent_function(
+            data_keyword_argument="notice", persistence_store=store, config=self.idempotency
+        )(self._handle_notice)
+
+    def _handle_notice(self, notice: Notice) -> dict[str, Any]:
+        return self.service.handle(notice).model_dump(mode="json")
+
+    def register_context(self, context: Any) -> None:
+        self.idempotency.register_lambda_context(context)
