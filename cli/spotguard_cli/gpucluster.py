@@ -11,6 +11,10 @@ from typing import Any
 from spotguard.domain.tasks import MANAGED_TAG
 
 
+# The stand-in for the ECS-optimized GPU AMI: moto takes any id, and listing its AMIs costs seconds.
+ECS_GPU_AMI = "ami-0a1b2c3d4e5f60718"
+
+
 @dataclass(frozen=True)
 class Host:
     instance_id: str
@@ -23,11 +27,11 @@ class GpuCluster:
     def __init__(self, ecs: Any, ec2: Any, name: str = "gpu-spot") -> None:
         self.ecs, self.ec2, self.name = ecs, ec2, name
         self.arn = ecs.create_cluster(clusterName=name)["cluster"]["clusterArn"]
-        self._image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        self.image_id = ECS_GPU_AMI
 
     def add_host(self, instance_type: str = "g5.xlarge", availability_zone: str = "us-east-1a") -> Host:
         inst = self.ec2.run_instances(
-            ImageId=self._image,
+            ImageId=self.image_id,
             MinCount=1,
             MaxCount=1,
             InstanceType=instance_type,

@@ -1,8 +1,9 @@
 """The template deployed into moto server, and SpotGuard's handlers run in this process against it.
 
 - `deploy`: translate template.yaml with aws-sam-translator, upload each code folder as a zip, create the
-  stack in moto's CloudFormation. moto creates every resource but AWS::SQS::QueuePolicy and
-  AWS::S3::BucketPolicy, which it accepts and skips: nothing here depends on them locally.
+  stack in moto's CloudFormation. moto creates every resource but AWS::SQS::QueuePolicy,
+  AWS::S3::BucketPolicy and AWS::CloudWatch::Alarm, which it accepts and skips: locally nothing
+  enforces access policies, and no alarm fires (the dead-letter queues themselves are real).
 - `FunctionHost`: imports a function's app.py with exactly the environment the stack gave the function
   (moto cannot run Lambda code without Docker, so the handler runs in-process).
 - `QueuePoller`: plays Lambda's SQS event source mapping: batch size, partial batch responses (only the
@@ -35,13 +36,17 @@ STACK = "spotguard"
 
 @dataclass
 class LocalStack:
-    endpoint: str
+    endpoint: str | None  # None: moto in this process (mock_aws), for tests
     region: str
     outputs: dict[str, str]
     functions: dict[str, FunctionConfig] = field(default_factory=dict)
 
     def client(self, service: str) -> Any:
         return boto3.client(service, endpoint_url=self.endpoint, region_name=self.region, **_creds())
+
+    @property
+    def account(self) -> str:
+        return self.outputs.get("AccountId", "123456789012")
 
 
 @dataclass
@@ -73,7 +78,7 @@ def _zip(folder: Path) -> bytes:
 
 
 def deploy(
-    endpoint: str, parameters: dict[str, str], region: str = "us-east-1", timeout: float = 60.0
+    endpoint: str | None, parameters: dict[str, str], region: str = "us-east-1", timeout: float = 60.0
 ) -> LocalStack:
     stack = LocalStack(endpoint=endpoint, region=region, outputs={})
     s3 = stack.client("s3")
@@ -82,7 +87,7 @@ def deploy(
     folders = code_locations(template)
     for logical_id, folder in folders.items():
         s3.put_object(Bucket=CODE_BUCKET, Key=f"{logical_id}.zip", Body=_zip(REPO / folder))
-    cfn = translate(template, parameters, region=region)
+    cfn = _without_conditional_policies(translate(template, parameters, region=region))
     cf = stack.client("cloudformation")
     cf.create_stack(
         StackName=STACK,
@@ -123,8 +128,24 @@ def deploy(
         for m in mappings:
             if m["FunctionArn"].endswith(f":function:{fn.name}"):
                 fn.queue_arn, fn.batch_size = m["EventSourceArn"], int(m.get("BatchSize", 10))
+                # moto would try to run the function in Docker on every SendMessage (and count a
+                # receive each time); the QueuePoller plays the mapping instead, with the same settings.
+                lam.update_event_source_mapping(UUID=m["UUID"], Enabled=False)
         stack.functions[logical_id] = fn
     return stack
+
+
+def _without_conditional_policies(cfn: dict[str, Any]) -> dict[str, Any]:
+    """moto's IAM fails on `Fn::If [cond, policy, AWS::NoValue]` in a role's Policies. moto enforces no
+    IAM anyway, so locally every such policy is kept as if its condition held."""
+    for res in cfn.get("Resources", {}).values():
+        if res.get("Type") != "AWS::IAM::Role":
+            continue
+        policies = res.get("Properties", {}).get("Policies", [])
+        res["Properties"]["Policies"] = [
+            p["Fn::If"][1] if isinstance(p, dict) and "Fn::If" in p else p for p in policies
+        ]
+    return cfn
 
 
 class LambdaContext:
@@ -153,7 +174,9 @@ class FunctionHost:
         self.log = log
         os.environ.update(fn.environment)
         os.environ.update(FAKE_CREDENTIALS)
-        os.environ.update({"AWS_ENDPOINT_URL": stack.endpoint, "AWS_DEFAULT_REGION": stack.region})
+        os.environ["AWS_DEFAULT_REGION"] = stack.region
+        if stack.endpoint:
+            os.environ["AWS_ENDPOINT_URL"] = stack.endpoint
         os.environ.setdefault("POWERTOOLS_DEV", "false")
         module_file, _, func = fn.handler.rpartition(".")
         self.module = _import(fn.code_dir / f"{module_file}.py", f"spotguard_fn_{fn.logical_id}")
@@ -206,6 +229,7 @@ class QueuePoller:
         self.queue_arn = host.fn.queue_arn
         self.region = stack.region
         self.delivered: list[str] = []  # every body handed to the function, in order
+        self.failed_receipts: list[str] = []  # records the function reported failed (SQS redelivers them)
 
     def poll_once(self, wait_seconds: int = 0) -> tuple[int, int]:
         """(records delivered, records failed) for one batch."""
@@ -223,6 +247,7 @@ class QueuePoller:
         result = self.host.invoke(event) or {}
         failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
         done = [m for m in messages if m["MessageId"] not in failed]
+        self.failed_receipts += [m["ReceiptHandle"] for m in messages if m["MessageId"] in failed]
         if done:
             self.sqs.delete_message_batch(
                 QueueUrl=self.queue_url,

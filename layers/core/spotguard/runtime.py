@@ -37,7 +37,10 @@ class InterruptionRuntime:
         self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
         self.service = InterruptionService(
             config=InterruptionConfig(
-                settings=env.settings, manage=env.manage, lifecycle_wait_seconds=env.lifecycle_wait_seconds
+                settings=env.settings,
+                manage=env.manage,
+                lifecycle_wait_seconds=env.lifecycle_wait_seconds,
+                lifecycle_check_seconds=env.lifecycle_check_seconds,
             ),
             ecs=EcsAdapter(client("ecs")),
             signaller=SsmSignaller(client("ssm")),

@@ -22,6 +22,7 @@ URGENT = Config(
     max_pool_connections=32,
 )
 
+_session: boto3.session.Session | None = None  # one session: service models are loaded once, not per client
 _clients: dict[tuple[str, str | None], Any] = {}
 _hooks: list[Callable[..., None]] = []
 _lock = threading.Lock()
@@ -29,10 +30,13 @@ _lock = threading.Lock()
 
 def client(service: str, region: str | None = None) -> Any:
     """One client per service per process (clients are thread-safe and costly to create)."""
+    global _session
     with _lock:
         key = (service, region)
         if key not in _clients:
-            c = boto3.session.Session().client(service, region_name=region, config=URGENT)
+            if _session is None:
+                _session = boto3.session.Session()
+            c = _session.client(service, region_name=region, config=URGENT)
             for hook in _hooks:
                 c.meta.events.register("before-parameter-build", hook)
             _clients[key] = c

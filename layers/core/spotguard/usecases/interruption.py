@@ -33,7 +33,7 @@ class InterruptionConfig(BaseModel):
     settings: Settings = Settings()
     manage: ManageMode = ManageMode.TAGGED
     lifecycle_wait_seconds: int = Field(default=900, ge=0, le=7200)
-    lifecycle_check_seconds: int = Field(default=20, ge=1, le=900)
+    lifecycle_check_seconds: int = Field(default=20, ge=0, le=900)
 
 
 class NoticeOutcome(BaseModel):

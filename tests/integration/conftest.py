@@ -1,0 +1,94 @@
+"""The interruption function against moto in this process: the template's stack created in moto's
+CloudFormation, a simulated GPU cluster, and the handler imported with the stack's environment."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from moto import mock_aws
+from moto.moto_api import state_manager
+
+from spotguard.adapters import clients
+from spotguard_cli.gpucluster import GpuCluster, Host
+from spotguard_cli.inject import container_instance_event, make_event
+from spotguard_cli.local import FunctionHost, LocalStack, QueuePoller, deploy
+
+
+@dataclass
+class World:
+    stack: LocalStack
+    cluster: GpuCluster
+    a: Host
+    b: Host
+    host: FunctionHost
+    poller: QueuePoller
+    calls: list[str]
+
+    @property
+    def sqs(self) -> Any:
+        return self.stack.client("sqs")
+
+    def send(self, *events: dict[str, Any] | str) -> None:
+        """Put records on the interruptions queue as EventBridge would deliver them."""
+        for e in events:
+            body = e if isinstance(e, str) else json.dumps(e)
+            self.sqs.send_message(QueueUrl=self.poller.queue_url, MessageBody=body)
+
+    def run(self) -> tuple[int, int]:
+        return self.poller.drain()
+
+    def index(self, *hosts: Host) -> None:
+        self.send(*(container_instance_event(self.cluster.describe_host(h)) for h in hosts))
+        self.run()
+        self.calls.clear()
+
+    def warning(self, host: Host, **kw: Any) -> dict[str, Any]:
+        return make_event("spot-interruption", host.instance_id, **kw)
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        url = self.stack.outputs["InterruptionsDeadLetterQueueUrl"]
+        msgs = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+        return msgs.get("Messages", [])
+
+
+def make_world(parameters: dict[str, str] | None = None, env: dict[str, str] | None = None) -> World:
+    params = {"ClusterNames": "gpu-spot,other-cluster", **(parameters or {})}
+    stack = deploy(None, params)
+    fn = stack.functions["InterruptionFunction"]
+    fn.environment.update(env or {})
+    cluster = GpuCluster(stack.client("ecs"), stack.client("ec2"), "gpu-spot")
+    a = cluster.add_host("g5.xlarge", "us-east-1a")
+    b = cluster.add_host("g5.12xlarge", "us-east-1b")
+    clients.reset()
+    host = FunctionHost(stack, fn)
+    calls: list[str] = []
+    clients.on_every_call(lambda model, **_: calls.append(model.name))
+    return World(stack, cluster, a, b, host, QueuePoller(stack, host), calls)
+
+
+@contextlib.contextmanager
+def fresh_aws() -> Iterator[None]:
+    with mock_aws():
+        # A real ECS task stays RUNNING until stopped; moto's default moves it on at every describe.
+        state_manager.set_transition(model_name="ecs::task", transition={"progression": "manual", "times": 10**9})
+        try:
+            yield
+        finally:
+            state_manager.unset_transition("ecs::task")
+            clients.reset()
+
+
+@pytest.fixture
+def aws() -> Iterator[None]:
+    with fresh_aws():
+        yield
+
+
+@pytest.fixture
+def world(aws) -> World:
+    return make_world(env={"SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "0"})

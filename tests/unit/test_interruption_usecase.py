@@ -1,0 +1,308 @@
+"""The interruption use case with in-memory fakes of its ports: what it does, and that it is safe to repeat."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spotguard.domain.notices import (
+    ContainerInstanceUpdate,
+    LifecycleRef,
+    Notice,
+    NoticeKind,
+    RebalanceMode,
+    Settings,
+)
+from spotguard.domain.tasks import ContainerInstanceRef, ManageMode, TaskInfo
+from spotguard.usecases.interruption import InterruptionConfig, InterruptionService, stop_reason
+
+T0 = datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
+CLUSTER = "arn:aws:ecs:us-west-2:123456789012:cluster/gpu-spot"
+CI = "arn:aws:ecs:us-west-2:123456789012:container-instance/gpu-spot/b54a2a04046f4f5f8b7d1c0e9a6f3d21"
+HOST = "i-0b662ef9931388ba0"
+
+
+def task(n: int, **kw) -> TaskInfo:
+    base = dict(
+        task_arn=f"arn:aws:ecs:us-west-2:123456789012:task/gpu-spot/{n:032x}",
+        cluster_arn=CLUSTER,
+        task_definition_arn="td:1",
+        container_instance_arn=CI,
+        tags={"spotguard:managed": "true"},
+        desired_status="RUNNING",
+        last_status="RUNNING",
+        containers=(("train", None),),
+    )
+    return TaskInfo(**{**base, **kw})
+
+
+class FakeEcs:
+    def __init__(self, tasks: list[TaskInfo], status: str = "ACTIVE", indexed: bool = True) -> None:
+        self.tasks = {t.task_arn: t for t in tasks}
+        self.status = status
+        self.calls: list[str] = []
+        self.fail_stop: set[str] = set()
+        self.stopped_arns: set[str] = set()
+
+    def find_container_instance(self, instance_id: str, clusters: Sequence[str]):
+        self.calls.append("find")
+        if instance_id != HOST:
+            return None
+        return ContainerInstanceRef(cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST, status=self.status)
+
+    def drain(self, ref):
+        self.calls.append("drain")
+        self.status = "DRAINING"
+
+    def running_tasks(self, ref):
+        self.calls.append("list")
+        return [t for t in self.tasks.values() if t.desired_status == "RUNNING"]
+
+    def stopped(self, cluster_arn, task_arns):
+        self.calls.append("describe")
+        return [a for a in task_arns if a in self.stopped_arns]
+
+    def definition_has_gpu(self, arn):
+        self.calls.append("definition")
+        return arn == "gpu-td"
+
+    def stop_task(self, t, reason):
+        self.calls.append("stop")
+        if t.task_arn in self.fail_stop:
+            self.fail_stop.discard(t.task_arn)
+            raise RuntimeError("throttled")
+        self.tasks[t.task_arn] = t.model_copy(update={"desired_status": "STOPPED"})
+        self.reasons = getattr(self, "reasons", []) + [reason]
+
+
+class FakeLedger:
+    def __init__(self, indexed: bool = True) -> None:
+        self.index: dict[str, ContainerInstanceRef] = {}
+        if indexed:
+            self.index[HOST] = ContainerInstanceRef(cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST)
+        self.versions: dict[str, int] = {}
+        self.notices: dict[str, dict] = {}
+        self.claims: dict[str, str] = {}
+
+    def container_instance(self, instance_id):
+        return self.index.get(instance_id)
+
+    def index_container_instance(self, update: ContainerInstanceUpdate) -> bool:
+        if self.versions.get(update.instance_id, -1) >= update.version:
+            return False
+        self.versions[update.instance_id] = update.version
+        self.index[update.instance_id] = ContainerInstanceRef(
+            cluster_arn=update.cluster_arn,
+            container_instance_arn=update.container_instance_arn,
+            instance_id=update.instance_id,
+            status=update.status,
+        )
+        return True
+
+    def remember_container_instance(self, ref):
+        self.index.setdefault(ref.instance_id, ref)
+
+    def record_notice(self, notice, received):
+        self.notices.setdefault(notice.key, {})
+
+    def claim_host(self, instance_id, notice_key, at):
+        holder = self.claims.setdefault(instance_id, notice_key)
+        return None if holder == notice_key else holder
+
+    def finish_notice(self, notice, outcome):
+        self.notices[notice.key] = outcome
+
+    def signalled_tasks(self, notice_key, instance_id):
+        o = self.notices.get(notice_key) or {}
+        return o.get("cluster_arn") or "", list(o.get("signalled") or [])
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def signal(self, instance_id, tasks, signal):
+        self.calls.append(("signal", instance_id, tuple(t.task_arn for t in tasks), signal))
+        return "cmd-1"
+
+    def heartbeat(self, ref, instance_id):
+        self.calls.append(("heartbeat", instance_id))
+
+    def complete(self, ref, instance_id):
+        self.calls.append(("complete", instance_id))
+
+    def lifecycle_check(self, instance_id, ref, deadline, notice_key, delay_seconds):
+        self.calls.append(("check", instance_id, deadline, notice_key, delay_seconds))
+
+
+def notice(kind=NoticeKind.SPOT_INTERRUPTION, event_id="e-1", **kw) -> Notice:
+    return Notice(kind=kind, instance_id=HOST, event_id=event_id, event_time=T0, deadline=T0 + timedelta(seconds=120), **kw)
+
+
+def service(tasks, *, rebalance=RebalanceMode.CHECKPOINT, manage=ManageMode.TAGGED, indexed=True, status="ACTIVE", now=T0):
+    ecs, ledger, rec = FakeEcs(tasks, status=status), FakeLedger(indexed), Recorder()
+    clock = {"now": now + timedelta(seconds=1)}
+    svc = InterruptionService(
+        InterruptionConfig(settings=Settings(clusters=("gpu-spot",), rebalance=rebalance), manage=manage, lifecycle_wait_seconds=600),
+        ecs=ecs, signaller=rec, lifecycle=rec, follow_ups=rec, ledger=ledger, clock=lambda: clock["now"],
+    )
+    return svc, ecs, ledger, rec, clock
+
+
+@pytest.mark.parametrize("n", [1, 4, 8])
+def test_spot_warning_drains_and_stops_every_managed_task_once(n):
+    tasks = [task(i) for i in range(n)] + [task(99, tags={})]  # the last one is not managed
+    svc, ecs, ledger, rec, _ = service(tasks)
+    out = svc.handle(notice())
+    assert out.drained and out.signal == "stop"
+    assert sorted(out.signalled) == sorted(t.task_arn for t in tasks[:n])
+    assert ecs.calls.count("stop") == n and ecs.calls[0] == "drain"
+    assert set(ecs.reasons) == {stop_reason(notice())}
+    assert "e-1" in ecs.reasons[0] and HOST in ecs.reasons[0]
+    assert ecs.tasks[tasks[-1].task_arn].desired_status == "RUNNING"
+    assert out.signal_latency_seconds == pytest.approx(1.0)
+    assert ecs.calls.count("find") == 0  # the index answered
+
+
+def test_the_same_notice_again_stops_nothing_more():
+    svc, ecs, *_ = service([task(1), task(2)])
+    svc.handle(notice())
+    svc.handle(notice())
+    assert ecs.calls.count("stop") == 2
+
+
+def test_a_second_source_for_the_same_host_stops_nothing_more():
+    svc, ecs, ledger, *_ = service([task(1), task(2)])
+    svc.handle(notice())
+    # A new task shows up as desired RUNNING (say, forced there); the claim still belongs to the warning.
+    ecs.tasks[task(3).task_arn] = task(3)
+    out = svc.handle(notice(NoticeKind.INSTANCE_STATE, event_id="e-2", detail="state=shutting-down"))
+    assert ecs.calls.count("stop") == 2
+    assert out.skipped and "e-1" in out.skipped
+    assert len(ledger.notices) == 2
+
+
+def test_a_failed_stop_is_raised_after_the_others_and_the_retry_finishes_the_job():
+    tasks = [task(1), task(2), task(3)]
+    svc, ecs, *_ = service(tasks)
+    ecs.fail_stop.add(tasks[1].task_arn)
+    with pytest.raises(RuntimeError):
+        svc.handle(notice())
+    assert ecs.tasks[tasks[0].task_arn].desired_status == "STOPPED"
+    assert ecs.tasks[tasks[2].task_arn].desired_status == "STOPPED"
+    out = svc.handle(notice())  # SQS redelivers the record: same notice, claim is ours
+    assert out.signalled == [tasks[1].task_arn]
+    assert ecs.calls.count("stop") == 4  # 3 tries + the one retried; none stopped twice
+
+
+def test_a_draining_host_is_not_drained_again():
+    svc, ecs, ledger, *_ = service([task(1)])
+    ledger.index[HOST] = ledger.index[HOST].model_copy(update={"status": "DRAINING"})
+    out = svc.handle(notice())
+    assert not out.drained and "drain" not in ecs.calls
+
+
+def test_without_an_index_entry_it_looks_the_host_up_and_remembers_it():
+    svc, ecs, ledger, *_ = service([task(1)], indexed=False)
+    svc.handle(notice())
+    assert ecs.calls.count("find") == 1 and HOST in ledger.index
+
+
+def test_an_instance_that_is_no_container_instance_is_recorded_and_left_alone():
+    svc, ecs, ledger, rec, _ = service([task(1)])
+    out = svc.handle(Notice(kind=NoticeKind.SPOT_INTERRUPTION, instance_id="i-0000000000000000a", event_id="e", event_time=T0, deadline=T0))
+    assert out.skipped and "no container instance" in out.skipped
+    assert ecs.calls == ["find"] and rec.calls == []
+    assert out.notice_key in ledger.notices
+
+
+def test_rebalance_checkpoint_sends_sigusr1_and_keeps_tasks_running():
+    svc, ecs, _, rec, _ = service([task(1), task(2, tags={})], rebalance=RebalanceMode.CHECKPOINT)
+    out = svc.handle(Notice(kind=NoticeKind.REBALANCE, instance_id=HOST, event_id="r", event_time=T0, deadline=None))
+    assert out.signal == "SIGUSR1" and out.signalled == [task(1).task_arn]
+    assert rec.calls == [("signal", HOST, (task(1).task_arn,), "SIGUSR1")]
+    assert "drain" not in ecs.calls and "stop" not in ecs.calls
+
+
+def test_rebalance_drain_mode_moves_tasks_off_like_an_interruption():
+    svc, ecs, *_ = service([task(1)], rebalance=RebalanceMode.DRAIN)
+    out = svc.handle(Notice(kind=NoticeKind.REBALANCE, instance_id=HOST, event_id="r", event_time=T0, deadline=None))
+    assert out.drained and out.signal == "stop" and ecs.calls.count("stop") == 1
+
+
+def test_all_gpu_mode_also_stops_unmanaged_gpu_tasks():
+    tasks = [task(1, tags={}, task_definition_arn="gpu-td"), task(2, tags={}, task_definition_arn="cpu-td")]
+    svc, ecs, *_ = service(tasks, manage=ManageMode.ALL_GPU)
+    out = svc.handle(notice())
+    assert out.signalled == [tasks[0].task_arn]
+
+
+LIFECYCLE = LifecycleRef(group="gpu-spot-asg", hook="spotguard-drain", token="tok")
+
+
+def lifecycle_notice() -> Notice:
+    return Notice(kind=NoticeKind.LIFECYCLE_TERMINATE, instance_id=HOST, event_id="l-1", event_time=T0, deadline=None, lifecycle=LIFECYCLE)
+
+
+def check_notice(holder: str, deadline: datetime, event_id: str = "c-1") -> Notice:
+    return Notice(kind=NoticeKind.LIFECYCLE_CHECK, instance_id=HOST, event_id=event_id, event_time=T0, deadline=deadline, lifecycle=LIFECYCLE, detail=holder)
+
+
+def test_lifecycle_with_nothing_to_stop_completes_at_once():
+    svc, _, _, rec, _ = service([])
+    out = svc.handle(lifecycle_notice())
+    assert out.lifecycle == "completed" and ("complete", HOST) in rec.calls
+
+
+def test_lifecycle_holds_the_instance_with_heartbeats_until_tasks_stop():
+    svc, ecs, _, rec, clock = service([task(1), task(2)])
+    n = lifecycle_notice()
+    out = svc.handle(n)
+    assert out.lifecycle == "waiting" and ecs.calls.count("stop") == 2
+    (check,) = [c for c in rec.calls if c[0] == "check"]
+    assert check[2] == T0 + timedelta(seconds=600) and check[3] == n.key
+    assert ("heartbeat", HOST) in rec.calls and ("complete", HOST) not in rec.calls
+
+    # 20 s later one task is still stopping: heartbeat again and look again later.
+    ecs.stopped_arns = {task(1).task_arn}
+    rec.calls.clear()
+    out = svc.handle(check_notice(n.key, check[2]))
+    assert out.lifecycle == "waiting" and out.signalled == [task(2).task_arn]
+    assert [c[0] for c in rec.calls] == ["heartbeat", "check"]
+
+    ecs.stopped_arns.add(task(2).task_arn)
+    rec.calls.clear()
+    out = svc.handle(check_notice(n.key, check[2], "c-2"))
+    assert out.lifecycle == "completed" and rec.calls == [("complete", HOST)]
+
+
+def test_lifecycle_is_completed_when_the_deadline_passes():
+    svc, ecs, _, rec, clock = service([task(1)])
+    n = lifecycle_notice()
+    svc.handle(n)
+    clock["now"] = T0 + timedelta(seconds=601)
+    rec.calls.clear()
+    out = svc.handle(check_notice(n.key, T0 + timedelta(seconds=600)))
+    assert out.lifecycle == "completed" and "deadline passed" in (out.skipped or "")
+    assert rec.calls == [("complete", HOST)]
+
+
+def test_lifecycle_after_a_spot_warning_waits_for_the_warnings_tasks():
+    svc, ecs, _, rec, _ = service([task(1)])
+    warning = notice()
+    svc.handle(warning)
+    out = svc.handle(lifecycle_notice())
+    assert ecs.calls.count("stop") == 1  # not stopped again
+    assert out.lifecycle == "waiting"
+    (check,) = [c for c in rec.calls if c[0] == "check"]
+    assert check[3] == warning.key  # it waits on the tasks the warning stopped
+
+
+def test_index_drops_stale_updates():
+    svc, *_ = service([])
+    upd = dict(cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST, event_id="x", event_time=T0)
+    assert svc.index(ContainerInstanceUpdate(status="DRAINING", version=5, **upd))
+    assert not svc.index(ContainerInstanceUpdate(status="ACTIVE", version=4, **upd))
+    assert not svc.index(ContainerInstanceUpdate(status="ACTIVE", version=5, **upd))

@@ -1,0 +1,238 @@
+"""Every event becomes exactly one decision: act (typed notices), ignore (with why) or reject (one line)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spotguard.domain.notices import (
+    Action,
+    NoticeKind,
+    RebalanceMode,
+    Settings,
+    classify,
+    plan,
+)
+
+WATCH = Settings(clusters=("gpu-spot",))
+
+
+def test_spot_warning_is_a_notice_with_a_two_minute_deadline(event):
+    d = classify(event("spot-interruption-warning.json"), WATCH)
+    assert d.outcome == "act" and d.kind == NoticeKind.SPOT_INTERRUPTION
+    (n,) = d.notices
+    assert n.instance_id == "i-0b662ef9931388ba0"
+    assert n.event_id == "1e5527d7-bb36-4607-3370-4164db56a40e"
+    assert n.event_time == datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
+    assert n.deadline == n.event_time + timedelta(seconds=120)
+    assert plan(d, WATCH) == [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
+
+
+def test_ids_come_from_detail_not_from_the_odd_resource_arn(event):
+    raw = event("spot-interruption-warning.json")
+    # The warning's ARN holds an availability zone where the region should be, and no account.
+    assert raw["resources"] == ["arn:aws:ec2:us-west-2a:instance/i-0b662ef9931388ba0"]
+    raw["resources"] = ["arn:aws:ec2:us-west-2a:instance/i-00000000000000000"]
+    assert classify(raw, WATCH).notices[0].instance_id == "i-0b662ef9931388ba0"
+    raw["resources"] = []
+    assert classify(raw, WATCH).notices[0].instance_id == "i-0b662ef9931388ba0"
+
+
+def test_hibernation_has_no_warning_time(event):
+    (n,) = classify(event("spot-interruption-hibernate.json"), WATCH).notices
+    assert n.deadline == n.event_time
+
+
+@pytest.mark.parametrize(
+    ("mode", "outcome", "actions"),
+    [
+        (RebalanceMode.IGNORE, "ignore", []),
+        (RebalanceMode.CHECKPOINT, "act", [Action.RECORD, Action.CHECKPOINT_TASKS]),
+        (RebalanceMode.DRAIN, "act", [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]),
+    ],
+)
+def test_rebalance_follows_the_stack_setting(event, mode, outcome, actions):
+    settings = Settings(clusters=("gpu-spot",), rebalance=mode)
+    d = classify(event("rebalance-recommendation.json"), settings)
+    assert d.outcome == outcome
+    assert plan(d, settings) == actions
+    if outcome == "act":
+        assert d.notices[0].deadline is None  # a recommendation, not a countdown
+
+
+@pytest.mark.parametrize("state", ["stopping", "stopped", "shutting-down", "terminated"])
+def test_instance_going_away_states_act(event, state):
+    raw = event("instance-state-shutting-down.json")
+    raw["detail"]["state"] = state
+    d = classify(raw, WATCH)
+    assert d.outcome == "act" and d.notices[0].deadline == d.notices[0].event_time
+
+
+@pytest.mark.parametrize("state", ["pending", "running"])
+def test_other_instance_states_are_ignored_with_a_reason(event, state):
+    raw = event("instance-state-running.json")
+    raw["detail"]["state"] = state
+    d = classify(raw, WATCH)
+    assert d.outcome == "ignore" and state in d.reason
+
+
+def test_lifecycle_action_carries_its_hook_and_token(event):
+    d = classify(event("asg-terminate-lifecycle-action.json"), WATCH)
+    (n,) = d.notices
+    assert n.kind == NoticeKind.LIFECYCLE_TERMINATE and n.instance_id == "i-0b662ef9931388ba0"
+    assert n.lifecycle is not None
+    assert (n.lifecycle.group, n.lifecycle.hook, n.lifecycle.token) == (
+        "gpu-spot-asg",
+        "spotguard-drain",
+        "87654321-4321-4321-4321-210987654321",
+    )
+    assert plan(d, WATCH)[-2:] == [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
+
+
+def test_lifecycle_launch_transition_is_ignored(event):
+    raw = event("asg-terminate-lifecycle-action.json")
+    raw["detail"]["LifecycleTransition"] = "autoscaling:EC2_INSTANCE_LAUNCHING"
+    assert classify(raw, WATCH).outcome == "ignore"
+
+
+def test_health_event_names_every_instance_and_parses_rfc1123_times(event):
+    d = classify(event("health-scheduled-retirement.json"), WATCH)
+    assert d.outcome == "act"
+    assert d.instance_ids == ["i-0b662ef9931388ba0", "i-0d1e2f3a4b5c6d7e8"]
+    assert all(n.deadline == datetime(2026, 11, 28, 12, 0, tzinfo=UTC) for n in d.notices)
+    assert len({n.key for n in d.notices}) == 2  # one notice per instance, each with its own identity
+
+
+def test_health_times_with_a_wrong_weekday_still_parse(event):
+    raw = event("health-scheduled-retirement.json")
+    raw["detail"]["startTime"] = "Fri, 28 Nov 2026 12:00:00 GMT"  # 2026-11-28 is a Saturday
+    assert classify(raw, WATCH).notices[0].deadline == datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason_part"),
+    [
+        ({"eventTypeCategory": "accountNotification"}, "does not affect instances"),
+        ({"statusCode": "closed"}, "closed"),
+        ({"service": "RDS"}, "not EC2"),
+        ({"affectedEntities": [{"entityValue": "vol-0123456789abcdef0"}]}, "names no EC2 instance"),
+        ({"affectedEntities": None}, "names no EC2 instance"),
+    ],
+)
+def test_health_events_that_touch_no_instance_are_ignored(event, change, reason_part):
+    raw = event("health-scheduled-retirement.json")
+    raw["detail"].update(change)
+    d = classify(raw, WATCH)
+    assert d.outcome == "ignore" and reason_part in d.reason
+
+
+def test_container_instance_change_updates_the_index_with_its_version(event):
+    d = classify(event("ecs-container-instance-state-change.json"), WATCH)
+    assert d.outcome == "act" and d.index_update is not None
+    assert d.index_update.version == 14 and d.index_update.status == "ACTIVE"
+    assert plan(d, WATCH) == [Action.INDEX]
+
+
+def test_container_instance_of_an_unwatched_cluster_is_ignored(event):
+    d = classify(event("ecs-container-instance-state-change.json"), Settings(clusters=("other",)))
+    assert d.outcome == "ignore" and "not watched" in d.reason
+
+
+@pytest.mark.parametrize("fraction", ["", ".5", ".12", ".123"])
+def test_ecs_times_with_zero_to_three_fractional_digits(event, fraction):
+    raw = event("ecs-container-instance-state-change.json")
+    raw["time"] = f"2026-11-21T12:01:47{fraction}Z"
+    assert classify(raw, WATCH).outcome == "act"
+
+
+def test_task_events_are_not_for_this_queue_but_name_the_task(event):
+    d = classify(event("ecs-task-state-change.json"), WATCH)
+    assert d.outcome == "ignore" and d.task_arn and d.task_arn.endswith("9f1e2d3c4b5a69788796a5b4c3d2e1f0")
+
+
+def test_unknown_event_types_are_ignored(event):
+    raw = event("spot-interruption-warning.json")
+    raw["detail-type"] = "EC2 Fleet Instance Change"
+    assert classify(raw, WATCH).outcome == "ignore"
+
+
+def test_the_same_event_has_the_same_notice_key_and_another_event_another(event):
+    raw = event("spot-interruption-warning.json")
+    a, b = classify(raw, WATCH), classify(json.dumps(raw), WATCH)
+    assert a.notices[0].key == b.notices[0].key
+    other = copy.deepcopy(raw)
+    other["id"] = "2e5527d7-bb36-4607-3370-4164db56a40e"
+    assert classify(other, WATCH).notices[0].key != a.notices[0].key
+
+
+# ------------------------------------------------------------------------------------------ rejects
+
+
+def _mutate(raw, path, value):
+    target = raw
+    for key in path[:-1]:
+        target = target[key]
+    if value is _DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return raw
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("{not json", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        ("[1, 2]", "not an EventBridge event: a JSON list"),
+        ('"text"', "not an EventBridge event"),
+        ("{}", "missing id, source, detail-type, detail, time"),
+    ],
+)
+def test_rejects_what_is_not_an_event(body, reason):
+    d = classify(body, WATCH)
+    assert d.outcome == "reject" and reason in d.reason and "\n" not in d.reason
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "value", "reason"),
+    [
+        ("spot-interruption-warning.json", ("detail", "instance-id"), "<instance-id>", "placeholder"),
+        ("spot-interruption-warning.json", ("time",), "yyyy-mm-ddThh:mm:ssZ", "placeholder"),
+        ("spot-interruption-warning.json", ("detail", "instance-id"), "i-123", "not an EC2 instance id"),
+        ("spot-interruption-warning.json", ("detail", "instance-id"), 42, "must be a string"),
+        ("spot-interruption-warning.json", ("detail", "instance-action"), "explode", "instance-action"),
+        ("spot-interruption-warning.json", ("detail", "instance-id"), _DELETE, "instance-id"),
+        ("spot-interruption-warning.json", ("time",), "yesterday", "time"),
+        ("spot-interruption-warning.json", ("time",), "2026-11-21T14:46:03", "time zone"),
+        ("spot-interruption-warning.json", ("detail",), "a string", "detail"),
+        ("asg-terminate-lifecycle-action.json", ("detail", "LifecycleActionToken"), _DELETE, "Lifecycle"),
+        ("health-scheduled-retirement.json", ("detail", "startTime"), "soon", "startTime"),
+        ("ecs-container-instance-state-change.json", ("detail", "version"), "fourteen", "version"),
+        ("ecs-container-instance-state-change.json", ("detail", "clusterArn"), "gpu-spot", "clusterArn"),
+    ],
+)
+def test_rejects_bad_fields_with_one_line(event, name, path, value, reason):
+    raw = _mutate(event(name), path, value)
+    d = classify(raw, WATCH)
+    assert d.outcome == "reject", d
+    assert reason in d.reason and "\n" not in d.reason
+    assert not d.notices
+
+
+def test_health_numbers_as_strings_are_accepted(event):
+    raw = event("health-scheduled-retirement.json")
+    assert raw["detail"]["page"] == "1"
+    assert classify(raw, WATCH).outcome == "act"
+
+
+def test_angle_brackets_in_free_text_are_not_placeholders(event):
+    raw = event("health-scheduled-retirement.json")
+    assert "<i-0b662ef9931388ba0>" in raw["detail"]["eventDescription"][0]["latestDescription"]
+    assert classify(raw, WATCH).outcome == "act"
