@@ -55,9 +55,13 @@ def _call_recorder(timeline: Timeline, calls: list[str]) -> Callable[..., None]:
     def hook(model: Any, params: dict[str, Any], **_: Any) -> None:
         calls.append(model.name)
         if model.name == "StopTask":
-            timeline.add(f"  StopTask {params['task'].rsplit('/', 1)[-1][:8]}…  reason: {params.get('reason')}")
+            timeline.add(
+                f"  StopTask {params['task'].rsplit('/', 1)[-1][:8]}…  reason: {params.get('reason')}"
+            )
         elif model.name == "UpdateContainerInstancesState":
-            timeline.add(f"  drain {params['containerInstances'][0].rsplit('/', 1)[-1][:8]}… -> {params['status']}")
+            timeline.add(
+                f"  drain {params['containerInstances'][0].rsplit('/', 1)[-1][:8]}… -> {params['status']}"
+            )
         elif model.name == "SendCommand":
             cmds = params.get("Parameters", {}).get("commands", [])
             timeline.add(f"  SSM Run Command on {params['InstanceIds'][0]}: {cmds[0] if cmds else ''}")
@@ -79,11 +83,14 @@ def run(args: argparse.Namespace) -> int:
     checks: CheckList = []
     say = (lambda *_: None) if args.json else print
     with MotoServer() as moto:
+        moto_pid = moto.proc.pid if moto.proc else None
         say(f"moto server on {moto.endpoint} (pid {moto.proc.pid if moto.proc else '?'})")
         hold_ecs_tasks(moto.endpoint)
         stack = deploy(moto.endpoint, {"ClusterNames": "gpu-spot", "RebalanceAction": "checkpoint"})
-        say(f"stack deployed from template.yaml: {len(stack.outputs)} outputs, functions: "
-            f"{', '.join(f.name for f in stack.functions.values())}")
+        say(
+            f"stack deployed from template.yaml: {len(stack.outputs)} outputs, functions: "
+            f"{', '.join(f.name for f in stack.functions.values())}"
+        )
         ecs, ec2, events = stack.client("ecs"), stack.client("ec2"), stack.client("events")
         cluster = GpuCluster(ecs, ec2, "gpu-spot")
         a = cluster.add_host("g5.xlarge", "us-east-1a")
@@ -93,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
         managed_a = cluster.start(a, gpu1, count=2)
         unmanaged_a = cluster.start(a, sidecar, count=1, managed=False)
         managed_b = cluster.start(b, gpu1, count=1)
-        say(f"cluster gpu-spot: host A {a.instance_id} runs 2 managed GPU tasks + 1 unmanaged sidecar; "
-            f"host B {b.instance_id} runs 1 managed GPU task")
+        say(
+            f"cluster gpu-spot: host A {a.instance_id} runs 2 managed GPU tasks + 1 unmanaged sidecar; "
+            f"host B {b.instance_id} runs 1 managed GPU task"
+        )
 
         LOG_DIR.mkdir(exist_ok=True)
         log = (LOG_DIR / "demo-functions.log").open("w")
@@ -109,7 +118,10 @@ def run(args: argparse.Namespace) -> int:
 
         # ECS tells SpotGuard where the container instances are (the index), as it would in AWS.
         for h in (a, b):
-            put(container_instance_event(cluster.describe_host(h)), f"container instance change ({h.instance_id})")
+            put(
+                container_instance_event(cluster.describe_host(h)),
+                f"container instance change ({h.instance_id})",
+            )
         poller.drain()
         calls.clear()
 
@@ -123,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
         # At-least-once delivery: the same message again, then the second source for the same end.
         sqs = stack.client("sqs")
         sqs.send_message(QueueUrl=poller.queue_url, MessageBody=poller.delivered[-1])
-        put(make_event("instance-state-change", a.instance_id, state="shutting-down"), "instance state change")
+        put(
+            make_event("instance-state-change", a.instance_id, state="shutting-down"), "instance state change"
+        )
         delivered, failed = poller.drain()
         timeline.add(f"duplicate + state change: {delivered} record(s) handled, {failed} failed")
 
@@ -138,24 +152,44 @@ def run(args: argparse.Namespace) -> int:
         checks += [
             ("host A is DRAINING", a_desc["status"] == "DRAINING"),
             ("host B still takes work (ACTIVE)", b_desc["status"] == "ACTIVE"),
-            ("both managed tasks on A were stopped", all(tasks[t]["desiredStatus"] == "STOPPED" for t in managed_a)),
+            (
+                "both managed tasks on A were stopped",
+                all(tasks[t]["desiredStatus"] == "STOPPED" for t in managed_a),
+            ),
             ("each stop names the notice", all(warning_id_in(tasks[t], a.instance_id) for t in managed_a)),
-            ("StopTask called exactly once per managed task", calls.count("StopTask") == 2 == stops_after_warning),
-            ("the unmanaged sidecar on A was left alone", tasks[unmanaged_a[0]]["desiredStatus"] == "RUNNING"),
+            (
+                "StopTask called exactly once per managed task",
+                calls.count("StopTask") == 2 == stops_after_warning,
+            ),
+            (
+                "the unmanaged sidecar on A was left alone",
+                tasks[unmanaged_a[0]]["desiredStatus"] == "RUNNING",
+            ),
             ("B's task keeps running after the rebalance", tasks[managed_b[0]]["desiredStatus"] == "RUNNING"),
-            ("B's task was sent SIGUSR1 over SSM once", len(commands) == 1 and "SIGUSR1" in json.dumps(commands, default=str)),
-            ("nothing went to the dead-letter queue", _visible(sqs, stack.outputs["InterruptionsDeadLetterQueueUrl"]) == 0),
+            (
+                "B's task was sent SIGUSR1 over SSM once",
+                len(commands) == 1 and "SIGUSR1" in json.dumps(commands, default=str),
+            ),
+            (
+                "nothing went to the dead-letter queue",
+                _visible(sqs, stack.outputs["InterruptionsDeadLetterQueueUrl"]) == 0,
+            ),
         ]
         notices = host.module.runtime.ledger.notices(a.instance_id)
         checks.append(("the ledger holds both notices for A", len(notices) == 2))
 
     ok = all(passed for _, passed in checks)
     if args.json:
-        print(json.dumps({
-            "ok": ok,
-            "timeline": [{"seconds": round(t, 3), "what": w} for t, w in timeline.rows],
-            "checks": [{"check": c, "passed": p} for c, p in checks],
-        }))
+        print(
+            json.dumps(
+                {
+                    "ok": ok,
+                    "moto_pid": moto_pid,
+                    "timeline": [{"seconds": round(t, 3), "what": w} for t, w in timeline.rows],
+                    "checks": [{"check": c, "passed": p} for c, p in checks],
+                }
+            )
+        )
         return 0 if ok else 1
     print("\ntimeline (seconds since the warning was put on the bus):")
     for t, what in timeline.rows:

@@ -18,7 +18,9 @@ from spotguard.domain.tasks import ManageMode
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("explain", help="show what SpotGuard would do with events (no AWS needed)")
-    p.add_argument("files", nargs="+", metavar="EVENT_FILE", help="EventBridge event JSON files ('-' = stdin)")
+    p.add_argument(
+        "files", nargs="+", metavar="EVENT_FILE", help="EventBridge event JSON files ('-' = stdin)"
+    )
     p.add_argument("--clusters", default="", help="watched cluster names, comma-separated (default: all)")
     p.add_argument(
         "--rebalance",
@@ -51,9 +53,8 @@ def describe(name: str, decision: Decision, settings: Settings, manage: ManageMo
     if deadlines:
         out["deadline"] = deadlines[0]
     if "stop-managed-tasks" in out["actions"] or "signal-managed-tasks-SIGUSR1" in out["actions"]:
-        out["managed_tasks"] = (
-            "started by SpotGuard, tagged spotguard:managed=true"
-            + (", or any GPU task" if manage is ManageMode.ALL_GPU else "")
+        out["managed_tasks"] = "started by SpotGuard, tagged spotguard:managed=true" + (
+            ", or any GPU task" if manage is ManageMode.ALL_GPU else ""
         )
     return out
 

@@ -10,7 +10,6 @@ from typing import Any
 
 from spotguard.domain.tasks import MANAGED_TAG
 
-
 # The stand-in for the ECS-optimized GPU AMI: moto takes any id, and listing its AMIs costs seconds.
 ECS_GPU_AMI = "ami-0a1b2c3d4e5f60718"
 
@@ -53,7 +52,9 @@ class GpuCluster:
             instance_type=instance_type,
         )
 
-    def gpu_task_definition(self, family: str = "train", gpus: int = 1, command: list[str] | None = None) -> str:
+    def gpu_task_definition(
+        self, family: str = "train", gpus: int = 1, command: list[str] | None = None
+    ) -> str:
         container: dict[str, Any] = {
             "name": "train",
             "image": "spotguard/examples-train:latest",
@@ -65,7 +66,9 @@ class GpuCluster:
         }
         if command:
             container["command"] = command
-        resp = self.ecs.register_task_definition(family=f"{family}-{gpus}gpu", containerDefinitions=[container])
+        resp = self.ecs.register_task_definition(
+            family=f"{family}-{gpus}gpu", containerDefinitions=[container]
+        )
         return str(resp["taskDefinition"]["taskDefinitionArn"])
 
     def cpu_task_definition(self, family: str = "sidecar") -> str:

@@ -88,3 +88,51 @@ def put_entry(event: dict[str, Any]) -> dict[str, Any]:
         "Resources": event.get("resources", []),
         "Time": datetime.fromisoformat(event["time"].replace("Z", "+00:00")),
     }
+
+
+SQS_SAMPLES = REPO / "events" / "sqs"
+SAMPLE_QUEUE_ARN = "arn:aws:sqs:us-west-2:123456789012:spotguard-InterruptionsQueue-1A2B3C4D5E6F"
+
+
+def sqs_envelope(bodies: list[str], queue_arn: str = SAMPLE_QUEUE_ARN) -> dict[str, Any]:
+    """What Lambda's SQS event source hands the function for these message bodies."""
+    records = []
+    for i, body in enumerate(bodies):
+        mid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{queue_arn}/{i}/{body}"))
+        records.append(
+            {
+                "messageId": mid,
+                "receiptHandle": f"AQEB{mid.replace('-', '')}",
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1795275963000",
+                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
+                    "ApproximateFirstReceiveTimestamp": "1795275963010",
+                },
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": queue_arn.split(":")[3],
+            }
+        )
+    return {"Records": records}
+
+
+def sqs_samples() -> dict[str, dict[str, Any]]:
+    """events/sqs/<name>.json for every events/eventbridge/<name>.json (for `sam local invoke -e`)."""
+    out = {}
+    for path in sorted(SAMPLES.glob("*.json")):
+        out[path.name] = sqs_envelope([json.dumps(json.loads(path.read_text()), separators=(",", ":"))])
+    return out
+
+
+def write_sqs_samples() -> None:
+    SQS_SAMPLES.mkdir(exist_ok=True)
+    for name, envelope in sqs_samples().items():
+        (SQS_SAMPLES / name).write_text(json.dumps(envelope, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    write_sqs_samples()

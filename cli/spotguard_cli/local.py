@@ -104,7 +104,9 @@ def deploy(
             raise RuntimeError("the stack did not finish creating in moto")
         time.sleep(0.1)
     if st["StackStatus"] != "CREATE_COMPLETE":
-        raise RuntimeError(f"stack creation failed in moto: {st['StackStatus']} {st.get('StackStatusReason')}")
+        raise RuntimeError(
+            f"stack creation failed in moto: {st['StackStatus']} {st.get('StackStatusReason')}"
+        )
     stack.outputs = {o["OutputKey"]: o["OutputValue"] for o in st.get("Outputs", [])}
 
     physical = {
@@ -183,7 +185,9 @@ class FunctionHost:
         self.handler = getattr(self.module, func)
         logger = getattr(self.module, "logger", None)
         if log is not None and logger is not None:
-            logger.registered_handler.setStream(log)  # the function's log lines, as CloudWatch would keep them
+            logger.registered_handler.setStream(
+                log
+            )  # the function's log lines, as CloudWatch would keep them
 
     def invoke(self, event: dict[str, Any]) -> Any:
         context = LambdaContext(self.fn, self.stack.region)

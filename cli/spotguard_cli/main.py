@@ -1,7 +1,7 @@
 """`spotguard`: the operator's command line.
 
-    spotguard explain EVENT_FILE...   what SpotGuard would do with each event (no AWS needed)
-    spotguard demo                    the interruption path, end to end, against moto server on 127.0.0.1
+spotguard explain EVENT_FILE...   what SpotGuard would do with each event (no AWS needed)
+spotguard demo                    the interruption path, end to end, against moto server on 127.0.0.1
 """
 
 from __future__ import annotations

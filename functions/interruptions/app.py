@@ -14,6 +14,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
 from spotguard.config import InterruptionEnv
 from spotguard.domain.notices import classify, plan
 from spotguard.observability import count_decision, count_outcome, tracer

@@ -75,7 +75,9 @@ def make_world(parameters: dict[str, str] | None = None, env: dict[str, str] | N
 def fresh_aws() -> Iterator[None]:
     with mock_aws():
         # A real ECS task stays RUNNING until stopped; moto's default moves it on at every describe.
-        state_manager.set_transition(model_name="ecs::task", transition={"progression": "manual", "times": 10**9})
+        state_manager.set_transition(
+            model_name="ecs::task", transition={"progression": "manual", "times": 10**9}
+        )
         try:
             yield
         finally:

@@ -49,7 +49,9 @@ def test_duplicate_delivery_and_a_second_source_stop_each_task_once(world):
     world.run()
     body = world.poller.delivered[-1]
     # The same record delivered again (three times), interleaved with the state change that follows.
-    world.send(body, make_event("instance-state-change", world.a.instance_id, state="shutting-down"), body, body)
+    world.send(
+        body, make_event("instance-state-change", world.a.instance_id, state="shutting-down"), body, body
+    )
     assert world.run() == (4, 0)
     assert world.calls.count("StopTask") == 3
     assert set(_desired(world, managed).values()) == {"STOPPED"}
@@ -145,7 +147,10 @@ def test_health_event_acts_on_every_named_instance(world):
     tb = world.cluster.start(world.b, world.cluster.gpu_task_definition(), count=1)
     world.index(world.a, world.b)
     event = make_event("health-maintenance", world.a.instance_id)
-    event["detail"]["affectedEntities"] = [{"entityValue": world.a.instance_id}, {"entityValue": world.b.instance_id}]
+    event["detail"]["affectedEntities"] = [
+        {"entityValue": world.a.instance_id},
+        {"entityValue": world.b.instance_id},
+    ]
     world.send(event)
     assert world.run() == (1, 0)
     assert set(_desired(world, ta + tb).values()) == {"STOPPED"}
@@ -159,9 +164,13 @@ def test_bad_records_go_straight_to_the_dead_letter_queue_and_the_batch_goes_on(
     world.send("{oops", placeholder, world.warning(world.a))
     assert world.run() == (3, 0)  # nothing failed: the bad ones were dead-lettered, the good one acted on
     assert _desired(world, managed) == {managed[0]: "STOPPED"}
-    reasons = sorted(m["MessageAttributes"]["spotguard-reject-reason"]["StringValue"] for m in world.dead_letters())
+    reasons = sorted(
+        m["MessageAttributes"]["spotguard-reject-reason"]["StringValue"] for m in world.dead_letters()
+    )
     assert len(reasons) == 2
-    assert reasons[0].startswith("detail.instance-id: holds a placeholder") or "placeholder" in " ".join(reasons)
+    assert reasons[0].startswith("detail.instance-id: holds a placeholder") or "placeholder" in " ".join(
+        reasons
+    )
     assert any(r.startswith("not valid JSON") for r in reasons)
 
 
@@ -179,13 +188,17 @@ def test_a_transient_failure_fails_only_its_record_and_the_retry_completes(world
             raise ClientError({"Error": {"Code": "ServerException", "Message": "boom"}}, "StopTask")
 
     ecs.meta.events.register("before-call.ecs.StopTask", throttle_once)
-    world.send(world.warning(world.a), make_event("instance-state-change", "i-0123456789abcdef0", state="terminated"))
+    world.send(
+        world.warning(world.a), make_event("instance-state-change", "i-0123456789abcdef0", state="terminated")
+    )
     delivered, failed = world.poller.poll_once()
     assert (delivered, failed) == (2, 1)
     ecs.meta.events.unregister("before-call.ecs.StopTask", throttle_once)
     # SQS makes the failed record visible again after the visibility timeout; hand it back now.
     for receipt in world.poller.failed_receipts:
-        world.sqs.change_message_visibility(QueueUrl=world.poller.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0)
+        world.sqs.change_message_visibility(
+            QueueUrl=world.poller.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
+        )
     world.run()
     assert set(_desired(world, managed).values()) == {"STOPPED"}
     assert world.calls.count("StopTask") == 3  # 2 tries (one failed) + the retried one; none twice
@@ -195,7 +208,12 @@ def test_lifecycle_action_waits_for_tasks_then_completes(world):
     managed = world.cluster.start(world.a, world.cluster.gpu_task_definition(), count=1)
     world.index(world.a)
     asg = clients.client("autoscaling")
-    hook = {"LifecycleHookName": "spotguard-drain", "AutoScalingGroupName": "gpu-spot-asg", "LifecycleActionToken": "87654321-4321-4321-4321-210987654321", "InstanceId": world.a.instance_id}
+    hook = {
+        "LifecycleHookName": "spotguard-drain",
+        "AutoScalingGroupName": "gpu-spot-asg",
+        "LifecycleActionToken": "87654321-4321-4321-4321-210987654321",
+        "InstanceId": world.a.instance_id,
+    }
     with Stubber(asg) as stub:  # moto has neither call: assert on the requests botocore validated
         stub.add_response("record_lifecycle_action_heartbeat", {}, hook)
         stub.add_response("complete_lifecycle_action", {}, {**hook, "LifecycleActionResult": "CONTINUE"})
@@ -212,7 +230,17 @@ def test_lifecycle_for_an_idle_host_completes_at_once(world):
     world.index(world.a)
     asg = clients.client("autoscaling")
     with Stubber(asg) as stub:
-        stub.add_response("complete_lifecycle_action", {}, {"LifecycleHookName": ANY, "AutoScalingGroupName": ANY, "LifecycleActionToken": ANY, "LifecycleActionResult": "CONTINUE", "InstanceId": world.a.instance_id})
+        stub.add_response(
+            "complete_lifecycle_action",
+            {},
+            {
+                "LifecycleHookName": ANY,
+                "AutoScalingGroupName": ANY,
+                "LifecycleActionToken": ANY,
+                "LifecycleActionResult": "CONTINUE",
+                "InstanceId": world.a.instance_id,
+            },
+        )
         world.send(make_event("lifecycle-terminate", world.a.instance_id))
         assert world.run() == (1, 0)
         stub.assert_no_pending_responses()

@@ -1,4 +1,5 @@
-"""The interruption use case with in-memory fakes of its ports: what it does, and that it is safe to repeat."""
+"""The interruption use case with in-memory fakes of its ports: what it does, and that it is safe
+to repeat."""
 
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ class FakeEcs:
         self.calls.append("find")
         if instance_id != HOST:
             return None
-        return ContainerInstanceRef(cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST, status=self.status)
+        return ContainerInstanceRef(
+            cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST, status=self.status
+        )
 
     def drain(self, ref):
         self.calls.append("drain")
@@ -74,14 +77,16 @@ class FakeEcs:
             self.fail_stop.discard(t.task_arn)
             raise RuntimeError("throttled")
         self.tasks[t.task_arn] = t.model_copy(update={"desired_status": "STOPPED"})
-        self.reasons = getattr(self, "reasons", []) + [reason]
+        self.reasons = [*getattr(self, "reasons", []), reason]
 
 
 class FakeLedger:
     def __init__(self, indexed: bool = True) -> None:
         self.index: dict[str, ContainerInstanceRef] = {}
         if indexed:
-            self.index[HOST] = ContainerInstanceRef(cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST)
+            self.index[HOST] = ContainerInstanceRef(
+                cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST
+            )
         self.versions: dict[str, int] = {}
         self.notices: dict[str, dict] = {}
         self.claims: dict[str, str] = {}
@@ -138,15 +143,39 @@ class Recorder:
 
 
 def notice(kind=NoticeKind.SPOT_INTERRUPTION, event_id="e-1", **kw) -> Notice:
-    return Notice(kind=kind, instance_id=HOST, event_id=event_id, event_time=T0, deadline=T0 + timedelta(seconds=120), **kw)
+    return Notice(
+        kind=kind,
+        instance_id=HOST,
+        event_id=event_id,
+        event_time=T0,
+        deadline=T0 + timedelta(seconds=120),
+        **kw,
+    )
 
 
-def service(tasks, *, rebalance=RebalanceMode.CHECKPOINT, manage=ManageMode.TAGGED, indexed=True, status="ACTIVE", now=T0):
+def service(
+    tasks,
+    *,
+    rebalance=RebalanceMode.CHECKPOINT,
+    manage=ManageMode.TAGGED,
+    indexed=True,
+    status="ACTIVE",
+    now=T0,
+):
     ecs, ledger, rec = FakeEcs(tasks, status=status), FakeLedger(indexed), Recorder()
     clock = {"now": now + timedelta(seconds=1)}
     svc = InterruptionService(
-        InterruptionConfig(settings=Settings(clusters=("gpu-spot",), rebalance=rebalance), manage=manage, lifecycle_wait_seconds=600),
-        ecs=ecs, signaller=rec, lifecycle=rec, follow_ups=rec, ledger=ledger, clock=lambda: clock["now"],
+        InterruptionConfig(
+            settings=Settings(clusters=("gpu-spot",), rebalance=rebalance),
+            manage=manage,
+            lifecycle_wait_seconds=600,
+        ),
+        ecs=ecs,
+        signaller=rec,
+        lifecycle=rec,
+        follow_ups=rec,
+        ledger=ledger,
+        clock=lambda: clock["now"],
     )
     return svc, ecs, ledger, rec, clock
 
@@ -154,7 +183,7 @@ def service(tasks, *, rebalance=RebalanceMode.CHECKPOINT, manage=ManageMode.TAGG
 @pytest.mark.parametrize("n", [1, 4, 8])
 def test_spot_warning_drains_and_stops_every_managed_task_once(n):
     tasks = [task(i) for i in range(n)] + [task(99, tags={})]  # the last one is not managed
-    svc, ecs, ledger, rec, _ = service(tasks)
+    svc, ecs, _ledger, _rec, _ = service(tasks)
     out = svc.handle(notice())
     assert out.drained and out.signal == "stop"
     assert sorted(out.signalled) == sorted(t.task_arn for t in tasks[:n])
@@ -212,7 +241,15 @@ def test_without_an_index_entry_it_looks_the_host_up_and_remembers_it():
 
 def test_an_instance_that_is_no_container_instance_is_recorded_and_left_alone():
     svc, ecs, ledger, rec, _ = service([task(1)])
-    out = svc.handle(Notice(kind=NoticeKind.SPOT_INTERRUPTION, instance_id="i-0000000000000000a", event_id="e", event_time=T0, deadline=T0))
+    out = svc.handle(
+        Notice(
+            kind=NoticeKind.SPOT_INTERRUPTION,
+            instance_id="i-0000000000000000a",
+            event_id="e",
+            event_time=T0,
+            deadline=T0,
+        )
+    )
     assert out.skipped and "no container instance" in out.skipped
     assert ecs.calls == ["find"] and rec.calls == []
     assert out.notice_key in ledger.notices
@@ -220,7 +257,9 @@ def test_an_instance_that_is_no_container_instance_is_recorded_and_left_alone():
 
 def test_rebalance_checkpoint_sends_sigusr1_and_keeps_tasks_running():
     svc, ecs, _, rec, _ = service([task(1), task(2, tags={})], rebalance=RebalanceMode.CHECKPOINT)
-    out = svc.handle(Notice(kind=NoticeKind.REBALANCE, instance_id=HOST, event_id="r", event_time=T0, deadline=None))
+    out = svc.handle(
+        Notice(kind=NoticeKind.REBALANCE, instance_id=HOST, event_id="r", event_time=T0, deadline=None)
+    )
     assert out.signal == "SIGUSR1" and out.signalled == [task(1).task_arn]
     assert rec.calls == [("signal", HOST, (task(1).task_arn,), "SIGUSR1")]
     assert "drain" not in ecs.calls and "stop" not in ecs.calls
@@ -228,13 +267,15 @@ def test_rebalance_checkpoint_sends_sigusr1_and_keeps_tasks_running():
 
 def test_rebalance_drain_mode_moves_tasks_off_like_an_interruption():
     svc, ecs, *_ = service([task(1)], rebalance=RebalanceMode.DRAIN)
-    out = svc.handle(Notice(kind=NoticeKind.REBALANCE, instance_id=HOST, event_id="r", event_time=T0, deadline=None))
+    out = svc.handle(
+        Notice(kind=NoticeKind.REBALANCE, instance_id=HOST, event_id="r", event_time=T0, deadline=None)
+    )
     assert out.drained and out.signal == "stop" and ecs.calls.count("stop") == 1
 
 
 def test_all_gpu_mode_also_stops_unmanaged_gpu_tasks():
     tasks = [task(1, tags={}, task_definition_arn="gpu-td"), task(2, tags={}, task_definition_arn="cpu-td")]
-    svc, ecs, *_ = service(tasks, manage=ManageMode.ALL_GPU)
+    svc, _ecs, *_ = service(tasks, manage=ManageMode.ALL_GPU)
     out = svc.handle(notice())
     assert out.signalled == [tasks[0].task_arn]
 
@@ -243,11 +284,26 @@ LIFECYCLE = LifecycleRef(group="gpu-spot-asg", hook="spotguard-drain", token="to
 
 
 def lifecycle_notice() -> Notice:
-    return Notice(kind=NoticeKind.LIFECYCLE_TERMINATE, instance_id=HOST, event_id="l-1", event_time=T0, deadline=None, lifecycle=LIFECYCLE)
+    return Notice(
+        kind=NoticeKind.LIFECYCLE_TERMINATE,
+        instance_id=HOST,
+        event_id="l-1",
+        event_time=T0,
+        deadline=None,
+        lifecycle=LIFECYCLE,
+    )
 
 
 def check_notice(holder: str, deadline: datetime, event_id: str = "c-1") -> Notice:
-    return Notice(kind=NoticeKind.LIFECYCLE_CHECK, instance_id=HOST, event_id=event_id, event_time=T0, deadline=deadline, lifecycle=LIFECYCLE, detail=holder)
+    return Notice(
+        kind=NoticeKind.LIFECYCLE_CHECK,
+        instance_id=HOST,
+        event_id=event_id,
+        event_time=T0,
+        deadline=deadline,
+        lifecycle=LIFECYCLE,
+        detail=holder,
+    )
 
 
 def test_lifecycle_with_nothing_to_stop_completes_at_once():
@@ -257,7 +313,7 @@ def test_lifecycle_with_nothing_to_stop_completes_at_once():
 
 
 def test_lifecycle_holds_the_instance_with_heartbeats_until_tasks_stop():
-    svc, ecs, _, rec, clock = service([task(1), task(2)])
+    svc, ecs, _, rec, _clock = service([task(1), task(2)])
     n = lifecycle_notice()
     out = svc.handle(n)
     assert out.lifecycle == "waiting" and ecs.calls.count("stop") == 2
@@ -279,7 +335,7 @@ def test_lifecycle_holds_the_instance_with_heartbeats_until_tasks_stop():
 
 
 def test_lifecycle_is_completed_when_the_deadline_passes():
-    svc, ecs, _, rec, clock = service([task(1)])
+    svc, _ecs, _, rec, clock = service([task(1)])
     n = lifecycle_notice()
     svc.handle(n)
     clock["now"] = T0 + timedelta(seconds=601)

@@ -31,7 +31,14 @@ def _task(**kw):
     [
         ({"containerDefinitions": [{"resourceRequirements": [{"type": "GPU", "value": "8"}]}]}, True),
         ({"containerDefinitions": [{"resourceRequirements": [{"type": "GPU", "value": "0"}]}]}, False),
-        ({"containerDefinitions": [{"resourceRequirements": [{"type": "InferenceAccelerator", "value": "a"}]}]}, False),
+        (
+            {
+                "containerDefinitions": [
+                    {"resourceRequirements": [{"type": "InferenceAccelerator", "value": "a"}]}
+                ]
+            },
+            False,
+        ),
         (
             {"containerDefinitions": [{"linuxParameters": {"devices": [{"hostPath": "/dev/nvidia0"}]}}]},
             True,
@@ -56,7 +63,9 @@ def test_task_info_sees_gpus_in_assigned_ids_and_overrides():
     assert t.gpu is True and t.tagged_managed and t.containers == (("train", "abc"),)
     raw["containers"][0]["gpuIds"] = []
     assert task_info(raw).gpu is None  # unknown from the task: ask the definition
-    raw["overrides"] = {"containerOverrides": [{"name": "train", "resourceRequirements": [{"type": "GPU", "value": "4"}]}]}
+    raw["overrides"] = {
+        "containerOverrides": [{"name": "train", "resourceRequirements": [{"type": "GPU", "value": "4"}]}]
+    }
     assert task_info(raw).gpu is True
 
 
@@ -77,7 +86,13 @@ def test_managed_tasks_by_mode():
     everything = [ours, job, tagged, gpu_by_definition, gpu_by_ids, cpu, not_managed]
     assert managed_tasks(everything, ManageMode.TAGGED, has_gpu) == [ours, job, tagged]
     assert lookups == []  # the tagged mode never needs a task definition
-    assert managed_tasks(everything, ManageMode.ALL_GPU, has_gpu) == [ours, job, tagged, gpu_by_definition, gpu_by_ids]
+    assert managed_tasks(everything, ManageMode.ALL_GPU, has_gpu) == [
+        ours,
+        job,
+        tagged,
+        gpu_by_definition,
+        gpu_by_ids,
+    ]
 
 
 def test_signal_uses_the_runtime_id_of_the_checkpoint_container_only():
@@ -86,7 +101,10 @@ def test_signal_uses_the_runtime_id_of_the_checkpoint_container_only():
 
 
 def test_signal_can_name_another_container_by_tag():
-    t = _task(containers=(("sidecar", "aaaaaaaaaaaa"), ("train", "bbbbbbbbbbbb")), tags={"spotguard:checkpoint-container": "train"})
+    t = _task(
+        containers=(("sidecar", "aaaaaaaaaaaa"), ("train", "bbbbbbbbbbbb")),
+        tags={"spotguard:checkpoint-container": "train"},
+    )
     assert signal_commands([t], "SIGUSR1") == ["docker kill --signal=SIGUSR1 bbbbbbbbbbbb"]
 
 

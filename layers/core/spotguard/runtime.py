@@ -55,9 +55,7 @@ class InterruptionRuntime:
             expires_after_seconds=NOTICE_IDEMPOTENCY_SECONDS,
             raise_on_no_idempotency_key=True,
         )
-        store = DynamoDBPersistenceLayer(
-            table_name=env.idempotency_table, boto3_client=client("dynamodb")
-        )
+        store = DynamoDBPersistenceLayer(table_name=env.idempotency_table, boto3_client=client("dynamodb"))
         # Same notice key in flight elsewhere -> IdempotencyAlreadyInProgressError -> the record is retried.
         self.handle_notice = idempotent_function(
             data_keyword_argument="notice", persistence_store=store, config=self.idempotency

@@ -44,7 +44,8 @@ def client(service: str, region: str | None = None) -> Any:
 
 
 def on_every_call(hook: Callable[..., None]) -> None:
-    """Register a botocore `before-parameter-build` hook (it sees the API parameters) on every client, now and later (benchmarks, the demo)."""
+    """Register a botocore `before-parameter-build` hook (it sees the API parameters) on every client,
+    now and later (benchmarks, the demo)."""
     with _lock:
         _hooks.append(hook)
         for c in _clients.values():

@@ -9,10 +9,9 @@ Notices and claims expire (TTL) after RETENTION_DAYS; EC2 never reuses an instan
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
-
-import json
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
@@ -100,8 +99,8 @@ class DynamoLedger:
             TableName=self.table,
             Key={"pk": {"S": f"INSTANCE#{notice.instance_id}"}, "sk": {"S": f"NOTICE#{notice.key}"}},
             UpdateExpression="SET kind = :k, event_id = :e, event_time = :et, deadline = :d, "
-            "received_at = if_not_exists(received_at, :r), deliveries = if_not_exists(deliveries, :z) + :one, "
-            "expires_at = :x",
+            "received_at = if_not_exists(received_at, :r), "
+            "deliveries = if_not_exists(deliveries, :z) + :one, expires_at = :x",
             ExpressionAttributeValues={
                 ":k": {"S": notice.kind},
                 ":e": {"S": notice.event_id},
@@ -153,11 +152,14 @@ class DynamoLedger:
         )
 
     def signalled_tasks(self, notice_key: str, instance_id: str) -> tuple[str, list[str]]:
-        item = self.client.get_item(
-            TableName=self.table,
-            Key={"pk": {"S": f"INSTANCE#{instance_id}"}, "sk": {"S": f"NOTICE#{notice_key}"}},
-            ConsistentRead=True,
-        ).get("Item") or {}
+        item = (
+            self.client.get_item(
+                TableName=self.table,
+                Key={"pk": {"S": f"INSTANCE#{instance_id}"}, "sk": {"S": f"NOTICE#{notice_key}"}},
+                ConsistentRead=True,
+            ).get("Item")
+            or {}
+        )
         arns = [v["S"] for v in item.get("task_arns", {}).get("L", [])]
         return item.get("cluster_arn", {}).get("S", ""), arns
 

@@ -58,6 +58,9 @@ class DeadLetters:
             MessageBody=body if body else "(empty)",
             MessageAttributes={
                 "spotguard-reject-reason": {"DataType": "String", "StringValue": reason[:1000] or "-"},
-                "spotguard-source-message-id": {"DataType": "String", "StringValue": source_message_id or "-"},
+                "spotguard-source-message-id": {
+                    "DataType": "String",
+                    "StringValue": source_message_id or "-",
+                },
             },
         )

@@ -366,7 +366,9 @@ def _health(event: EventBridgeModel, settings: Settings) -> Decision:
     if d.service != "EC2":
         return _ignore(event, kind, f"AWS Health event for {d.service}, not EC2")
     if d.event_type_category not in HEALTH_CATEGORIES:
-        return _ignore(event, kind, f"AWS Health category '{d.event_type_category}' does not affect instances")
+        return _ignore(
+            event, kind, f"AWS Health category '{d.event_type_category}' does not affect instances"
+        )
     if d.status_code.lower() == "closed":
         return _ignore(event, kind, f"AWS Health event {d.event_type_code} is closed")
     ids = sorted({e.entity_value for e in d.affected_entities if INSTANCE_ID.match(e.entity_value)})

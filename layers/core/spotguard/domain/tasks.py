@@ -47,8 +47,10 @@ class TaskInfo(BaseModel):
 
     @property
     def started_by_spotguard(self) -> bool:
-        return self.started_by == STARTED_BY or self.started_by.startswith(STARTED_BY + "/") or (
-            JOB_TAG in self.tags
+        return (
+            self.started_by == STARTED_BY
+            or self.started_by.startswith(STARTED_BY + "/")
+            or (JOB_TAG in self.tags)
         )
 
     @property

@@ -134,7 +134,11 @@ class InterruptionService:
                 deadline = notice.event_time + timedelta(seconds=self.config.lifecycle_wait_seconds)
                 self.lifecycle.heartbeat(notice.lifecycle, notice.instance_id)
                 self.follow_ups.lifecycle_check(
-                    notice.instance_id, notice.lifecycle, deadline, holder, self.config.lifecycle_check_seconds
+                    notice.instance_id,
+                    notice.lifecycle,
+                    deadline,
+                    holder,
+                    self.config.lifecycle_check_seconds,
                 )
                 out.lifecycle = "waiting"
         self.ledger.finish_notice(notice, out.model_dump(mode="json"))

@@ -1,0 +1,59 @@
+# SpotGuard developer commands. Every target sets up what it needs itself.
+#   make demo    the interruption path end to end against moto server on 127.0.0.1 (the README's main command)
+#   make test    lint + the whole test suite (what CI runs)
+#   make bench   benchmarks that print figures
+#   make sam     sam validate --lint and sam build (in a separate virtual environment)
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+SAM_VENV := .venv-sam
+PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
+export SAM_CLI_TELEMETRY := 0
+
+.PHONY: setup demo test test-py313 lint bench sam events clean
+
+$(BIN)/spotguard: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	@touch $@
+
+setup: $(BIN)/spotguard
+
+demo: setup
+	$(BIN)/spotguard demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+# The Lambda runtime is python3.13: run the suite on it too (the .venv is 3.11, which the code must also run on).
+test-py313:
+	@test -n "$(PY313)" || { echo "python3.13 not found"; exit 1; }
+	$(PY313) -m venv .venv-py313
+	.venv-py313/bin/pip install --quiet --upgrade pip
+	.venv-py313/bin/pip install --quiet -e ".[dev]"
+	.venv-py313/bin/pytest -q -p no:cacheprovider tests/unit tests/template tests/integration
+
+bench: setup
+	$(BIN)/python bench/interruptions.py
+
+$(SAM_VENV)/bin/sam:
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install --quiet aws-sam-cli
+
+sam: $(SAM_VENV)/bin/sam
+	$(SAM_VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
+	@test -n "$(PY313)" || { echo "python3.13 not found (sam build needs the runtime's Python)"; exit 1; }
+	PATH=$(dir $(PY313)):$$PATH $(SAM_VENV)/bin/sam build --build-dir .aws-sam/build \
+		--parameter-overrides ClusterNames=gpu-spot
+
+events: setup
+	$(BIN)/python -m spotguard_cli.inject
+
+clean:
+	rm -rf $(VENV) $(SAM_VENV) .venv-py313 .aws-sam .local-stack .pytest_cache .ruff_cache
