@@ -213,6 +213,7 @@ def test_rejects_what_is_not_an_event(body, reason):
         ("spot-interruption-warning.json", ("time",), "2026-11-21T14:46:03", "time zone"),
         ("spot-interruption-warning.json", ("detail",), "a string", "detail"),
         ("asg-terminate-lifecycle-action.json", ("detail", "LifecycleActionToken"), _DELETE, "Lifecycle"),
+        ("asg-terminate-lifecycle-action.json", ("detail", "LifecycleActionToken"), "tok", "at least 36"),
         ("health-scheduled-retirement.json", ("detail", "startTime"), "soon", "startTime"),
         ("ecs-container-instance-state-change.json", ("detail", "version"), "fourteen", "version"),
         ("ecs-container-instance-state-change.json", ("detail", "clusterArn"), "gpu-spot", "clusterArn"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
@@ -177,7 +178,7 @@ class StateChangeDetail(BaseModel):
 
 
 class LifecycleDetail(BaseModel):
-    token: str = Field(alias="LifecycleActionToken", min_length=1)
+    token: str = Field(alias="LifecycleActionToken", min_length=36, max_length=36)
     group: str = Field(alias="AutoScalingGroupName", min_length=1)
     hook: str = Field(alias="LifecycleHookName", min_length=1)
     instance_id: InstanceId = Field(alias="EC2InstanceId")
@@ -291,8 +292,8 @@ def _str(v: Any) -> str | None:
 
 
 def _classify_event(event: EventBridgeModel, settings: Settings) -> Decision:
-    handler = _HANDLERS.get((event.source, event.detail_type))
-    if handler is None:
+    known = _EVENT_TYPES.get((event.source, event.detail_type))
+    if known is None:
         if event.detail_type in TASK_EVENT_TYPES:
             return _task_event(event)
         return Decision(
@@ -300,10 +301,11 @@ def _classify_event(event: EventBridgeModel, settings: Settings) -> Decision:
             reason=f"SpotGuard does not act on {event.source} '{event.detail_type}' events",
             event_id=event.id,
         )
+    kind, parse = known
     try:
-        return handler(event, settings)
+        return parse(event, settings)
     except ValidationError as exc:
-        return reject(f"detail.{_one_line(exc)}", event.id, _KIND_OF.get((event.source, event.detail_type)))
+        return reject(f"detail.{_one_line(exc)}", event.id, kind)
 
 
 def _notice(event: EventBridgeModel, kind: NoticeKind, instance_id: str, **kw: Any) -> Notice:
@@ -431,23 +433,18 @@ def _task_event(event: EventBridgeModel) -> Decision:
     )
 
 
-_HANDLERS = {
-    ("aws.ec2", "EC2 Spot Instance Interruption Warning"): _spot_warning,
-    ("aws.ec2", "EC2 Instance Rebalance Recommendation"): _rebalance,
-    ("aws.ec2", "EC2 Instance State-change Notification"): _state_change,
-    ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action"): _lifecycle,
-    ("aws.health", "AWS Health Event"): _health,
-    ("aws.ecs", "ECS Container Instance State Change"): _container_instance,
-    ("spotguard", "Lifecycle Check"): _lifecycle_check,
-}
-_KIND_OF = {
-    ("aws.ec2", "EC2 Spot Instance Interruption Warning"): NoticeKind.SPOT_INTERRUPTION,
-    ("aws.ec2", "EC2 Instance Rebalance Recommendation"): NoticeKind.REBALANCE,
-    ("aws.ec2", "EC2 Instance State-change Notification"): NoticeKind.INSTANCE_STATE,
-    ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action"): NoticeKind.LIFECYCLE_TERMINATE,
-    ("aws.health", "AWS Health Event"): NoticeKind.HEALTH,
-    ("aws.ecs", "ECS Container Instance State Change"): NoticeKind.CONTAINER_INSTANCE,
-    ("spotguard", "Lifecycle Check"): NoticeKind.LIFECYCLE_CHECK,
+# (source, detail-type) -> the notice kind and its parser: the one table of what SpotGuard takes.
+_EVENT_TYPES: dict[tuple[str, str], tuple[NoticeKind, Callable[[EventBridgeModel, Settings], Decision]]] = {
+    ("aws.ec2", "EC2 Spot Instance Interruption Warning"): (NoticeKind.SPOT_INTERRUPTION, _spot_warning),
+    ("aws.ec2", "EC2 Instance Rebalance Recommendation"): (NoticeKind.REBALANCE, _rebalance),
+    ("aws.ec2", "EC2 Instance State-change Notification"): (NoticeKind.INSTANCE_STATE, _state_change),
+    ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action"): (
+        NoticeKind.LIFECYCLE_TERMINATE,
+        _lifecycle,
+    ),
+    ("aws.health", "AWS Health Event"): (NoticeKind.HEALTH, _health),
+    ("aws.ecs", "ECS Container Instance State Change"): (NoticeKind.CONTAINER_INSTANCE, _container_instance),
+    ("spotguard", "Lifecycle Check"): (NoticeKind.LIFECYCLE_CHECK, _lifecycle_check),
 }
 
 
