@@ -39,7 +39,7 @@ def test_an_action_that_is_gone_is_fine(asg):
         stub.add_client_error(
             "complete_lifecycle_action",
             service_error_code="ValidationError",
-            service_message="No active Lifecycle Action found with token 87654321-4321-4321-4321-210987654321",
+            service_message=f"No active Lifecycle Action found with token {REF.token}",
         )
         LifecycleAdapter(asg).complete(REF, "i-0b662ef9931388ba0")
 

@@ -1,0 +1,143 @@
+"""Capacity decisions under a deadline: each tick, run the job on spot (in which pool), on on-demand, or
+wait. Pure: the Lambdas and the simulator (`spotguard_cli.simulator`) run this very code.
+
+The model (as in "Can't Be Late", Wu et al., NSDI 2024): time moves in ticks; spot in a pool can be held
+only while it is available and is lost when it is not; every launch on a new instance costs the restart
+overhead (billed, no progress). A policy must never miss a deadline that on-demand alone could still
+meet: `on_demand_needed` is that safety net, shared by every policy here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+EPS = 1e-9
+
+
+class Placement(StrEnum):
+    NONE = "none"
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """What a policy knows at the start of a tick."""
+
+    elapsed_hours: float
+    work_left_hours: float
+    time_left_hours: float
+    placement: Placement  # what the job runs on now (NONE after a preemption)
+    pool: int | None  # the spot pool it runs on, when on spot
+    overhead_left_hours: float  # restart overhead still to pay on the current instance
+    spot_available: Sequence[bool]  # per pool, for this tick
+    tick_hours: float
+    restart_hours: float
+
+    def first_available(self) -> int | None:
+        return next((i for i, a in enumerate(self.spot_available) if a), None)
+
+    def spot_progress(self, pool: int) -> float:
+        """Progress this tick if the job runs on spot in `pool` (known: availability is for this tick)."""
+        if not self.spot_available[pool]:
+            return 0.0
+        staying = self.placement is Placement.SPOT and self.pool == pool
+        overhead = self.overhead_left_hours if staying else self.restart_hours
+        return max(0.0, self.tick_hours - overhead)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    placement: Placement
+    pool: int | None = None
+    reason: str = ""
+
+
+def on_demand_needed(s: Situation) -> bool:
+    """True when anything but on-demand this tick could make the deadline impossible: after the tick,
+    the job must still be able to launch on-demand (paying the restart overhead) and finish in time."""
+    best = max((s.spot_progress(p) for p in range(len(s.spot_available))), default=0.0)
+    return s.time_left_hours - s.tick_hours < s.work_left_hours - best + s.restart_hours - EPS
+
+
+class CapacityPolicy(Protocol):
+    name: str
+
+    def reset(self, job_hours: float, deadline_hours: float, restart_hours: float) -> None: ...
+    def decide(self, s: Situation) -> Choice: ...
+
+
+def _stay_or_first_spot(s: Situation, reason: str) -> Choice | None:
+    """Keep the spot instance the job holds; else take the first pool with spot; else None."""
+    if s.placement is Placement.SPOT and s.pool is not None and s.spot_available[s.pool]:
+        return Choice(Placement.SPOT, s.pool, reason)
+    pool = s.first_available()
+    return None if pool is None else Choice(Placement.SPOT, pool, reason)
+
+
+class OnDemandPolicy:
+    """Always on-demand: the cost every other policy is measured against."""
+
+    name = "on-demand"
+
+    def reset(self, job_hours: float, deadline_hours: float, restart_hours: float) -> None:
+        pass
+
+    def decide(self, s: Situation) -> Choice:
+        return Choice(Placement.ON_DEMAND, None, "always on-demand")
+
+
+class GreedyPolicy:
+    """Spot whenever available; on-demand only when the deadline forces it, then to the end."""
+
+    name = "greedy"
+
+    def reset(self, job_hours: float, deadline_hours: float, restart_hours: float) -> None:
+        self.committed = False
+
+    def decide(self, s: Situation) -> Choice:
+        if self.committed or on_demand_needed(s):
+            self.committed = True
+            return Choice(Placement.ON_DEMAND, None, "the deadline needs on-demand from here on")
+        return _stay_or_first_spot(s, "spot is available") or Choice(Placement.NONE, None, "wait for spot")
+
+
+class UniformProgressPolicy:
+    """The paper's policy. Expected progress ep(t) = C t / R is the line to keep up with:
+    1. idle and behind the line -> on-demand, to catch up;
+    2. spot whenever it is available, kept until it is preempted;
+    3. hysteresis: on on-demand, stay until progress reaches ep(t + 2d) -- but hand over to spot as soon
+       as spot is available and progress is back on the line;
+    4. safety net: on-demand to the end once the deadline needs it.
+    With several pools it takes any available pool (the one it holds first)."""
+
+    name = "uniform-progress"
+
+    def reset(self, job_hours: float, deadline_hours: float, restart_hours: float) -> None:
+        self.job, self.deadline, self.committed = job_hours, deadline_hours, False
+
+    def _expected(self, hours: float) -> float:
+        return self.job * hours / self.deadline
+
+    def decide(self, s: Situation) -> Choice:
+        if self.committed or on_demand_needed(s):
+            self.committed = True
+            return Choice(Placement.ON_DEMAND, None, "the deadline needs on-demand from here on")
+        done = self.job - s.work_left_hours
+        behind = done < self._expected(s.elapsed_hours) - EPS
+        spot = _stay_or_first_spot(s, "spot is available")
+        if s.placement is Placement.SPOT and spot is not None and spot.pool == s.pool:
+            return spot
+        if s.placement is Placement.ON_DEMAND:
+            if spot is not None and not behind:
+                return spot
+            if done < self._expected(s.elapsed_hours + 2 * s.restart_hours) - EPS:
+                return Choice(Placement.ON_DEMAND, None, "hysteresis: catching up on on-demand")
+        if spot is not None:
+            return spot
+        if behind:
+            return Choice(Placement.ON_DEMAND, None, "behind uniform progress")
+        return Choice(Placement.NONE, None, "ahead of uniform progress: wait for spot")
