@@ -13,10 +13,10 @@ export SAM_CLI_TELEMETRY := 0
 
 .PHONY: setup demo test test-py313 lint bench sam events clean
 
-$(BIN)/spotguard: pyproject.toml
+$(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev]" -e ./agent
 	@touch $@
 
 setup: $(BIN)/spotguard
@@ -36,7 +36,7 @@ test-py313:
 	@test -n "$(PY313)" || { echo "python3.13 not found"; exit 1; }
 	$(PY313) -m venv .venv-py313
 	.venv-py313/bin/pip install --quiet --upgrade pip
-	.venv-py313/bin/pip install --quiet -e ".[dev]"
+	.venv-py313/bin/pip install --quiet -e ".[dev]" -e ./agent
 	.venv-py313/bin/pytest -q -p no:cacheprovider tests/unit tests/template tests/integration
 
 bench: setup

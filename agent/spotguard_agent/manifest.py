@@ -1,0 +1,82 @@
+"""The checkpoint manifest: written last, it is what makes a checkpoint committed.
+
+Layout (DESIGN.md): `<checkpoint uri>checkpoints/<sequence, zero-padded>/<files>` with MANIFEST.json
+listing every file with its size and sha256, the step, the progress (0..1), the attempt and the time.
+No manifest = not a checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MANIFEST = "MANIFEST.json"
+SEQUENCE_DIGITS = 10
+FORMAT_VERSION = 1
+_CHUNK = 8 * 1024 * 1024
+
+
+class FileEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    path: str = Field(min_length=1, description="relative to the checkpoint directory, '/' separated")
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @field_validator("path")
+    @classmethod
+    def _relative_and_inside(cls, v: str) -> str:
+        p = PurePosixPath(v)
+        if p.is_absolute() or ".." in p.parts or v.startswith("\\") or "\\" in v or v == MANIFEST:
+            raise ValueError(f"{v!r} is not a plain relative path inside the checkpoint")
+        return v
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    format: int = FORMAT_VERSION
+    sequence: int = Field(ge=0)
+    job_id: str = ""
+    attempt: int = Field(default=0, ge=0)
+    step: int = Field(ge=0)
+    progress: float = Field(ge=0.0, le=1.0)
+    created_at: datetime
+    files: tuple[FileEntry, ...]
+
+    @field_validator("files")
+    @classmethod
+    def _unique(cls, v: tuple[FileEntry, ...]) -> tuple[FileEntry, ...]:
+        paths = [f.path for f in v]
+        if len(set(paths)) != len(paths):
+            raise ValueError("a file is listed twice")
+        return v
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def sequence_name(sequence: int) -> str:
+    return f"{sequence:0{SEQUENCE_DIGITS}d}"
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def describe_dir(directory: Path) -> list[FileEntry]:
+    """Every regular file under `directory` (symlinks are not followed), with size and sha256."""
+    entries = []
+    for p in sorted(directory.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            rel = p.relative_to(directory).as_posix()
+            if rel == MANIFEST:
+                continue
+            entries.append(FileEntry(path=rel, size=p.stat().st_size, sha256=sha256_of(p)))
+    return entries
