@@ -17,6 +17,8 @@ $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]" -e ./agent
+	# PyTorch for the agent's training tests: pinned, so pip takes the CPU build (3.11) on these machines.
+	$(BIN)/pip install --quiet torch==2.13.0
 	@touch $@
 
 setup: $(BIN)/spotguard

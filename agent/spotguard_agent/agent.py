@@ -1,0 +1,203 @@
+"""The agent for training loops: restore at start, know when to save, save and commit.
+
+    agent = Agent.from_env()                # SPOTGUARD_* from the task's environment
+    restored = agent.restore(workdir)       # the newest committed checkpoint, or None for a fresh start
+    for step in range(first, steps):
+        ...one training step...
+        if agent.should_save():             # SIGTERM, SIGUSR1, or the periodic interval
+            write your state into a directory, then agent.commit(directory, step, progress)
+        if agent.should_exit():             # after SIGTERM: the checkpoint is committed, resume me
+            sys.exit(agent.exit_code)       # 75
+
+Signals only set flags; the loop acts at its next safe point (between steps), so a checkpoint is always
+of a whole step. `commit_async` uploads in a background thread so training goes on; the next commit,
+`should_exit` and `close` wait for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import boto3
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from spotguard_agent.manifest import Manifest
+from spotguard_agent.store import CheckpointStore, Committed, StoreError
+
+log = logging.getLogger("spotguard.agent")
+
+RESUME_ME = 75  # exit code: stopped after committing a checkpoint, resume me
+WARNING_SECONDS = 120  # a spot warning's notice: a checkpoint should commit within it
+
+
+class AgentEnv(BaseModel):
+    """The task's environment as SpotGuard sets it (DESIGN.md), validated."""
+
+    model_config = ConfigDict(frozen=True)
+    job_id: str = Field(default="local", alias="SPOTGUARD_JOB_ID")
+    attempt: int = Field(default=0, alias="SPOTGUARD_ATTEMPT", ge=0)
+    checkpoint_uri: str = Field(alias="SPOTGUARD_CHECKPOINT_URI")
+    resume_from: str = Field(default="", alias="SPOTGUARD_RESUME_FROM")
+    interval_seconds: float = Field(default=1800.0, alias="SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS", gt=0)
+    keep: int = Field(default=3, alias="SPOTGUARD_KEEP_CHECKPOINTS", ge=1)
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None) -> AgentEnv:
+        env = os.environ if environ is None else environ
+        try:
+            return cls.model_validate({k: v for k, v in env.items() if k.startswith("SPOTGUARD_")})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise StoreError(f"bad environment: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+class Agent:
+    def __init__(self, env: AgentEnv, store: CheckpointStore, install_signals: bool = True) -> None:
+        self.env = env
+        self.store = store
+        self.exit_code = RESUME_ME
+        self._stop = threading.Event()  # SIGTERM: checkpoint, then exit 75
+        self._save = threading.Event()  # SIGUSR1: checkpoint and go on
+        self._last_commit = time.monotonic()
+        self._pending: threading.Thread | None = None
+        self._pending_error: BaseException | None = None
+        self.last: Committed | None = None
+        if install_signals:
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGUSR1, self._on_signal)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, client: Any = None) -> Agent:
+        env = AgentEnv.load(environ)
+        s3 = client or boto3.client("s3", config=_retrying())
+        return cls(env, CheckpointStore(s3, env.checkpoint_uri, keep=env.keep))
+
+    # --------------------------------------------------------------------------------------- signals
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        (self._stop if signum == signal.SIGTERM else self._save).set()
+
+    def request_stop(self) -> None:
+        """What SIGTERM does (for the instance-metadata watcher and for tests)."""
+        self._stop.set()
+
+    def request_checkpoint(self) -> None:
+        """What SIGUSR1 does."""
+        self._save.set()
+
+    # ----------------------------------------------------------------------------------------- state
+    def restore(self, into: Path) -> Manifest | None:
+        manifest = self.store.restore(Path(into), self.env.resume_from or None)
+        if manifest is not None:
+            log.info("restored checkpoint %s at step %s", manifest.sequence, manifest.step)
+        self._last_commit = time.monotonic()
+        return manifest
+
+    def should_save(self) -> bool:
+        interval_due = time.monotonic() - self._last_commit >= self.env.interval_seconds
+        return self._stop.is_set() or self._save.is_set() or interval_due
+
+    def should_exit(self) -> bool:
+        """True after SIGTERM once the checkpoint is committed: exit with `exit_code` (75)."""
+        if not self._stop.is_set():
+            return False
+        self.wait()
+        return self.last is not None
+
+    def commit(self, directory: Path, step: int, progress: float) -> Committed:
+        """Commit `directory` now (and wait for any upload still running first)."""
+        self.wait()
+        committed = self.store.commit(
+            Path(directory), step=step, progress=progress, attempt=self.env.attempt, job_id=self.env.job_id
+        )
+        self._done(committed)
+        return committed
+
+    def commit_async(
+        self,
+        directory: Path,
+        step: int,
+        progress: float,
+        remove: bool = True,
+        prepare: Callable[[], None] | None = None,
+    ) -> None:
+        """Write (`prepare`, if given), upload and commit `directory` in the background; training goes
+        on meanwhile. With `remove` the directory is deleted once committed. After SIGTERM all of it
+        happens at once instead, since the process is about to exit."""
+        if self._stop.is_set():
+            try:
+                if prepare is not None:
+                    prepare()
+                self.commit(directory, step, progress)
+            finally:
+                if remove:
+                    shutil.rmtree(directory, ignore_errors=True)
+            return
+        self.wait()
+
+        def run() -> None:
+            try:
+                if prepare is not None:
+                    prepare()
+                self.commit_now(directory, step, progress)
+            except BaseException as exc:  # reported by the next wait()
+                self._pending_error = exc
+            finally:
+                if remove:
+                    shutil.rmtree(directory, ignore_errors=True)
+
+        self._save.clear()
+        self._last_commit = time.monotonic()
+        self._pending = threading.Thread(target=run, name="spotguard-commit", daemon=False)
+        self._pending.start()
+
+    def commit_now(self, directory: Path, step: int, progress: float) -> None:
+        committed = self.store.commit(
+            Path(directory), step=step, progress=progress, attempt=self.env.attempt, job_id=self.env.job_id
+        )
+        self._done(committed)
+
+    def wait(self) -> None:
+        """Wait for a background commit; raise what it raised."""
+        if self._pending is not None:
+            self._pending.join()
+            self._pending = None
+        if self._pending_error is not None:
+            err, self._pending_error = self._pending_error, None
+            raise err
+
+    def close(self) -> None:
+        self.wait()
+
+    def _done(self, committed: Committed) -> None:
+        self.last = committed
+        self._save.clear()
+        self._last_commit = time.monotonic()
+        rate = committed.throughput_bytes_per_second
+        log.info(
+            "committed checkpoint %s (step %s, %d bytes, %.1f s)",
+            committed.manifest.sequence,
+            committed.manifest.step,
+            committed.manifest.total_bytes,
+            committed.seconds,
+        )
+        if rate > 0 and committed.manifest.total_bytes / rate > WARNING_SECONDS / 2:
+            log.warning(
+                "a checkpoint of this size takes %.0f s to commit: more than half of the %d s spot warning",
+                committed.manifest.total_bytes / rate,
+                WARNING_SECONDS,
+            )
+
+
+def _retrying() -> Any:
+    from botocore.config import Config
+
+    return Config(retries={"mode": "standard", "max_attempts": 6}, max_pool_connections=16)
