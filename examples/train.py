@@ -19,13 +19,7 @@ from pathlib import Path
 import torch
 from spotguard_agent import Agent
 from spotguard_agent.torch_state import load, save
-from torch import nn
-
-
-def batch(seed: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    x = torch.randn(64, 16, generator=g)
-    return x, torch.sin(x.sum(dim=1, keepdim=True))
+from tinymodel import build, train_step
 
 
 def main() -> int:
@@ -37,10 +31,7 @@ def main() -> int:
     p.add_argument("--sync", action="store_true", help="save synchronously (small states)")
     args = p.parse_args()
 
-    torch.manual_seed(args.seed)
-    torch.use_deterministic_algorithms(True)
-    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model, opt = build(args.seed)
 
     agent = Agent.from_env()
     workdir = Path(tempfile.mkdtemp(prefix="spotguard-restore-"))
@@ -54,12 +45,8 @@ def main() -> int:
         print(f"resumed after step {state['step']}", flush=True)
 
     for step in range(first, args.steps):
-        x, y = batch(args.seed, step)
-        loss = nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        print(f"step {step} loss {loss.item():.6f}", flush=True)
+        loss = train_step(model, opt, args.seed, step)
+        print(f"step {step} loss {loss:.6f}", flush=True)
         if agent.should_save():
             state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": torch.get_rng_state()}
             save(agent, step, (step + 1) / args.steps, {**state, "step": step}, sync=args.sync)

@@ -142,3 +142,102 @@ def test_sigusr1_checkpoints_and_training_goes_on(moto_server, s3, bucket, refer
     resumed = _run(_env(moto_server, uri, SPOTGUARD_RESUME_FROM=store.newest(), SPOTGUARD_ATTEMPT="1"), out)
     assert resumed.returncode == 0 and f"resumed after step {step}" in resumed.stdout
     assert _same_weights(out, reference)
+
+
+PLAIN = REPO / "examples" / "train_plain.py"
+
+
+@pytest.mark.slow
+def test_the_wrapper_makes_an_unmodified_script_survive(moto_server, s3, bucket, reference, tmp_path):
+    uri = f"s3://{bucket}/jobs/{uuid.uuid4().hex[:8]}/"
+    ckpt = tmp_path / "first-host" / "ckpt"
+
+    def wrapped(ckpt_dir, out, **extra):
+        return [
+            sys.executable,
+            "-m",
+            "spotguard_agent.wrapper",
+            "run",
+            "--dir",
+            str(ckpt_dir),
+            "--poll-seconds",
+            "0.2",
+            "--quiet-seconds",
+            "0.4",
+            "--",
+            sys.executable,
+            str(PLAIN),
+            "--steps",
+            str(STEPS),
+            "--ckpt-dir",
+            str(ckpt_dir),
+            "--save-every",
+            "10",
+            "--out",
+            str(out),
+            "--step-seconds",
+            "0.05",
+        ]
+
+    proc = subprocess.Popen(
+        wrapped(ckpt, tmp_path / "never.pt"),
+        env=_env(moto_server, uri),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    before = _read_until(proc, r"step 25 loss .*")
+    proc.send_signal(signal.SIGTERM)  # to the wrapper, which forwards it to the script
+    rest, err = proc.communicate(timeout=120)
+    lines = before + rest.splitlines()
+    assert proc.returncode == 75, err[-2000:]
+    saved = int(re.search(r"saved after step (\d+), stopping", rest)[1])
+    assert saved == _steps(lines)[-1]  # the script's own last step is in the checkpoint
+
+    # A new task on another host: an empty directory, restored by the wrapper before the script starts.
+    store = CheckpointStore(s3, uri)
+    assert len(store.committed()) >= 2  # the periodic saves were committed while it ran, then the last
+    out = tmp_path / "resumed.pt"
+    other = tmp_path / "second-host" / "ckpt"
+    resumed = subprocess.run(
+        wrapped(other, out),
+        env=_env(moto_server, uri, SPOTGUARD_RESUME_FROM=store.newest(), SPOTGUARD_ATTEMPT="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resumed after step {saved}" in resumed.stdout
+    assert _same_weights(out, reference)
+
+
+def test_the_wrapper_passes_the_command_exit_code_through(moto_server, bucket, tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "spotguard_agent.wrapper",
+        "run",
+        "--dir",
+        str(tmp_path / "d"),
+        "--",
+        sys.executable,
+        "-c",
+        "import sys; sys.exit(3)",
+    ]
+    proc = subprocess.run(cmd, env=_env(moto_server, f"s3://{bucket}/x/"), capture_output=True, timeout=120)
+    assert proc.returncode == 3
+
+
+def test_the_wrapper_explains_bad_use(moto_server, bucket, tmp_path):
+    base = [sys.executable, "-m", "spotguard_agent.wrapper"]
+    env = _env(moto_server, f"s3://{bucket}/x/")
+    no_cmd = subprocess.run([*base, "run", "--dir", str(tmp_path)], env=env, capture_output=True, text=True)
+    assert no_cmd.returncode == 2 and "give the command after --" in no_cmd.stderr
+    bad_uri = subprocess.run(
+        [*base, "run", "--dir", str(tmp_path), "--", "true"],
+        env=_env(moto_server, "s3://bucket/no-slash"),
+        capture_output=True,
+        text=True,
+    )
+    assert bad_uri.returncode == 2 and "s3://bucket/prefix/" in bad_uri.stderr
+    assert "Traceback" not in no_cmd.stderr + bad_uri.stderr
