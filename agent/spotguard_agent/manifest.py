@@ -70,13 +70,12 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def describe_dir(directory: Path) -> list[FileEntry]:
-    """Every regular file under `directory` (symlinks are not followed), with size and sha256."""
-    entries = []
+def list_files(directory: Path) -> list[str]:
+    """Every regular file under `directory` (symlinks are not followed), relative, '/' separated."""
+    out = []
     for p in sorted(directory.rglob("*")):
         if p.is_file() and not p.is_symlink():
             rel = p.relative_to(directory).as_posix()
-            if rel == MANIFEST:
-                continue
-            entries.append(FileEntry(path=rel, size=p.stat().st_size, sha256=sha256_of(p)))
-    return entries
+            if rel != MANIFEST:
+                out.append(rel)
+    return out

@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +25,7 @@ from boto3.s3.transfer import TransferConfig, create_transfer_manager
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from spotguard_agent.manifest import MANIFEST, Manifest, describe_dir, sequence_name, sha256_of
+from spotguard_agent.manifest import MANIFEST, FileEntry, Manifest, list_files, sequence_name, sha256_of
 
 log = logging.getLogger("spotguard.agent")
 
@@ -125,20 +126,28 @@ class CheckpointStore:
     ) -> Committed:
         started = time.monotonic()
         directory = Path(directory)
-        entries = describe_dir(directory)
-        if not entries:
+        paths = list_files(directory)
+        if not paths:
             raise StoreError(f"{directory} holds no file to checkpoint")
         seen, _ = self._sequences(self._keys())
         sequence = (seen[-1] + 1) if seen else 0  # never reuse a half-written sequence
-        with create_transfer_manager(self.client, self.transfer) as manager:
-            futures = [
-                manager.upload(
-                    str(directory / e.path), self.location.bucket, self.location.key(sequence, e.path)
-                )
-                for e in entries
+        # Hash while uploading: hashlib releases the GIL on large buffers, so the two overlap.
+        with (
+            ThreadPoolExecutor(max_workers=4, thread_name_prefix="spotguard-sha256") as hashers,
+            create_transfer_manager(self.client, self.transfer) as manager,
+        ):
+            bucket = self.location.bucket
+            uploads = [
+                manager.upload(str(directory / rel), bucket, self.location.key(sequence, rel))
+                for rel in paths
             ]
-            for f in futures:
+            hashes = {rel: hashers.submit(sha256_of, directory / rel) for rel in paths}
+            for f in uploads:
                 f.result()
+        entries = [
+            FileEntry(path=rel, size=(directory / rel).stat().st_size, sha256=hashes[rel].result())
+            for rel in paths
+        ]
         manifest = Manifest(
             sequence=sequence,
             job_id=job_id,
