@@ -17,6 +17,7 @@ of a whole step. `commit_async` uploads in a background thread so training goes 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import signal
@@ -30,12 +31,14 @@ from typing import Any
 import boto3
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spotguard_agent.imds import MetadataWatcher
 from spotguard_agent.manifest import Manifest
 from spotguard_agent.store import CheckpointStore, Committed, StoreError
 
 log = logging.getLogger("spotguard.agent")
 
 RESUME_ME = 75  # exit code: stopped after committing a checkpoint, resume me
+MIN_INTERVAL_SECONDS = 60.0
 WARNING_SECONDS = 120  # a spot warning's notice: a checkpoint should commit within it
 
 
@@ -49,6 +52,9 @@ class AgentEnv(BaseModel):
     resume_from: str = Field(default="", alias="SPOTGUARD_RESUME_FROM")
     interval_seconds: float = Field(default=1800.0, alias="SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS", gt=0)
     keep: int = Field(default=3, alias="SPOTGUARD_KEEP_CHECKPOINTS", ge=1)
+    # Expected interruptions per hour in this pool (SpotGuard's history): turns on the adaptive interval.
+    interruptions_per_hour: float = Field(default=0.0, alias="SPOTGUARD_INTERRUPTIONS_PER_HOUR", ge=0)
+    watch_metadata: bool = Field(default=True, alias="SPOTGUARD_WATCH_METADATA")
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> AgentEnv:
@@ -71,6 +77,8 @@ class Agent:
         self._pending: threading.Thread | None = None
         self._pending_error: BaseException | None = None
         self.last: Committed | None = None
+        self.cost_seconds: float | None = None  # what the last checkpoint cost the training loop
+        self.watcher: MetadataWatcher | None = None
         if install_signals:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGUSR1, self._on_signal)
@@ -79,7 +87,13 @@ class Agent:
     def from_env(cls, environ: Mapping[str, str] | None = None, client: Any = None) -> Agent:
         env = AgentEnv.load(environ)
         s3 = client or boto3.client("s3", config=_retrying())
-        return cls(env, CheckpointStore(s3, env.checkpoint_uri, keep=env.keep))
+        agent = cls(env, CheckpointStore(s3, env.checkpoint_uri, keep=env.keep))
+        if env.watch_metadata and os.environ.get("AWS_EC2_METADATA_DISABLED", "").lower() != "true":
+            agent.watcher = MetadataWatcher(
+                on_stop=lambda why: (log.warning("%s: checkpoint and stop", why), agent.request_stop()),
+                on_rebalance=lambda why: (log.info("%s: checkpoint", why), agent.request_checkpoint()),
+            ).start()
+        return agent
 
     # --------------------------------------------------------------------------------------- signals
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -101,8 +115,22 @@ class Agent:
         self._last_commit = time.monotonic()
         return manifest
 
+    def interval(self) -> float:
+        """Seconds between periodic checkpoints. With an interruption rate and a measured checkpoint
+        cost C, the Young/Daly optimum sqrt(2 C M) for a mean time M between interruptions (at least a
+        minute, at most the configured interval); else the configured interval."""
+        rate, cost = self.env.interruptions_per_hour, self.cost_seconds
+        if rate <= 0 or cost is None:
+            return self.env.interval_seconds
+        optimum = math.sqrt(2.0 * max(cost, 0.001) * 3600.0 / rate)
+        return min(self.env.interval_seconds, max(MIN_INTERVAL_SECONDS, optimum))
+
+    def note_cost(self, seconds: float) -> None:
+        """What the last checkpoint cost the loop (the stall of an async save, all of a sync one)."""
+        self.cost_seconds = max(0.0, seconds)
+
     def should_save(self) -> bool:
-        interval_due = time.monotonic() - self._last_commit >= self.env.interval_seconds
+        interval_due = time.monotonic() - self._last_commit >= self.interval()
         return self._stop.is_set() or self._save.is_set() or interval_due
 
     def should_exit(self) -> bool:
@@ -175,6 +203,8 @@ class Agent:
             raise err
 
     def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
         self.wait()
 
     def _done(self, committed: Committed) -> None:

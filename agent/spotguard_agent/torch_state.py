@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ def _snapshot(value: Any) -> Any:
 def save(agent: Agent, step: int, progress: float, state: dict[str, Any], sync: bool = False) -> None:
     """Checkpoint `state`. Async (the default): the copy is taken now, written and uploaded in the
     background. Sync: all of it before returning (for small states). After SIGTERM always at once."""
+    started = time.monotonic()
     snapshot = _snapshot(state)
     directory = Path(tempfile.mkdtemp(prefix="spotguard-ckpt-"))
 
@@ -44,6 +46,7 @@ def save(agent: Agent, step: int, progress: float, state: dict[str, Any], sync: 
             shutil.rmtree(directory, ignore_errors=True)
     else:
         agent.commit_async(directory, step, progress, prepare=write)
+    agent.note_cost(time.monotonic() - started)
 
 
 def load(directory: Path) -> dict[str, Any]:

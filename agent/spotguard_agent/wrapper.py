@@ -111,11 +111,15 @@ class Wrapper:
         self.committed = snapshot(self.directory)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, self._forward)
+        if self.agent.watcher is not None:  # what the instance metadata says becomes the same signals
+            self.agent.watcher.on_stop = lambda why: self._forward(signal.SIGTERM, None)
+            self.agent.watcher.on_rebalance = lambda why: self._forward(signal.SIGUSR1, None)
         self.child = subprocess.Popen(self.command)
         watcher = threading.Thread(target=self._watch, name="spotguard-watch", daemon=True)
         watcher.start()
         code = self.child.wait()
         watcher.join()
+        self.agent.close()
         changed = self._commit_if_changed()
         if self.stopping.is_set():
             if not (changed or self.agent.last is not None or restored is not None):

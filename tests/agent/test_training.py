@@ -29,6 +29,7 @@ def _env(moto_server, uri: str, **extra: str) -> dict[str, str]:
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",  # never look for 169.254.169.254 from a test
         SPOTGUARD_JOB_ID="j-test",
         SPOTGUARD_CHECKPOINT_URI=uri,
         **extra,
