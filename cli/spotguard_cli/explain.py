@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spotguard.domain.checkpoints import classify_object_created
 from spotguard.domain.notices import Decision, RebalanceMode, Settings, classify, plan, reject
 from spotguard.domain.tasks import ManageMode
 
@@ -65,6 +66,25 @@ def _read(name: str) -> str | bytes:
     return Path(name).read_bytes()
 
 
+def _is_s3_event(data: str | bytes) -> bool:
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(raw, dict) and raw.get("source") == "aws.s3"
+
+
+def describe_s3(name: str, data: str | bytes) -> dict[str, Any]:
+    """S3 events go to the checkpoints function: explain them with its classifier."""
+    e = classify_object_created(data)
+    out: dict[str, Any] = {"file": name, "outcome": e.outcome, "kind": "checkpoint-manifest"}
+    if e.prefix_uri:
+        out["checkpoint_uri"], out["sequence"] = e.prefix_uri, e.sequence
+    out.update(event_id=e.event_id, reason=e.reason)
+    out["actions"] = ["read-and-validate-manifest", "record-newest-checkpoint"] if e.outcome == "act" else []
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     settings = Settings(
         clusters=tuple(c.strip() for c in args.clusters.split(",") if c.strip()),
@@ -74,9 +94,17 @@ def run(args: argparse.Namespace) -> int:
     rejected = 0
     for name in args.files:
         try:
-            decision = classify(_read(name), settings)
+            data = _read(name)
         except OSError as exc:
-            decision = reject(f"cannot read the file: {exc.strerror or exc}")
-        rejected += decision.outcome == "reject"
-        print(json.dumps(describe(name, decision, settings, manage)), flush=True)
+            data, line = (
+                b"",
+                describe(name, reject(f"cannot read the file: {exc.strerror or exc}"), settings, manage),
+            )
+        else:
+            if _is_s3_event(data):
+                line = describe_s3(name, data)
+            else:
+                line = describe(name, classify(data, settings), settings, manage)
+        rejected += line["outcome"] == "reject"
+        print(json.dumps(line), flush=True)
     return 1 if rejected else 0

@@ -23,6 +23,7 @@ KINDS = {
     "lifecycle-terminate": "asg-terminate-lifecycle-action.json",
     "health-maintenance": "health-scheduled-retirement.json",
     "container-instance-change": "ecs-container-instance-state-change.json",
+    "checkpoint-manifest": "s3-manifest-created.json",
 }
 
 

@@ -177,3 +177,22 @@ def test_the_ledger_survives_stack_deletion(cfn):
         cfn["Resources"]["LedgerTable"]["Properties"]["TimeToLiveSpecification"]["AttributeName"]
         == "expires_at"
     )
+
+
+def test_checkpoint_manifests_reach_the_checkpoints_function(cfn):
+    from spotguard.config import CheckpointsEnv
+
+    bucket = cfn["Resources"]["CheckpointBucket"]["Properties"]
+    assert bucket["NotificationConfiguration"]["EventBridgeConfiguration"]["EventBridgeEnabled"] is True
+    rule = cfn["Resources"]["ManifestCommittedRule"]["Properties"]
+    assert rule["EventPattern"]["detail"]["object"]["key"] == [{"suffix": "/MANIFEST.json"}]
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": ["CheckpointsQueue", "Arn"]}
+    assert target["DeadLetterConfig"]["Arn"] == {"Fn::GetAtt": ["CheckpointsDeadLetterQueue", "Arn"]}
+    env = cfn["Resources"]["CheckpointsFunction"]["Properties"]["Environment"]["Variables"]
+    required = {f.alias for f in CheckpointsEnv.model_fields.values() if f.is_required()}
+    assert required <= set(env)
+    statements = _statements(cfn, "CheckpointsFunctionRole")
+    assert all(s["Resource"] != "*" for s in statements)
+    reads = next(s for s in statements if s["Action"] == ["s3:GetObject"])
+    assert "MANIFEST.json" in json.dumps(reads["Resource"])  # it reads manifests, nothing else

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from spotguard.domain.errors import one_line
 from spotguard.domain.notices import RebalanceMode, Settings
 from spotguard.domain.tasks import ManageMode
 
@@ -15,8 +17,21 @@ class ConfigError(RuntimeError):
     """The function's environment is wrong: a deployment mistake, reported in one line."""
 
 
-class InterruptionEnv(BaseModel):
+class EnvModel(BaseModel):
+    """A function's SPOTGUARD_* environment, validated once at cold start."""
+
     model_config = ConfigDict(frozen=True)
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None) -> Self:
+        env = dict(os.environ if environ is None else environ)
+        try:
+            return cls.model_validate({k: v for k, v in env.items() if k.startswith("SPOTGUARD_")})
+        except ValidationError as exc:
+            raise ConfigError(f"bad environment: {one_line(exc)}") from None
+
+
+class InterruptionEnv(EnvModel):
     clusters: tuple[str, ...] = Field(alias="SPOTGUARD_CLUSTERS")
     rebalance: RebalanceMode = Field(default=RebalanceMode.CHECKPOINT, alias="SPOTGUARD_REBALANCE")
     manage: ManageMode = Field(default=ManageMode.TAGGED, alias="SPOTGUARD_MANAGE")
@@ -38,11 +53,7 @@ class InterruptionEnv(BaseModel):
     def settings(self) -> Settings:
         return Settings(clusters=self.clusters, rebalance=self.rebalance)
 
-    @classmethod
-    def load(cls, environ: Mapping[str, str] | None = None) -> InterruptionEnv:
-        env = dict(os.environ if environ is None else environ)
-        try:
-            return cls.model_validate({k: v for k, v in env.items() if k.startswith("SPOTGUARD_")})
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ConfigError(f"bad environment: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+class CheckpointsEnv(EnvModel):
+    ledger_table: str = Field(alias="SPOTGUARD_LEDGER_TABLE", min_length=3)
+    dead_letter_url: str = Field(alias="SPOTGUARD_CHECKPOINTS_DLQ_URL", min_length=1)

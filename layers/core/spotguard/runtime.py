@@ -17,9 +17,11 @@ from spotguard.adapters.clients import client
 from spotguard.adapters.ecs import EcsAdapter
 from spotguard.adapters.ledger import DynamoLedger
 from spotguard.adapters.queues import DeadLetters, FollowUpQueue
+from spotguard.adapters.s3 import S3Checkpoints
 from spotguard.adapters.ssm import SsmSignaller
-from spotguard.config import InterruptionEnv
+from spotguard.config import CheckpointsEnv, InterruptionEnv
 from spotguard.domain.notices import Notice
+from spotguard.usecases.checkpoints import CheckpointService
 from spotguard.usecases.interruption import InterruptionConfig, InterruptionService
 
 NOTICE_IDEMPOTENCY_SECONDS = 24 * 3600  # a redelivered notice, even hours later, is not acted on twice
@@ -66,3 +68,11 @@ class InterruptionRuntime:
 
     def register_context(self, context: Any) -> None:
         self.idempotency.register_lambda_context(context)
+
+
+class CheckpointsRuntime:
+    def __init__(self, env: CheckpointsEnv) -> None:
+        self.env = env
+        self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
+        self.service = CheckpointService(S3Checkpoints(client("s3")), self.ledger)
+        self.dead_letters = DeadLetters(client("sqs"), env.dead_letter_url)

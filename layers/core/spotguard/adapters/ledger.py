@@ -4,6 +4,7 @@ Items written by the interruption path:
   INSTANCE#<id> / CONTAINER_INSTANCE   the index: cluster, container instance, status, ECS version
   INSTANCE#<id> / NOTICE#<notice key>  each notice: when it came, what was done, the tasks signalled
   INSTANCE#<id> / CLAIM#STOP           which notice stopped the host's tasks (the first one to claim it)
+  CHECKPOINTS#<uri> / NEWEST           a job's newest committed checkpoint (only ever moves forward)
 Notices and claims expire (TTL) after RETENTION_DAYS; EC2 never reuses an instance id.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
+from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.notices import ContainerInstanceUpdate, Notice
 from spotguard.domain.tasks import ContainerInstanceRef
 
@@ -162,6 +164,36 @@ class DynamoLedger:
         )
         arns = [v["S"] for v in item.get("task_arns", {}).get("L", [])]
         return item.get("cluster_arn", {}).get("S", ""), arns
+
+    # -------------------------------------------------------------------------------- checkpoints
+    def record_checkpoint(self, ref: CheckpointRef) -> bool:
+        """Make `ref` the newest checkpoint of its prefix unless a newer (or the same) one is in."""
+        try:
+            self.client.put_item(
+                TableName=self.table,
+                Item={
+                    "pk": {"S": f"CHECKPOINTS#{ref.prefix_uri}"},
+                    "sk": {"S": "NEWEST"},
+                    "sequence": {"N": str(ref.sequence)},
+                    "ref": {"S": ref.model_dump_json()},
+                },
+                ConditionExpression="attribute_not_exists(#seq) OR #seq < :seq",
+                ExpressionAttributeNames={"#seq": "sequence"},
+                ExpressionAttributeValues={":seq": {"N": str(ref.sequence)}},
+            )
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
+
+    def newest_checkpoint(self, prefix_uri: str) -> CheckpointRef | None:
+        item = self.client.get_item(
+            TableName=self.table,
+            Key={"pk": {"S": f"CHECKPOINTS#{prefix_uri}"}, "sk": {"S": "NEWEST"}},
+            ConsistentRead=True,
+        ).get("Item")
+        return CheckpointRef.model_validate_json(item["ref"]["S"]) if item else None
 
     def notices(self, instance_id: str) -> list[dict[str, Any]]:
         """Every notice recorded for an instance (for `status`, the demo and tests)."""

@@ -25,6 +25,8 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from spotguard.domain.errors import one_line
+
 SPOT_WARNING_SECONDS = 120
 INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 _PLACEHOLDER = re.compile(r"<[^<>]*>|\byyyy\b|\bhh:mm|\{\{|\$\{", re.IGNORECASE)
@@ -227,14 +229,6 @@ HEALTH_CATEGORIES = {"scheduledChange", "issue"}
 TASK_EVENT_TYPES = {"ECS Task State Change"}
 
 
-def _one_line(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "event"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {msg}{more}"
-
-
 # Free text that may hold angle brackets in a real event: not searched for placeholders.
 _FREE_TEXT = {"eventDescription", "latestDescription", "NotificationMetadata", "Description", "Cause"}
 
@@ -279,7 +273,7 @@ def classify(raw: str | bytes | dict[str, Any], settings: Settings) -> Decision:
     try:
         event = EventBridgeModel.model_validate(raw)
     except ValidationError as exc:
-        return reject(_one_line(exc), _str(raw.get("id")))
+        return reject(one_line(exc), _str(raw.get("id")))
     if not isinstance(event.detail, dict):
         return reject("detail: must be an object", event.id)
     if event.time.tzinfo is None:
@@ -305,7 +299,7 @@ def _classify_event(event: EventBridgeModel, settings: Settings) -> Decision:
     try:
         return parse(event, settings)
     except ValidationError as exc:
-        return reject(f"detail.{_one_line(exc)}", event.id, kind)
+        return reject(f"detail.{one_line(exc)}", event.id, kind)
 
 
 def _notice(event: EventBridgeModel, kind: NoticeKind, instance_id: str, **kw: Any) -> Notice:

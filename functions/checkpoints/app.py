@@ -1,0 +1,60 @@
+"""Checkpoints function: S3 'Object Created' events for MANIFEST.json -> the job's newest checkpoint.
+
+Per record: an event that is not an S3 event, or a manifest that is not valid, goes straight to the
+dead-letter queue (retrying cannot fix it); objects that are not manifests are ignored; a manifest is
+read, validated and recorded as its job's newest committed checkpoint only if its sequence is newer,
+so repeated and out-of-order events change nothing. An AWS failure fails only its record (retried).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from spotguard.config import CheckpointsEnv
+from spotguard.domain.checkpoints import classify_object_created
+from spotguard.runtime import CheckpointsRuntime
+from spotguard.usecases.checkpoints import BadManifest
+
+warnings.filterwarnings("ignore", "No application metrics to publish")
+logger = Logger()
+metrics = Metrics()
+processor = BatchProcessor(event_type=EventType.SQS)
+runtime = CheckpointsRuntime(CheckpointsEnv.load())
+
+
+def record_handler(record: SQSRecord) -> None:
+    event = classify_object_created(record.body)
+    logger.set_correlation_id(event.event_id or record.message_id)
+    if event.outcome == "reject":
+        logger.warning("rejected", extra={"reason": event.reason})
+        runtime.dead_letters.send(record.body, event.reason, record.message_id)
+        return
+    if event.outcome == "ignore":
+        logger.info("ignored", extra={"reason": event.reason, "key": event.key})
+        return
+    try:
+        ref, newest = runtime.service.on_committed(event)
+    except BadManifest as exc:
+        logger.warning("bad manifest", extra={"reason": str(exc)})
+        metrics.add_metric(name="BadManifests", unit=MetricUnit.Count, value=1)
+        runtime.dead_letters.send(record.body, str(exc), record.message_id)
+        return
+    metrics.add_metric(name="CheckpointsCommitted", unit=MetricUnit.Count, value=1)
+    logger.info(
+        "checkpoint recorded" if newest else "older or repeated checkpoint: newest unchanged",
+        extra={"prefix": ref.prefix_uri, "sequence": ref.sequence, "step": ref.step},
+    )
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

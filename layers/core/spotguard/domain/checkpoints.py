@@ -1,0 +1,124 @@
+"""Committed checkpoints as the manager side sees them. Pure.
+
+The contract (DESIGN.md) is written by the agent in the container: `<checkpoint uri>checkpoints/
+<sequence, zero-padded>/<files>` and MANIFEST.json last. This module reads it: which S3 events are
+manifests, and what a valid manifest says. A test holds the agent's writer and this reader together.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from spotguard.domain.errors import one_line
+
+MANIFEST = "MANIFEST.json"
+_MANIFEST_KEY = re.compile(r"^(?P<prefix>(?:.+/)?)checkpoints/(?P<seq>\d{1,20})/MANIFEST\.json$")
+
+
+class ManifestFile(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    path: str = Field(min_length=1)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, v: str) -> str:
+        p = PurePosixPath(v)
+        if p.is_absolute() or ".." in p.parts or "\\" in v or v == MANIFEST:
+            raise ValueError(f"{v!r} is not a plain relative path inside the checkpoint")
+        return v
+
+
+class CheckpointManifest(BaseModel):
+    """What MANIFEST.json holds (extra fields a newer agent may add are allowed)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    format: int = 1
+    sequence: int = Field(ge=0)
+    job_id: str = ""
+    attempt: int = Field(default=0, ge=0)
+    step: int = Field(ge=0)
+    progress: float = Field(ge=0.0, le=1.0)
+    created_at: datetime
+    files: tuple[ManifestFile, ...] = Field(min_length=1)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+class CheckpointRef(BaseModel):
+    """One committed checkpoint: where it is and what its manifest said."""
+
+    model_config = ConfigDict(frozen=True)
+    prefix_uri: str  # the job's SPOTGUARD_CHECKPOINT_URI: s3://bucket/prefix/
+    sequence: int
+    manifest_uri: str
+    step: int = 0
+    progress: float = 0.0
+    attempt: int = 0
+    job_id: str = ""
+    created_at: datetime | None = None
+    total_bytes: int = 0
+
+
+class ManifestEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    outcome: Literal["act", "ignore", "reject"]
+    reason: str
+    event_id: str | None = None
+    bucket: str | None = None
+    key: str | None = None
+    prefix_uri: str | None = None
+    sequence: int | None = None
+
+
+def manifest_location(bucket: str, key: str) -> tuple[str, int] | None:
+    """(the job's checkpoint prefix URI, the sequence) when `key` is a checkpoint's manifest."""
+    m = _MANIFEST_KEY.match(key)
+    if not m:
+        return None
+    return f"s3://{bucket}/{m['prefix']}", int(m["seq"])
+
+
+def parse_manifest(body: bytes | str) -> CheckpointManifest:
+    return CheckpointManifest.model_validate_json(body)
+
+
+def classify_object_created(raw: object) -> ManifestEvent:
+    """An EventBridge 'Object Created' event from the checkpoint bucket: act on manifests only."""
+    from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
+
+    try:
+        event = (
+            S3EventNotificationEventBridgeModel.model_validate_json(raw)
+            if isinstance(raw, (str, bytes))
+            else S3EventNotificationEventBridgeModel.model_validate(raw)
+        )
+    except ValidationError as exc:
+        return ManifestEvent(outcome="reject", reason=one_line(exc))
+    if event.source != "aws.s3" or event.detail_type != "Object Created":
+        return ManifestEvent(
+            outcome="ignore", reason=f"not an S3 Object Created event: {event.detail_type}", event_id=event.id
+        )
+    bucket, key = event.detail.bucket.name, event.detail.object.key
+    where = manifest_location(bucket, key)
+    if where is None:
+        return ManifestEvent(
+            outcome="ignore", reason="not a checkpoint manifest", event_id=event.id, bucket=bucket, key=key
+        )
+    return ManifestEvent(
+        outcome="act",
+        reason="a checkpoint was committed",
+        event_id=event.id,
+        bucket=bucket,
+        key=key,
+        prefix_uri=where[0],
+        sequence=where[1],
+    )
