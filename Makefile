@@ -1,7 +1,7 @@
 # SpotGuard developer commands. Every target sets up what it needs itself.
 #   make demo    the interruption path end to end against moto server on 127.0.0.1 (the README's main command)
 #   make test    lint + the whole test suite (what CI runs)
-#   make bench   benchmarks that print figures
+#   make bench   benchmarks that print figures (the interruption path; checkpoint stall and commit time)
 #   make sam     sam validate --lint and sam build (in a separate virtual environment)
 
 PYTHON ?= python3.11
@@ -43,6 +43,7 @@ test-py313:
 
 bench: setup
 	$(BIN)/python bench/interruptions.py
+	$(BIN)/python bench/checkpoint.py
 
 $(SAM_VENV)/bin/sam:
 	$(PYTHON) -m venv $(SAM_VENV)
