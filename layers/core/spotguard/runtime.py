@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 
 from spotguard.adapters.autoscaling import LifecycleAdapter
-from spotguard.adapters.clients import client
+from spotguard.adapters.clients import LazyClient, client
 from spotguard.adapters.ecs import EcsAdapter
 from spotguard.adapters.ledger import DynamoLedger
 from spotguard.adapters.queues import DeadLetters, FollowUpQueue
@@ -35,7 +35,7 @@ class InterruptionRuntime:
     def __init__(self, env: InterruptionEnv) -> None:
         self.env = env
         self.settings = env.settings
-        sqs = client("sqs")
+        sqs = LazyClient("sqs")
         self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
         self.service = InterruptionService(
             config=InterruptionConfig(
@@ -45,8 +45,8 @@ class InterruptionRuntime:
                 lifecycle_check_seconds=env.lifecycle_check_seconds,
             ),
             ecs=EcsAdapter(client("ecs")),
-            signaller=SsmSignaller(client("ssm")),
-            lifecycle=LifecycleAdapter(client("autoscaling")),
+            signaller=SsmSignaller(LazyClient("ssm")),
+            lifecycle=LifecycleAdapter(LazyClient("autoscaling")),
             follow_ups=FollowUpQueue(sqs, env.queue_url),
             ledger=self.ledger,
             clock=utcnow,
@@ -75,4 +75,4 @@ class CheckpointsRuntime:
         self.env = env
         self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
         self.service = CheckpointService(S3Checkpoints(client("s3")), self.ledger)
-        self.dead_letters = DeadLetters(client("sqs"), env.dead_letter_url)
+        self.dead_letters = DeadLetters(LazyClient("sqs"), env.dead_letter_url)

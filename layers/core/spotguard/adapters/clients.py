@@ -43,6 +43,17 @@ def client(service: str, region: str | None = None) -> Any:
         return _clients[key]
 
 
+class LazyClient:
+    """Stands for `client(service)` and creates it on first use, so that a cold start pays only for
+    the services the path needs every time (SSM, Auto Scaling and SQS are needed now and then)."""
+
+    def __init__(self, service: str, region: str | None = None) -> None:
+        self._service, self._region = service, region
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(client(self._service, self._region), name)
+
+
 def on_every_call(hook: Callable[..., None]) -> None:
     """Register a botocore `before-parameter-build` hook (it sees the API parameters) on every client,
     now and later (benchmarks, the demo)."""
