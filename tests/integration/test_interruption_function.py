@@ -257,3 +257,14 @@ def test_container_instance_events_keep_the_index_and_drop_stale_ones(world):
     world.run()
     ref = ledger.container_instance(world.a.instance_id)
     assert ref is not None and ref.status == "DRAINING"
+
+
+def test_the_function_works_with_tracing_on(aws):
+    # EnableTracing=true: the handler is wrapped by a Powertools Tracer (sending is off in tests).
+    world = make_world(env={"SPOTGUARD_TRACING": "true", "POWERTOOLS_TRACE_DISABLED": "true"})
+    assert world.host.module._tracer is not None
+    managed = world.cluster.start(world.a, world.cluster.gpu_task_definition(), count=1)
+    world.index(world.a)
+    world.send(world.warning(world.a))
+    assert world.run() == (1, 0)
+    assert _desired(world, managed) == {managed[0]: "STOPPED"}

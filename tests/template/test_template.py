@@ -196,3 +196,11 @@ def test_checkpoint_manifests_reach_the_checkpoints_function(cfn):
     assert all(s["Resource"] != "*" for s in statements)
     reads = next(s for s in statements if s["Action"] == ["s3:GetObject"])
     assert "MANIFEST.json" in json.dumps(reads["Resource"])  # it reads manifests, nothing else
+
+
+def test_the_layer_carries_what_tracing_needs():
+    from spotguard_cli.template import REPO
+
+    reqs = (REPO / "layers" / "core" / "requirements.txt").read_text()
+    # EnableTracing=true makes the handlers create a Powertools Tracer, which imports the X-Ray SDK.
+    assert "aws-lambda-powertools[tracer]" in reqs
