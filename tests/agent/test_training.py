@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -177,7 +178,7 @@ def test_the_wrapper_makes_an_unmodified_script_survive(moto_server, s3, bucket,
             "--out",
             str(out),
             "--step-seconds",
-            "0.05",
+            "0.1",
         ]
 
     proc = subprocess.Popen(
@@ -187,17 +188,22 @@ def test_the_wrapper_makes_an_unmodified_script_survive(moto_server, s3, bucket,
         stderr=subprocess.PIPE,
         text=True,
     )
-    before = _read_until(proc, r"step 25 loss .*")
+    store = CheckpointStore(s3, uri)
+    before = _read_until(proc, r"step 12 loss .*")  # the script has saved its own checkpoint at step 9
+    deadline = time.monotonic() + 30
+    while not store.committed() and time.monotonic() < deadline:  # the wrapper commits it while it runs
+        time.sleep(0.1)
+    assert store.committed(), "the wrapper did not commit the script's checkpoint while it ran"
+    assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)  # to the wrapper, which forwards it to the script
     rest, err = proc.communicate(timeout=120)
     lines = before + rest.splitlines()
     assert proc.returncode == 75, err[-2000:]
     saved = int(re.search(r"saved after step (\d+), stopping", rest)[1])
     assert saved == _steps(lines)[-1]  # the script's own last step is in the checkpoint
+    assert len(store.committed()) >= 2  # the one committed while it ran, then the last
 
     # A new task on another host: an empty directory, restored by the wrapper before the script starts.
-    store = CheckpointStore(s3, uri)
-    assert len(store.committed()) >= 2  # the periodic saves were committed while it ran, then the last
     out = tmp_path / "resumed.pt"
     other = tmp_path / "second-host" / "ckpt"
     resumed = subprocess.run(
