@@ -143,11 +143,7 @@ class Agent:
     def commit(self, directory: Path, step: int, progress: float) -> Committed:
         """Commit `directory` now (and wait for any upload still running first)."""
         self.wait()
-        committed = self.store.commit(
-            Path(directory), step=step, progress=progress, attempt=self.env.attempt, job_id=self.env.job_id
-        )
-        self._done(committed)
-        return committed
+        return self._commit(directory, step, progress)
 
     def commit_async(
         self,
@@ -175,7 +171,7 @@ class Agent:
             try:
                 if prepare is not None:
                     prepare()
-                self.commit_now(directory, step, progress)
+                self._commit(directory, step, progress)
             except BaseException as exc:  # reported by the next wait()
                 self._pending_error = exc
             finally:
@@ -187,11 +183,12 @@ class Agent:
         self._pending = threading.Thread(target=run, name="spotguard-commit", daemon=False)
         self._pending.start()
 
-    def commit_now(self, directory: Path, step: int, progress: float) -> None:
+    def _commit(self, directory: Path, step: int, progress: float) -> Committed:
         committed = self.store.commit(
             Path(directory), step=step, progress=progress, attempt=self.env.attempt, job_id=self.env.job_id
         )
         self._done(committed)
+        return committed
 
     def wait(self) -> None:
         """Wait for a background commit; raise what it raised."""

@@ -129,7 +129,8 @@ class CheckpointStore:
         paths = list_files(directory)
         if not paths:
             raise StoreError(f"{directory} holds no file to checkpoint")
-        seen, _ = self._sequences(self._keys())
+        keys = self._keys()
+        seen, _ = self._sequences(keys)
         sequence = (seen[-1] + 1) if seen else 0  # never reuse a half-written sequence
         # Hash while uploading: hashlib releases the GIL on large buffers, so the two overlap.
         with (
@@ -164,11 +165,11 @@ class CheckpointStore:
             ContentType="application/json",
         )
         committed = Committed(manifest, self.location.uri(self.location.key(sequence, MANIFEST)))
-        self._apply_retention()
+        new_keys = [self.location.key(sequence, rel) for rel in [*paths, MANIFEST]]
+        self._apply_retention(keys + new_keys)  # what is there now, without listing it again
         return Committed(committed.manifest, committed.uri, time.monotonic() - started)
 
-    def _apply_retention(self) -> None:
-        keys = self._keys()
+    def _apply_retention(self, keys: list[str]) -> None:
         _, committed = self._sequences(keys)
         if len(committed) <= self.keep:
             return

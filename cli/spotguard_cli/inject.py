@@ -12,6 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from spotguard.domain.tasks import cluster_arn_of
 from spotguard_cli.template import REPO
 
 SAMPLES = REPO / "events" / "eventbridge"
@@ -61,7 +62,9 @@ def make_event(
 
 def container_instance_event(description: dict[str, Any], at: datetime | None = None) -> dict[str, Any]:
     """The ECS Container Instance State Change that ECS would emit for a DescribeContainerInstances entry."""
-    cluster_arn = description.get("clusterArn") or _cluster_of(description["containerInstanceArn"])
+    cluster_arn = description.get("clusterArn") or cluster_arn_of(description["containerInstanceArn"])
+    if cluster_arn is None:
+        raise ValueError("the container instance names no cluster")
     return make_event(
         "container-instance-change",
         description["ec2InstanceId"],
@@ -73,11 +76,6 @@ def container_instance_event(description: dict[str, Any], at: datetime | None = 
         status=description.get("status", "ACTIVE"),
         version=int(description.get("version", 1)),
     )
-
-
-def _cluster_of(container_instance_arn: str) -> str:
-    head, _, rest = container_instance_arn.partition(":container-instance/")
-    return f"{head}:cluster/{rest.split('/')[0]}"
 
 
 def put_entry(event: dict[str, Any]) -> dict[str, Any]:

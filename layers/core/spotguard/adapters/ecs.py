@@ -9,6 +9,7 @@ from typing import Any
 from spotguard.domain.tasks import (
     ContainerInstanceRef,
     TaskInfo,
+    cluster_arn_of,
     container_overrides_have_gpu,
     task_definition_has_gpu,
 )
@@ -64,7 +65,9 @@ class EcsAdapter:
                 for ci in resp.get("containerInstances", []):
                     if ci.get("ec2InstanceId") == instance_id:
                         return ContainerInstanceRef(
-                            cluster_arn=_cluster_arn(ci, cluster),
+                            cluster_arn=ci.get("clusterArn")
+                            or cluster_arn_of(ci["containerInstanceArn"])
+                            or cluster,
                             container_instance_arn=ci["containerInstanceArn"],
                             instance_id=instance_id,
                             status=ci.get("status", "ACTIVE"),
@@ -124,13 +127,3 @@ class EcsAdapter:
 
     def stop_task(self, task: TaskInfo, reason: str) -> None:
         self.client.stop_task(cluster=task.cluster_arn, task=task.task_arn, reason=reason)
-
-
-def _cluster_arn(ci: dict[str, Any], cluster: str) -> str:
-    arn = ci.get("containerInstanceArn", "")
-    if cluster.startswith("arn:"):
-        return cluster
-    # arn:aws:ecs:region:account:container-instance/<cluster>/<id> -> the cluster's ARN
-    head, _, rest = arn.partition(":container-instance/")
-    name = rest.split("/")[0] if "/" in rest else cluster
-    return f"{head}:cluster/{name}" if head else cluster

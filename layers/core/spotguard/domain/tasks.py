@@ -14,6 +14,13 @@ STARTED_BY = "spotguard"
 CHECKPOINT_CONTAINER_TAG = "spotguard:checkpoint-container"
 
 
+def cluster_arn_of(container_instance_arn: str) -> str | None:
+    """arn:aws:ecs:REGION:ACCOUNT:container-instance/CLUSTER/ID -> the cluster's ARN (None for the
+    old ARN format, which does not name the cluster)."""
+    head, _, rest = container_instance_arn.partition(":container-instance/")
+    return f"{head}:cluster/{rest.split('/')[0]}" if head and "/" in rest else None
+
+
 class ManageMode(StrEnum):
     TAGGED = "tagged"  # tasks SpotGuard started, or tagged spotguard:managed=true
     ALL_GPU = "all-gpu"  # and every GPU task in the watched clusters

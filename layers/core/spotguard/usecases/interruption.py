@@ -126,8 +126,11 @@ class InterruptionService:
             out.skipped = f"managed tasks were already stopped for notice {holder}"
 
         if notice.lifecycle is not None:
-            _, waiting_for = self.ledger.signalled_tasks(holder, notice.instance_id)
-            if not waiting_for and not out.signalled:
+            if holder == notice.key:
+                waiting_for = out.signalled
+            else:  # another notice stopped the tasks: wait for those
+                _, waiting_for = self.ledger.signalled_tasks(holder, notice.instance_id)
+            if not waiting_for:
                 self.lifecycle.complete(notice.lifecycle, notice.instance_id)
                 out.lifecycle = "completed"
             else:
