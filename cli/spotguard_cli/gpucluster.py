@@ -5,6 +5,7 @@ them exactly as a real one would, which is what SpotGuard reads."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ class GpuCluster:
         self.ecs, self.ec2, self.name = ecs, ec2, name
         self.arn = ecs.create_cluster(clusterName=name)["cluster"]["clusterArn"]
         self.image_id = ECS_GPU_AMI
+        self.hosts: list[Host] = []  # in the order they joined
 
     def add_host(self, instance_type: str = "g5.xlarge", availability_zone: str = "us-east-1a") -> Host:
         inst = self.ec2.run_instances(
@@ -45,12 +47,14 @@ class GpuCluster:
             }
         )
         ci = self.ecs.register_container_instance(cluster=self.name, instanceIdentityDocument=doc)
-        return Host(
+        host = Host(
             instance_id=inst["InstanceId"],
             container_instance_arn=ci["containerInstance"]["containerInstanceArn"],
             availability_zone=availability_zone,
             instance_type=instance_type,
         )
+        self.hosts.append(host)
+        return host
 
     def gpu_task_definition(
         self, family: str = "train", gpus: int = 1, command: list[str] | None = None
@@ -101,3 +105,118 @@ class GpuCluster:
     def tasks(self, arns: list[str]) -> dict[str, dict[str, Any]]:
         resp = self.ecs.describe_tasks(cluster=self.name, tasks=arns)
         return {t["taskArn"]: t for t in resp["tasks"]}
+
+
+class GpuScheduler:
+    """Stands in for ECS task placement, which moto does not model: it answers RunTask (through a
+    botocore `before-call` hook, after botocore validated the request) by placing the task on a host
+    with free GPUs that meets the request's memberOf constraints, and it honours client tokens.
+    When nothing fits it answers as ECS does: no task, and a failure with reason RESOURCE:GPU.
+
+    `requests` keeps every RunTask request as botocore validated it, for tests to assert on; `refuse`
+    makes the next N calls find no capacity."""
+
+    def __init__(self, cluster: GpuCluster) -> None:
+        self.cluster = cluster
+        self.requests: list[dict[str, Any]] = []
+        self.by_token: dict[str, str] = {}
+        self.refuse = 0
+        self.placed: dict[str, str] = {}  # task arn -> container instance arn
+
+    def install(self) -> None:
+        from spotguard.adapters import clients
+
+        clients.on_event("before-call.ecs.RunTask", self.before_call)
+
+    def before_call(self, params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
+        from botocore.awsrequest import AWSResponse
+
+        request = json.loads(params["body"])
+        self.requests.append(request)
+        return AWSResponse("local://ecs", 200, {}, None), self.run_task(request)
+
+    def run_task(self, request: dict[str, Any]) -> dict[str, Any]:
+        ecs = self.cluster.ecs
+        token = request.get("clientToken")
+        if token and token in self.by_token:
+            (task,) = self.cluster.tasks([self.by_token[token]]).values()
+            return {"tasks": [task], "failures": []}  # the same request again: the same task
+        if self.refuse > 0:
+            self.refuse -= 1
+            return {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
+        td = ecs.describe_task_definition(taskDefinition=request["taskDefinition"])["taskDefinition"]
+        from spotguard.domain.tasks import gpu_count
+
+        need = gpu_count(td, request.get("overrides"))
+        for ci in self._hosts():
+            if not all(
+                _member_of(c.get("expression", ""), ci) for c in request.get("placementConstraints") or []
+            ):
+                continue
+            if need > self._free_gpus(ci):
+                continue
+            resp = ecs.start_task(
+                cluster=self.cluster.name,
+                taskDefinition=request["taskDefinition"],
+                containerInstances=[ci["containerInstanceArn"]],
+                overrides=request.get("overrides") or {},
+                startedBy=request.get("startedBy", ""),
+                tags=request.get("tags") or [],
+            )
+            task = resp["tasks"][0]
+            self.placed[task["taskArn"]] = ci["containerInstanceArn"]
+            if token:
+                self.by_token[token] = task["taskArn"]
+            return {"tasks": [task], "failures": []}
+        return {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
+
+    def _hosts(self) -> list[dict[str, Any]]:
+        """The cluster's ACTIVE container instances, in the order they joined."""
+        arns = [h.container_instance_arn for h in self.cluster.hosts]
+        if not arns:
+            return []
+        found = self.cluster.ecs.describe_container_instances(
+            cluster=self.cluster.name, containerInstances=arns
+        )
+        by_arn = {c["containerInstanceArn"]: c for c in found["containerInstances"]}
+        return [by_arn[a] for a in arns if a in by_arn and by_arn[a].get("status") == "ACTIVE"]
+
+    def _free_gpus(self, ci: dict[str, Any]) -> int:
+        from spotguard.domain.prices import gpus_of
+        from spotguard.domain.tasks import gpu_count
+
+        attrs = {a["name"]: a.get("value") for a in ci.get("attributes") or []}
+        total = gpus_of(str(attrs.get("ecs.instance-type"))) or 0
+        ecs = self.cluster.ecs
+        arns = [a for a, where in self.placed.items() if where == ci["containerInstanceArn"]]
+        used = 0
+        for task in self.cluster.tasks(arns).values() if arns else []:
+            if task.get("lastStatus") != "STOPPED":
+                td = ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
+                used += gpu_count(td, task.get("overrides"))
+        return total - used
+
+
+def _member_of(expression: str, ci: dict[str, Any]) -> bool:
+    """The part of the cluster query language SpotGuard writes: terms joined by `or` (or by `and`),
+    each `ec2InstanceId` or `attribute:NAME` with ==, !=, in [..] or !in [..]."""
+    attrs = {a["name"]: a.get("value") for a in ci.get("attributes") or []}
+
+    def term(text: str) -> bool:
+        m = re.match(r"^\s*(\S+)\s+(==|!=|in|!in)\s+(.+?)\s*$", text)
+        if not m:
+            raise ValueError(f"cluster query term not understood: {text!r}")
+        subject, op, arg = m.groups()
+        value = (
+            ci.get("ec2InstanceId")
+            if subject == "ec2InstanceId"
+            else attrs.get(subject.removeprefix("attribute:"))
+        )
+        if op in ("in", "!in"):
+            values = [v.strip() for v in arg.strip("[]").split(",") if v.strip()]
+            return (value in values) == (op == "in")
+        return (value == arg) == (op == "==")
+
+    if " or " in expression:
+        return any(term(t) for t in expression.split(" or "))
+    return all(term(t) for t in expression.split(" and "))

@@ -25,6 +25,7 @@ KINDS = {
     "health-maintenance": "health-scheduled-retirement.json",
     "container-instance-change": "ecs-container-instance-state-change.json",
     "checkpoint-manifest": "s3-manifest-created.json",
+    "task-state-change": "ecs-task-state-change.json",
 }
 
 
@@ -76,6 +77,62 @@ def container_instance_event(description: dict[str, Any], at: datetime | None = 
         status=description.get("status", "ACTIVE"),
         version=int(description.get("version", 1)),
     )
+
+
+def task_event(
+    task: dict[str, Any],
+    version: int,
+    *,
+    exit_code: int | None = None,
+    stop_code: str | None = None,
+    at: datetime | None = None,
+) -> dict[str, Any]:
+    """The ECS Task State Change that ECS would emit for a DescribeTasks entry, at `version`. A
+    stopped task's containers get `exit_code` (None: no exit code, as when the host vanished)."""
+    when = at or datetime.now(UTC)
+    cluster_arn = task["clusterArn"]
+    region, account = cluster_arn.split(":")[3], cluster_arn.split(":")[4]
+    event = copy.deepcopy(sample("task-state-change"))
+    event.update(
+        id=str(uuid.uuid4()),
+        time=when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        region=region,
+        account=account,
+        resources=[task["taskArn"]],
+    )
+    stopped = task.get("lastStatus") == "STOPPED"
+    containers = []
+    for c in task.get("containers") or []:
+        entry = {"name": c.get("name", ""), "lastStatus": task.get("lastStatus"), "taskArn": task["taskArn"]}
+        if stopped and exit_code is not None:
+            entry["exitCode"] = exit_code
+        containers.append(entry)
+    detail: dict[str, Any] = {
+        "clusterArn": cluster_arn,
+        "taskArn": task["taskArn"],
+        "taskDefinitionArn": task.get("taskDefinitionArn", ""),
+        "lastStatus": task.get("lastStatus", "RUNNING"),
+        "desiredStatus": task.get("desiredStatus", "RUNNING"),
+        "startedBy": task.get("startedBy", ""),
+        "group": task.get("group", ""),
+        "launchType": task.get("launchType") or "EC2",
+        "containers": containers,
+        "overrides": task.get("overrides") or {"containerOverrides": []},
+        "createdAt": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z",
+        "updatedAt": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z",
+        "version": version,
+    }
+    if task.get("containerInstanceArn"):
+        detail["containerInstanceArn"] = task["containerInstanceArn"]
+    if task.get("lastStatus") in ("RUNNING", "STOPPED"):
+        detail["startedAt"] = (task.get("startedAt") or when).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+    if stopped:
+        detail["stoppedAt"] = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+        detail["stoppedReason"] = task.get("stoppedReason") or "Essential container in task exited"
+        if stop_code is not None:
+            detail["stopCode"] = stop_code
+    event["detail"] = detail
+    return event
 
 
 def put_entry(event: dict[str, Any]) -> dict[str, Any]:

@@ -57,7 +57,8 @@ class FunctionConfig:
     handler: str
     environment: dict[str, str]
     batch_size: int = 10
-    queue_arn: str | None = None
+    queue_arn: str | None = None  # the first queue it reads
+    queues: dict[str, int] = field(default_factory=dict)  # every queue it reads -> batch size
 
 
 def _creds() -> dict[str, str]:
@@ -129,7 +130,9 @@ def deploy(
         )
         for m in mappings:
             if m["FunctionArn"].endswith(f":function:{fn.name}"):
-                fn.queue_arn, fn.batch_size = m["EventSourceArn"], int(m.get("BatchSize", 10))
+                fn.queues[m["EventSourceArn"]] = int(m.get("BatchSize", 10))
+                if fn.queue_arn is None:
+                    fn.queue_arn, fn.batch_size = m["EventSourceArn"], int(m.get("BatchSize", 10))
                 # moto would try to run the function in Docker on every SendMessage (and count a
                 # receive each time); the QueuePoller plays the mapping instead, with the same settings.
                 lam.update_event_source_mapping(UUID=m["UUID"], Enabled=False)
@@ -223,14 +226,16 @@ def _as_eventbridge_delivers(body: str, account: str) -> str:
 class QueuePoller:
     """One SQS event source mapping: receive a batch, invoke, delete what succeeded."""
 
-    def __init__(self, stack: LocalStack, host: FunctionHost) -> None:
-        if host.fn.queue_arn is None:
+    def __init__(self, stack: LocalStack, host: FunctionHost, queue_arn: str | None = None) -> None:
+        queue_arn = queue_arn or host.fn.queue_arn
+        if queue_arn is None:
             raise ValueError(f"{host.fn.logical_id} has no SQS event source")
         self.host = host
         self.sqs = stack.client("sqs")
-        name = host.fn.queue_arn.rsplit(":", 1)[-1]
+        name = queue_arn.rsplit(":", 1)[-1]
         self.queue_url = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
-        self.queue_arn = host.fn.queue_arn
+        self.queue_arn = queue_arn
+        self.batch_size = host.fn.queues.get(queue_arn, host.fn.batch_size)
         self.region = stack.region
         self.delivered: list[str] = []  # every body handed to the function, in order
         self.failed_receipts: list[str] = []  # records the function reported failed (SQS redelivers them)
@@ -239,7 +244,7 @@ class QueuePoller:
         """(records delivered, records failed) for one batch."""
         resp = self.sqs.receive_message(
             QueueUrl=self.queue_url,
-            MaxNumberOfMessages=min(10, self.host.fn.batch_size),
+            MaxNumberOfMessages=min(10, self.batch_size),
             WaitTimeSeconds=wait_seconds,
             AttributeNames=["All"],
         )

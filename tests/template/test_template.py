@@ -57,8 +57,13 @@ def test_every_function_reads_a_queue_with_partial_batch_responses(cfn):
     assert functions
     for name, fn in functions.items():
         assert fn["Properties"]["Runtime"] == "python3.13"
-        (mapping,) = [m for m in mappings.values() if m["Properties"]["FunctionName"] == {"Ref": name}]
-        assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        mine = [m for m in mappings.values() if m["Properties"]["FunctionName"] == {"Ref": name}]
+        if name == "JobsFunction":  # invoked by hand only
+            assert mine == []
+            continue
+        assert mine, name
+        for mapping in mine:
+            assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
 
 
 def test_queues_are_encrypted_and_redrive_to_an_alarmed_dead_letter_queue(cfn):
@@ -161,7 +166,13 @@ def test_data_at_rest_is_encrypted_and_nothing_is_public(cfn):
     policy = json.dumps(cfn["Resources"]["CheckpointBucketPolicy"])
     assert "aws:SecureTransport" in policy
     assert "aws:SecureTransport" in json.dumps(cfn["Resources"]["InterruptionsQueuePolicy"])
-    assert cfn["Resources"]["NotificationsTopic"]["Properties"]["KmsMasterKeyId"] == "alias/aws/sns"
+    # A key of the stack's own, which CloudWatch alarms may use (they cannot use aws/sns).
+    assert cfn["Resources"]["NotificationsTopic"]["Properties"]["KmsMasterKeyId"] == {
+        "Ref": "NotificationsKey"
+    }
+    key = cfn["Resources"]["NotificationsKey"]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    assert "cloudwatch.amazonaws.com" in json.dumps(key["KeyPolicy"])
 
 
 def test_an_existing_bucket_can_be_given(cfn):
@@ -204,3 +215,57 @@ def test_the_layer_carries_what_tracing_needs():
     reqs = (REPO / "layers" / "core" / "requirements.txt").read_text()
     # EnableTracing=true makes the handlers create a Powertools Tracer, which imports the X-Ray SDK.
     assert "aws-lambda-powertools[tracer]" in reqs
+
+
+def test_task_events_have_their_own_rule_queue_and_alarmed_dead_letter_queue(cfn):
+    rule = cfn["Resources"]["TaskStateRule"]["Properties"]
+    assert rule["EventPattern"]["detail-type"] == ["ECS Task State Change"]
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": ["TaskEventsQueue", "Arn"]}
+    assert target["DeadLetterConfig"]["Arn"] == {"Fn::GetAtt": ["TaskEventsDeadLetterQueue", "Arn"]}
+    queues = _of_type(cfn, "AWS::SQS::Queue")
+    for name in ("TaskEventsQueue", "LaunchRetryQueue"):
+        assert queues[name]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"] == {
+            "Fn::GetAtt": ["TaskEventsDeadLetterQueue", "Arn"]
+        }
+    alarms = json.dumps(_of_type(cfn, "AWS::CloudWatch::Alarm"))
+    assert "TaskEventsDeadLetterQueue" in alarms
+    policy = json.dumps(cfn["Resources"]["TaskEventsQueuePolicy"])
+    assert "aws:SecureTransport" in policy and "LaunchRetryQueue" in policy
+
+
+def test_job_functions_get_the_environment_the_code_needs(cfn):
+    from spotguard.config import JobsEnv
+
+    required = {f.alias for f in JobsEnv.model_fields.values() if f.is_required()}
+    for name in ("TaskEventsFunction", "JobsFunction"):
+        env = cfn["Resources"][name]["Properties"]["Environment"]["Variables"]
+        assert required <= set(env), name
+        assert env["SPOTGUARD_RETRY_QUEUE_URL"] == {"Ref": "LaunchRetryQueue"}
+
+
+def test_jobs_policy_is_least_privilege(cfn):
+    statements = cfn["Resources"]["JobsPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    by_sid = {s["Sid"]: s for s in statements}
+    for s in statements:
+        actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+        assert all("*" not in a.split(":")[1] for a in actions), s  # no action wildcards
+    unscoped = {a for s in statements if s["Resource"] == "*" for a in s["Action"]}
+    # Read-only calls without resource-level permissions, and PassRole (conditioned below).
+    assert unscoped == {
+        "ecs:DescribeTaskDefinition",
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeSpotPriceHistory",
+        "iam:PassRole",
+    }
+    assert by_sid["PassTaskRolesToEcsOnly"]["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}
+    }
+    run = by_sid["StartJobTasksInWatchedClusters"]
+    assert "ClusterNames" in json.dumps(run["Condition"]["ArnLike"]["ecs:cluster"])
+    assert by_sid["TagJobTasksAtLaunch"]["Condition"]["StringEquals"]["ecs:CreateAction"] == "RunTask"
+    for sid in ("FollowAndStopJobTasks", "WhereJobTasksRun"):
+        assert by_sid[sid]["Condition"]["StringEquals"]["aws:ResourceAccount"] == {"Ref": "AWS::AccountId"}
+    for name in ("TaskEventsFunctionRole", "JobsFunctionRole"):
+        assert {"Ref": "JobsPolicy"} in cfn["Resources"][name]["Properties"]["ManagedPolicyArns"]

@@ -42,18 +42,44 @@ class InterruptionEnv(EnvModel):
     lifecycle_wait_seconds: int = Field(default=900, alias="SPOTGUARD_LIFECYCLE_WAIT_SECONDS", ge=0, le=7200)
     lifecycle_check_seconds: int = Field(default=20, alias="SPOTGUARD_LIFECYCLE_CHECK_SECONDS", ge=0, le=900)
 
-    @field_validator("clusters", mode="before")
-    @classmethod
-    def _split(cls, v: object) -> object:
-        if isinstance(v, str):
-            return tuple(c.strip() for c in v.split(",") if c.strip())
-        return v
+    _split = field_validator("clusters", mode="before")(lambda cls, v: _comma_list(v))
 
     @property
     def settings(self) -> Settings:
         return Settings(clusters=self.clusters, rebalance=self.rebalance)
 
 
+def _comma_list(v: object) -> object:
+    if isinstance(v, str):
+        return tuple(c.strip() for c in v.split(",") if c.strip())
+    return v
+
+
 class CheckpointsEnv(EnvModel):
     ledger_table: str = Field(alias="SPOTGUARD_LEDGER_TABLE", min_length=3)
     dead_letter_url: str = Field(alias="SPOTGUARD_CHECKPOINTS_DLQ_URL", min_length=1)
+
+
+class JobsEnv(EnvModel):
+    """The jobs function and the task-events function: both run the job use case."""
+
+    clusters: tuple[str, ...] = Field(alias="SPOTGUARD_CLUSTERS")
+    manage: ManageMode = Field(default=ManageMode.TAGGED, alias="SPOTGUARD_MANAGE")
+    ledger_table: str = Field(alias="SPOTGUARD_LEDGER_TABLE", min_length=3)
+    idempotency_table: str = Field(alias="SPOTGUARD_IDEMPOTENCY_TABLE", min_length=3)
+    checkpoint_bucket: str = Field(alias="SPOTGUARD_CHECKPOINT_BUCKET", min_length=3)
+    topic_arn: str = Field(default="", alias="SPOTGUARD_TOPIC_ARN")
+    retry_queue_url: str = Field(alias="SPOTGUARD_RETRY_QUEUE_URL", min_length=1)
+    dead_letter_url: str = Field(default="", alias="SPOTGUARD_TASK_EVENTS_DLQ_URL")
+    default_subnets: tuple[str, ...] = Field(default=(), alias="SPOTGUARD_DEFAULT_SUBNETS")
+    default_security_groups: tuple[str, ...] = Field(default=(), alias="SPOTGUARD_DEFAULT_SECURITY_GROUPS")
+    # Not a stack parameter: the local stack and tests shorten the wait for capacity.
+    retry_base_seconds: int = Field(default=30, alias="SPOTGUARD_RETRY_BASE_SECONDS", ge=1, le=900)
+
+    _split = field_validator("clusters", "default_subnets", "default_security_groups", mode="before")(
+        lambda cls, v: _comma_list(v)
+    )
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(clusters=self.clusters)

@@ -15,16 +15,22 @@ from aws_lambda_powertools.utilities.idempotency import (
 from spotguard.adapters.autoscaling import LifecycleAdapter
 from spotguard.adapters.clients import LazyClient, client
 from spotguard.adapters.ecs import EcsAdapter
+from spotguard.adapters.hosts import Ec2Hosts
+from spotguard.adapters.job_store import DynamoJobs
 from spotguard.adapters.ledger import DynamoLedger
-from spotguard.adapters.queues import DeadLetters, FollowUpQueue
+from spotguard.adapters.notify import Notifier
+from spotguard.adapters.queues import DeadLetters, FollowUpQueue, RetryQueue
 from spotguard.adapters.s3 import S3Checkpoints
 from spotguard.adapters.ssm import SsmSignaller
-from spotguard.config import CheckpointsEnv, InterruptionEnv
+from spotguard.config import CheckpointsEnv, InterruptionEnv, JobsEnv
+from spotguard.domain.commands import Submit
 from spotguard.domain.notices import Notice
 from spotguard.usecases.checkpoints import CheckpointService
 from spotguard.usecases.interruption import InterruptionConfig, InterruptionService
+from spotguard.usecases.jobs import JobsConfig, JobService, summary
 
 NOTICE_IDEMPOTENCY_SECONDS = 24 * 3600  # a redelivered notice, even hours later, is not acted on twice
+SUBMIT_IDEMPOTENCY_SECONDS = 600  # the same submit payload again within 10 minutes: the same job
 
 
 def utcnow() -> datetime:
@@ -76,3 +82,45 @@ class CheckpointsRuntime:
         self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
         self.service = CheckpointService(S3Checkpoints(client("s3")), self.ledger)
         self.dead_letters = DeadLetters(LazyClient("sqs"), env.dead_letter_url)
+
+
+class JobsRuntime:
+    """The job use case for the task-events function and the jobs function."""
+
+    def __init__(self, env: JobsEnv) -> None:
+        self.env = env
+        self.settings = env.settings
+        dynamodb, ecs, sqs = client("dynamodb"), client("ecs"), LazyClient("sqs")
+        ledger = DynamoLedger(dynamodb, env.ledger_table)
+        ecs_adapter = EcsAdapter(ecs)
+        self.service = JobService(
+            config=JobsConfig(
+                settings=env.settings,
+                manage=env.manage,
+                checkpoint_bucket=env.checkpoint_bucket,
+                default_subnets=env.default_subnets,
+                default_security_groups=env.default_security_groups,
+                retry_base_seconds=env.retry_base_seconds,
+            ),
+            store=DynamoJobs(dynamodb, env.ledger_table),
+            ecs=ecs_adapter,
+            hosts=Ec2Hosts(ecs, LazyClient("ec2")),
+            checkpoints=CheckpointService(S3Checkpoints(LazyClient("s3")), ledger),
+            claims=ledger,
+            notifier=Notifier(LazyClient("sns"), LazyClient("events"), env.topic_arn),
+            retries=RetryQueue(sqs, env.retry_queue_url),
+            clock=utcnow,
+        )
+        self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
+        self.idempotency = IdempotencyConfig(expires_after_seconds=SUBMIT_IDEMPOTENCY_SECONDS)
+        store = DynamoDBPersistenceLayer(table_name=env.idempotency_table, boto3_client=dynamodb)
+        # A submit repeated with the same payload (a CLI retry after a timeout) makes one job, not two.
+        self.submit = idempotent_function(
+            data_keyword_argument="cmd", persistence_store=store, config=self.idempotency
+        )(self._submit)
+
+    def _submit(self, cmd: Submit) -> dict[str, Any]:
+        return summary(self.service.submit(cmd))
+
+    def register_context(self, context: Any) -> None:
+        self.idempotency.register_lambda_context(context)

@@ -24,7 +24,7 @@ URGENT = Config(
 
 _session: boto3.session.Session | None = None  # one session: service models are loaded once, not per client
 _clients: dict[tuple[str, str | None], Any] = {}
-_hooks: list[Callable[..., None]] = []
+_hooks: list[tuple[str, Callable[..., Any]]] = []
 _lock = threading.Lock()
 
 
@@ -37,8 +37,8 @@ def client(service: str, region: str | None = None) -> Any:
             if _session is None:
                 _session = boto3.session.Session()
             c = _session.client(service, region_name=region, config=URGENT)
-            for hook in _hooks:
-                c.meta.events.register("before-parameter-build", hook)
+            for event, hook in _hooks:
+                c.meta.events.register(event, hook)
             _clients[key] = c
         return _clients[key]
 
@@ -57,10 +57,16 @@ class LazyClient:
 def on_every_call(hook: Callable[..., None]) -> None:
     """Register a botocore `before-parameter-build` hook (it sees the API parameters) on every client,
     now and later (benchmarks, the demo)."""
+    on_event("before-parameter-build", hook)
+
+
+def on_event(event: str, hook: Callable[..., Any]) -> None:
+    """Register a botocore event hook on every client, now and later. The local stack uses
+    `before-call.ecs.RunTask` to stand in for ECS placement, which moto does not model."""
     with _lock:
-        _hooks.append(hook)
+        _hooks.append((event, hook))
         for c in _clients.values():
-            c.meta.events.register("before-parameter-build", hook)
+            c.meta.events.register(event, hook)
 
 
 def reset() -> None:

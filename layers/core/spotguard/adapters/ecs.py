@@ -6,13 +6,26 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from botocore.exceptions import ClientError
+
+from spotguard.domain.facts import RunResult, TaskDefinitionInfo
 from spotguard.domain.tasks import (
     ContainerInstanceRef,
     TaskInfo,
     cluster_arn_of,
     container_overrides_have_gpu,
+    gpu_count,
     task_definition_has_gpu,
 )
+
+# RunTask errors that say the request itself is wrong: retrying it can never work.
+REQUEST_ERRORS = {
+    "InvalidParameterException",
+    "ClientException",
+    "ClusterNotFoundException",
+    "AccessDeniedException",
+}
+
 
 PAGE = 100  # ListTasks, DescribeTasks and DescribeContainerInstances take at most 100 at a time
 
@@ -127,3 +140,56 @@ class EcsAdapter:
 
     def stop_task(self, task: TaskInfo, reason: str) -> None:
         self.client.stop_task(cluster=task.cluster_arn, task=task.task_arn, reason=reason)
+
+    # ------------------------------------------------------------------------------------- jobs
+    def run_task(self, params: dict[str, Any]) -> RunResult:
+        try:
+            resp = self.client.run_task(**params)
+        except ClientError as exc:
+            err = exc.response.get("Error", {})
+            if err.get("Code") in REQUEST_ERRORS:
+                return RunResult(refused=f"{err.get('Code')}: {err.get('Message', '')}"[:500])
+            raise
+        tasks = resp.get("tasks") or []
+        if tasks:
+            return RunResult(task_arn=tasks[0]["taskArn"])
+        reasons = [
+            f"{f.get('reason', 'unknown')}" + (f" ({f['detail']})" if f.get("detail") else "")
+            for f in resp.get("failures") or []
+        ]
+        return RunResult(no_capacity="; ".join(reasons)[:500] or "no task was placed")
+
+    def stop(self, cluster: str, task_arn: str, reason: str) -> None:
+        try:
+            self.client.stop_task(cluster=cluster, task=task_arn, reason=reason)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidParameterException":
+                raise  # InvalidParameter: the task is gone already, which is what was asked
+
+    def describe_task(self, cluster: str, task_arn: str) -> dict[str, Any] | None:
+        """One task with its tags (adoption reads it once)."""
+        resp = self.client.describe_tasks(cluster=cluster, tasks=[task_arn], include=["TAGS"])
+        tasks = resp.get("tasks") or []
+        return dict(tasks[0]) if tasks else None
+
+    def task_definition(self, arn: str, overrides: dict[str, Any] | None = None) -> TaskDefinitionInfo:
+        td = self.client.describe_task_definition(taskDefinition=arn)["taskDefinition"]
+        containers = td.get("containerDefinitions", []) or []
+        return TaskDefinitionInfo(
+            arn=td.get("taskDefinitionArn", arn),
+            containers=[str(c.get("name")) for c in containers],
+            gpus=gpu_count(td, overrides),
+            environment={
+                str(c.get("name")): {
+                    str(e.get("name")): str(e.get("value", "")) for e in c.get("environment") or []
+                }
+                for c in containers
+            },
+        )
+
+    def container_instance(self, cluster: str, container_instance_arn: str) -> dict[str, Any] | None:
+        resp = self.client.describe_container_instances(
+            cluster=cluster, containerInstances=[container_instance_arn]
+        )
+        found = resp.get("containerInstances") or []
+        return dict(found[0]) if found else None

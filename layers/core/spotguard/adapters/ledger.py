@@ -5,6 +5,8 @@ Items written by the interruption path:
   INSTANCE#<id> / NOTICE#<notice key>  each notice: when it came, what was done, the tasks signalled
   INSTANCE#<id> / CLAIM#STOP           which notice stopped the host's tasks (the first one to claim it)
   CHECKPOINTS#<uri> / NEWEST           a job's newest committed checkpoint (only ever moves forward)
+  CHECKPOINTS#<uri> / SEQ#<sequence>   every committed checkpoint (for a job's status)
+Jobs live in the same table (see job_store.py).
 Notices and claims expire (TTL) after RETENTION_DAYS; EC2 never reuses an instance id.
 """
 
@@ -24,7 +26,7 @@ from spotguard.domain.tasks import ContainerInstanceRef
 RETENTION_DAYS = 30
 
 
-def _conditional_failed(exc: ClientError) -> bool:
+def conditional_failed(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
 
 
@@ -71,7 +73,7 @@ class DynamoLedger:
                 },
             )
         except ClientError as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 return False
             raise
         return True
@@ -92,7 +94,7 @@ class DynamoLedger:
                 ConditionExpression="attribute_not_exists(pk)",
             )
         except ClientError as exc:
-            if not _conditional_failed(exc):
+            if not conditional_failed(exc):
                 raise
 
     # ------------------------------------------------------------------------------------ notices
@@ -133,11 +135,19 @@ class DynamoLedger:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 old = exc.response.get("Item") or {}
                 return str(old.get("notice_key", {}).get("S", "another notice"))
             raise
         return None
+
+    def stop_claim(self, instance_id: str) -> str | None:
+        """The key of the notice that stopped the host's tasks, if one did."""
+        item = self.client.get_item(
+            TableName=self.table,
+            Key={"pk": {"S": f"INSTANCE#{instance_id}"}, "sk": {"S": "CLAIM#STOP"}},
+        ).get("Item")
+        return str(item["notice_key"]["S"]) if item else None
 
     def finish_notice(self, notice: Notice, outcome: dict[str, object]) -> None:
         signalled = [str(a) for a in outcome.get("signalled") or []]  # type: ignore[union-attr]
@@ -167,7 +177,16 @@ class DynamoLedger:
 
     # -------------------------------------------------------------------------------- checkpoints
     def record_checkpoint(self, ref: CheckpointRef) -> bool:
-        """Make `ref` the newest checkpoint of its prefix unless a newer (or the same) one is in."""
+        """Record `ref`, and make it the newest checkpoint of its prefix unless a newer (or the same)
+        one is in. Both writes are safe to repeat."""
+        self.client.put_item(
+            TableName=self.table,
+            Item={
+                "pk": {"S": f"CHECKPOINTS#{ref.prefix_uri}"},
+                "sk": {"S": f"SEQ#{ref.sequence:020d}"},
+                "ref": {"S": ref.model_dump_json()},
+            },
+        )
         try:
             self.client.put_item(
                 TableName=self.table,
@@ -182,7 +201,7 @@ class DynamoLedger:
                 ExpressionAttributeValues={":seq": {"N": str(ref.sequence)}},
             )
         except ClientError as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 return False
             raise
         return True

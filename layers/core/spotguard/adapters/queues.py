@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spotguard.domain.notices import LifecycleRef
+from spotguard.domain.task_events import launch_due_message
 
 MAX_DELAY_SECONDS = 900  # SQS's limit for DelaySeconds
 
@@ -63,4 +64,19 @@ class DeadLetters:
                     "StringValue": source_message_id or "-",
                 },
             },
+        )
+
+
+class RetryQueue:
+    """Jobs waiting for capacity: a Launch Due message, delayed, per RunTask try."""
+
+    def __init__(self, client: Any, queue_url: str) -> None:
+        self.client = client
+        self.queue_url = queue_url
+
+    def schedule(self, job_id: str, launch_try: int, delay_seconds: int) -> None:
+        self.client.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=launch_due_message(job_id, launch_try, datetime.now(UTC)),
+            DelaySeconds=max(0, min(delay_seconds, MAX_DELAY_SECONDS)),
         )

@@ -255,8 +255,9 @@ def reject(reason: str, event_id: str | None = None, kind: str | None = None) ->
     return Decision(outcome="reject", reason=reason, event_id=event_id, kind=kind)
 
 
-def classify(raw: str | bytes | dict[str, Any], settings: Settings) -> Decision:
-    """Classify one event (an SQS body, a file's text, or an already decoded dict)."""
+def envelope(raw: str | bytes | dict[str, Any]) -> EventBridgeModel | Decision:
+    """Parse the EventBridge envelope of one record, or the reject decision that says why it is not one.
+    Shared by every queue's classifier, so all of them refuse the same bad input the same way."""
     if isinstance(raw, (str, bytes)):
         try:
             raw = json.loads(raw)
@@ -278,6 +279,14 @@ def classify(raw: str | bytes | dict[str, Any], settings: Settings) -> Decision:
         return reject("detail: must be an object", event.id)
     if event.time.tzinfo is None:
         return reject("time: has no time zone", event.id)
+    return event
+
+
+def classify(raw: str | bytes | dict[str, Any], settings: Settings) -> Decision:
+    """Classify one event (an SQS body, a file's text, or an already decoded dict)."""
+    event = envelope(raw)
+    if isinstance(event, Decision):
+        return event
     return _classify_event(event, settings)
 
 

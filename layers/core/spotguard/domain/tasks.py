@@ -92,6 +92,25 @@ def task_definition_has_gpu(task_definition: Mapping[str, Any]) -> bool:
     return False
 
 
+def gpu_count(task_definition: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> int:
+    """GPUs a task asks for: the GPU resource requirements of its containers, overrides first."""
+    overridden = {
+        str(c.get("name")): c.get("resourceRequirements")
+        for c in (overrides or {}).get("containerOverrides", []) or []
+        if c.get("resourceRequirements") is not None
+    }
+    total = 0
+    for c in task_definition.get("containerDefinitions", []) or []:
+        reqs = overridden.get(str(c.get("name")), c.get("resourceRequirements"))
+        for r in reqs or []:
+            if r.get("type") == "GPU":
+                try:
+                    total += max(0, int(r.get("value", "0")))
+                except (TypeError, ValueError):
+                    continue
+    return total
+
+
 def _has_gpu_requirement(reqs: Iterable[Mapping[str, Any]] | None) -> bool:
     for r in reqs or []:
         if r.get("type") == "GPU":

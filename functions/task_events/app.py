@@ -1,0 +1,70 @@
+"""Task-events function: ECS task state changes (and SpotGuard's own Launch Due retries) -> jobs.
+
+Per record: classify it; a reject goes straight to the dead-letter queue; an ignore is logged; a task
+event moves its job through its states (stale and repeated events change nothing); a Launch Due message
+tries RunTask again for a job that waits for capacity. Any other failure marks only its record failed,
+so SQS delivers it again and, after maxReceiveCount, to the dead-letter queue (alarmed).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from spotguard.config import JobsEnv
+from spotguard.domain.task_events import classify_task_message
+from spotguard.observability import tracer
+from spotguard.runtime import JobsRuntime
+
+warnings.filterwarnings("ignore", "No application metrics to publish")
+logger = Logger()
+metrics = Metrics()
+processor = BatchProcessor(event_type=EventType.SQS)
+runtime = JobsRuntime(JobsEnv.load())
+_tracer = tracer()
+
+
+def record_handler(record: SQSRecord) -> None:
+    msg = classify_task_message(record.body, runtime.settings)
+    logger.set_correlation_id(msg.event_id or record.message_id)
+    if msg.outcome == "reject":
+        logger.warning("rejected", extra={"reason": msg.reason, "message_id": record.message_id})
+        runtime.dead_letters.send(record.body, msg.reason, record.message_id)
+        return
+    if msg.outcome == "ignore":
+        logger.debug("ignored", extra={"reason": msg.reason})
+        return
+    if msg.outcome == "launch":
+        assert msg.job_id is not None and msg.launch_try is not None
+        note = runtime.service.on_launch_due(msg.job_id, msg.launch_try)
+        logger.info("launch due", extra={"job_id": msg.job_id, "note": note})
+        return
+    assert msg.task is not None
+    note = runtime.service.on_task_event(msg.task)
+    metrics.add_metric(name="TaskEvents", unit=MetricUnit.Count, value=1)
+    logger.info(
+        "task event",
+        extra={
+            "task": msg.task.task_arn,
+            "status": msg.task.last_status,
+            "version": msg.task.version,
+            "note": note,
+        },
+    )
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+
+
+if _tracer is not None:
+    lambda_handler = _tracer.capture_lambda_handler(lambda_handler)

@@ -1,0 +1,129 @@
+"""Jobs in the DynamoDB ledger (the same table as the interruption path's items).
+
+  JOB#<job id> / JOB              the whole job (request, options, attempts) as JSON, with `rev` for
+                                  compare-and-set and `job_state` / `updated_at` for the ByState index
+  TASK#<task arn> / UNMANAGED     a task seen once and found not managed: its events are not described
+                                  again (expires after a week)
+  CHECKPOINTS#<uri> / SEQ#<n>     every committed checkpoint of a job (written by the checkpoints path)
+Finished jobs expire (TTL) after JOB_RETENTION_DAYS.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from spotguard.adapters.ledger import conditional_failed
+from spotguard.domain.checkpoints import CheckpointRef
+from spotguard.domain.jobs import Job, JobState
+
+BY_STATE_INDEX = "ByState"
+JOB_RETENTION_DAYS = 90
+UNMANAGED_MEMORY_DAYS = 7
+
+
+def _job_key(job_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}}
+
+
+class DynamoJobs:
+    def __init__(self, client: Any, table: str) -> None:
+        self.client = client
+        self.table = table
+
+    def get(self, job_id: str) -> Job | None:
+        item = self.client.get_item(TableName=self.table, Key=_job_key(job_id), ConsistentRead=True).get(
+            "Item"
+        )
+        return Job.model_validate_json(item["doc"]["S"]) if item else None
+
+    def _item(self, job: Job) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            **_job_key(job.job_id),
+            "doc": {"S": job.model_dump_json(exclude_defaults=False)},
+            "rev": {"N": str(job.rev)},
+            "job_state": {"S": str(job.state)},
+            "updated_at": {"S": job.updated_at.isoformat()},
+        }
+        if job.state.terminal:
+            item["expires_at"] = {
+                "N": str(int((job.updated_at + timedelta(days=JOB_RETENTION_DAYS)).timestamp()))
+            }
+        return item
+
+    def create(self, job: Job) -> bool:
+        """Store a new job; False when a job with its id exists already."""
+        try:
+            self.client.put_item(
+                TableName=self.table, Item=self._item(job), ConditionExpression="attribute_not_exists(pk)"
+            )
+        except ClientError as exc:
+            if conditional_failed(exc):
+                return False
+            raise
+        return True
+
+    def replace(self, job: Job, expected_rev: int) -> bool:
+        """Compare-and-set: write `job` only if the stored one still has `expected_rev`."""
+        try:
+            self.client.put_item(
+                TableName=self.table,
+                Item=self._item(job),
+                ConditionExpression="rev = :r",
+                ExpressionAttributeValues={":r": {"N": str(expected_rev)}},
+            )
+        except ClientError as exc:
+            if conditional_failed(exc):
+                return False
+            raise
+        return True
+
+    def list(self, state: JobState | None, limit: int) -> list[Job]:
+        """Newest first: one index query per state asked for."""
+        states = [state] if state else list(JobState)
+        jobs: list[Job] = []
+        for s in states:
+            kwargs: dict[str, Any] = {
+                "TableName": self.table,
+                "IndexName": BY_STATE_INDEX,
+                "KeyConditionExpression": "job_state = :s",
+                "ExpressionAttributeValues": {":s": {"S": str(s)}},
+                "ScanIndexForward": False,
+                "Limit": limit,
+            }
+            resp = self.client.query(**kwargs)
+            jobs += [Job.model_validate_json(i["doc"]["S"]) for i in resp.get("Items", [])]
+        jobs.sort(key=lambda j: j.updated_at, reverse=True)
+        return jobs[:limit]
+
+    # ------------------------------------------------------------------------- tasks not managed
+    def known_unmanaged(self, task_arn: str) -> bool:
+        item = self.client.get_item(
+            TableName=self.table, Key={"pk": {"S": f"TASK#{task_arn}"}, "sk": {"S": "UNMANAGED"}}
+        ).get("Item")
+        return item is not None
+
+    def remember_unmanaged(self, task_arn: str, at: datetime) -> None:
+        self.client.put_item(
+            TableName=self.table,
+            Item={
+                "pk": {"S": f"TASK#{task_arn}"},
+                "sk": {"S": "UNMANAGED"},
+                "expires_at": {"N": str(int((at + timedelta(days=UNMANAGED_MEMORY_DAYS)).timestamp()))},
+            },
+        )
+
+    # ------------------------------------------------------------------------------- checkpoints
+    def checkpoints(self, prefix_uri: str) -> list[CheckpointRef]:
+        """Every committed checkpoint recorded for a job's prefix, oldest first."""
+        refs: list[CheckpointRef] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "pk = :p AND begins_with(sk, :s)",
+            "ExpressionAttributeValues": {":p": {"S": f"CHECKPOINTS#{prefix_uri}"}, ":s": {"S": "SEQ#"}},
+        }
+        for page in self.client.get_paginator("query").paginate(**kwargs):
+            refs += [CheckpointRef.model_validate_json(i["ref"]["S"]) for i in page.get("Items", [])]
+        return refs

@@ -1,0 +1,42 @@
+"""What the adapters answer to the jobs use case: plain models, so ports and use cases need no adapter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class TaskDefinitionInfo(BaseModel):
+    arn: str
+    containers: list[str]
+    gpus: int
+    environment: dict[str, dict[str, str]]  # container name -> its environment
+
+
+class RunResult(BaseModel):
+    """What RunTask did: started a task, placed none (capacity: try again later), or refused the
+    request (it can never work)."""
+
+    task_arn: str | None = None
+    no_capacity: str | None = None
+    refused: str | None = None
+
+
+class HostFacts(BaseModel):
+    instance_id: str
+    instance_type: str | None = None
+    availability_zone: str | None = None
+    lifecycle: str | None = None  # spot | on-demand
+    instance_price: float | None = None  # USD per hour for the whole instance
+    instance_gpus: int | None = None
+
+
+class Notification(BaseModel):
+    """One notification: `id` is stable, so a consumer can drop a repeated one."""
+
+    id: str
+    kind: str  # a key of adapters.notify.DETAIL_TYPES
+    job_id: str
+    message: str
+    detail: dict[str, Any]

@@ -1,0 +1,143 @@
+"""What one record on the task-events queues is. Pure.
+
+Two kinds of record arrive: ECS Task State Change events (from EventBridge) and SpotGuard's own
+"Launch Due" messages (a job waiting for capacity, from the retry queue). Each becomes exactly one
+decision: act on a task event, launch a job, ignore with a reason, or reject (dead-letter queue).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from spotguard.domain.errors import one_line
+from spotguard.domain.jobs import JOB_ID, TaskEvent
+from spotguard.domain.notices import Decision, Settings, envelope
+
+TASK_STATE_CHANGE = "ECS Task State Change"
+LAUNCH_DUE = "Launch Due"
+
+
+class TaskDetail(BaseModel):
+    """The fields of an ECS Task State Change detail that SpotGuard reads (others are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    taskArn: str = Field(pattern=r"^arn:aws[a-z-]*:ecs:[a-z0-9-]+:\d{12}:task/")
+    clusterArn: str = Field(pattern=r"^arn:aws[a-z-]*:ecs:[a-z0-9-]+:\d{12}:cluster/")
+    lastStatus: str = Field(min_length=1)
+    desiredStatus: str = ""
+    version: int = Field(ge=0)
+    startedBy: str = ""
+    taskDefinitionArn: str = ""
+    containerInstanceArn: str | None = None
+    availabilityZone: str | None = None
+    capacityProviderName: str | None = None
+    launchType: str | None = None
+    group: str | None = None
+    startedAt: datetime | None = None
+    stoppingAt: datetime | None = None
+    stoppedAt: datetime | None = None
+    stopCode: str | None = None
+    stoppedReason: str | None = None
+    containers: list[dict[str, Any]] = Field(default_factory=list)
+    overrides: dict[str, Any] | None = None
+    enableExecuteCommand: bool | None = None
+
+
+class LaunchDueDetail(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_id: str = Field(alias="job-id", pattern=JOB_ID.pattern)
+    launch_try: int = Field(alias="launch-try", ge=0)
+
+
+class TaskMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    outcome: Literal["act", "launch", "ignore", "reject"]
+    reason: str
+    event_id: str | None = None
+    task: TaskEvent | None = None
+    job_id: str | None = None
+    launch_try: int | None = None
+
+
+def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings) -> TaskMessage:
+    event = envelope(raw)
+    if isinstance(event, Decision):
+        return TaskMessage(outcome="reject", reason=event.reason, event_id=event.event_id)
+    if event.source == "spotguard" and event.detail_type == LAUNCH_DUE:
+        return _launch_due(event)
+    if event.source != "aws.ecs" or event.detail_type != TASK_STATE_CHANGE:
+        return TaskMessage(
+            outcome="ignore",
+            reason=f"the task-events function does not act on {event.source} '{event.detail_type}'",
+            event_id=event.id,
+        )
+    try:
+        d = TaskDetail.model_validate(event.detail)
+    except ValidationError as exc:
+        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+    if not settings.watches(d.clusterArn):
+        return TaskMessage(
+            outcome="ignore", reason=f"cluster {d.clusterArn} is not watched", event_id=event.id
+        )
+    task = TaskEvent(
+        event_id=event.id,
+        task_arn=d.taskArn,
+        cluster_arn=d.clusterArn,
+        version=d.version,
+        last_status=d.lastStatus,
+        desired_status=d.desiredStatus,
+        started_by=d.startedBy,
+        task_definition_arn=d.taskDefinitionArn,
+        container_instance_arn=d.containerInstanceArn,
+        availability_zone=d.availabilityZone,
+        capacity_provider=d.capacityProviderName,
+        launch_type=d.launchType,
+        group=d.group,
+        started_at=d.startedAt,
+        stopping_at=d.stoppingAt,
+        stopped_at=d.stoppedAt,
+        stop_code=d.stopCode,
+        stopped_reason=d.stoppedReason,
+        containers=tuple(d.containers),
+        overrides=d.overrides,
+        enable_execute_command=d.enableExecuteCommand,
+        time=event.time,
+    )
+    return TaskMessage(outcome="act", reason=f"task {d.lastStatus}", event_id=event.id, task=task)
+
+
+def _launch_due(event: EventBridgeModel) -> TaskMessage:
+    try:
+        d = LaunchDueDetail.model_validate(event.detail)
+    except ValidationError as exc:
+        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+    return TaskMessage(
+        outcome="launch",
+        reason="a job waiting for capacity is due",
+        event_id=event.id,
+        job_id=d.job_id,
+        launch_try=d.launch_try,
+    )
+
+
+def launch_due_message(job_id: str, launch_try: int, now: datetime) -> str:
+    """The retry queue's message: EventBridge-shaped, so it goes through the same envelope checks."""
+    return json.dumps(
+        {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "source": "spotguard",
+            "detail-type": LAUNCH_DUE,
+            "account": "000000000000",
+            "time": now.isoformat(),
+            "region": "",
+            "resources": [],
+            "detail": {"job-id": job_id, "launch-try": launch_try},
+        }
+    )

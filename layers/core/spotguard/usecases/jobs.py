@@ -1,0 +1,534 @@
+"""Jobs: submit, follow their tasks, resubmit from the newest checkpoint, and the manual controls.
+
+Every change goes through `_apply`: load the job, compute the pure transition (domain.jobs), write it
+with compare-and-set on `rev` (reload and recompute when another writer got there first), then carry
+out its effects. Notifications ride in the job's outbox and are sent after the write, so a Lambda that
+dies in between leaves them for the next one. After any change `_drive` moves the job on as far as it
+can: a queued job that is due is launched, a launch in flight is repeated (same client token, same task).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spotguard.domain.adoption import checkpoint_uri_of, rebuild_request
+from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
+from spotguard.domain.facts import Notification
+from spotguard.domain.jobs import (
+    TERMINAL,
+    Attempt,
+    CapacityWanted,
+    Job,
+    JobError,
+    JobOptions,
+    JobState,
+    Launch,
+    Notify,
+    OutboxItem,
+    Step,
+    Stop,
+    TaskEvent,
+    adopted_job_id,
+    begin_launch,
+    launch_failed,
+    launch_refused,
+    launch_succeeded,
+    on_task_event,
+    request_cancel,
+    request_resubmit,
+    run_task_params,
+    spend,
+)
+from spotguard.domain.notices import Settings
+from spotguard.domain.prices import task_share
+from spotguard.domain.stops import classify_stop
+from spotguard.domain.tasks import ManageMode, TaskInfo
+from spotguard.ports import (
+    Hosts,
+    JobEcs,
+    JobStore,
+    LaunchRetries,
+    NewestCheckpoint,
+    Notifications,
+    StopClaims,
+)
+
+MAX_WRITE_TRIES = 8  # compare-and-set conflicts (concurrent events for one job) before giving up
+MAX_DRIVE_STEPS = 6
+
+
+class JobsConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    settings: Settings = Settings()
+    manage: ManageMode = ManageMode.TAGGED
+    checkpoint_bucket: str
+    checkpoint_prefix: str = "jobs/"
+    default_subnets: tuple[str, ...] = ()
+    default_security_groups: tuple[str, ...] = ()
+    retry_base_seconds: int = 30  # the first wait for capacity; it doubles per try, up to 15 minutes
+
+
+class Conflict(RuntimeError):
+    """The job kept changing under us: the record is retried (SQS) or the caller is told."""
+
+
+class JobService:
+    def __init__(
+        self,
+        config: JobsConfig,
+        store: JobStore,
+        ecs: JobEcs,
+        hosts: Hosts,
+        checkpoints: NewestCheckpoint,
+        claims: StopClaims,
+        notifier: Notifications,
+        retries: LaunchRetries,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.ecs = ecs
+        self.hosts = hosts
+        self.checkpoints = checkpoints
+        self.claims = claims
+        self.notifier = notifier
+        self.retries = retries
+        self.clock = clock
+
+    # ================================================================================ manual actions
+    def submit(self, cmd: Submit) -> Job:
+        if not self.config.settings.watches(cmd.request.cluster):
+            watched = ", ".join(self.config.settings.clusters) or "none"
+            raise CommandError(
+                "BadRequest", f"request.cluster: {cmd.request.cluster} is not a watched cluster ({watched})"
+            )
+        job_id = cmd.job_id or f"job-{self.clock():%Y%m%d}-{secrets.token_hex(4)}"
+        existing = self.store.get(job_id)
+        if existing is not None:
+            return self._same_submit(existing, cmd)
+        try:
+            td = self.ecs.task_definition(cmd.request.taskDefinition, cmd.request.overrides)
+        except Exception as exc:  # the ECS error says what is wrong with the name
+            raise CommandError("BadRequest", f"request.taskDefinition: {_aws_message(exc)}") from None
+        if cmd.options.checkpoint_container and cmd.options.checkpoint_container not in td.containers:
+            raise CommandError(
+                "BadRequest",
+                f"options.checkpoint_container: {cmd.options.checkpoint_container!r} is not a container of "
+                f"{td.arn} ({', '.join(td.containers)})",
+            )
+        now = self.clock()
+        job = Job(
+            job_id=job_id,
+            state=JobState.QUEUED,
+            request=cmd.request,
+            options=cmd.options,
+            checkpoint_uri=self._default_uri(job_id),
+            gpus=td.gpus,
+            containers=td.containers,
+            created_at=now,
+            updated_at=now,
+        )
+        if not self.store.create(job):  # the same id, submitted at the same moment
+            again = self.store.get(job_id)
+            assert again is not None
+            return self._same_submit(again, cmd)
+        return self._drive(job_id)
+
+    def _same_submit(self, job: Job, cmd: Submit) -> Job:
+        if job.request == cmd.request and job.options == cmd.options:
+            return job  # a repeated submit: the job it made the first time
+        raise CommandError("Conflict", f"job {job.job_id} exists already with another request or options")
+
+    def resubmit(self, cmd: Resubmit) -> Job:
+        if cmd.task_arn is not None:
+            job_id = self._adopt_stopped(cmd.task_arn)
+        else:
+            assert cmd.job_id is not None
+            job_id = cmd.job_id
+        job = self._get(job_id)
+        if cmd.checkpoint and not cmd.checkpoint.startswith(job.checkpoint_uri):
+            raise CommandError(
+                "BadRequest",
+                f"checkpoint: not one of job {job_id}'s checkpoints (under {job.checkpoint_uri})",
+            )
+        self._apply(job_id, lambda j: request_resubmit(j, self.clock(), cmd.checkpoint))
+        return self._drive(job_id)
+
+    def cancel(self, cmd: Cancel) -> Job:
+        self._get(cmd.job_id)
+        self._apply(cmd.job_id, lambda j: request_cancel(j, self.clock(), cmd.reason))
+        return self._get(cmd.job_id)
+
+    def status(self, cmd: Status) -> dict[str, Any]:
+        job = self._get(cmd.job_id)
+        self._flush(job)
+        refs = self.store.checkpoints(job.checkpoint_uri)
+        by_attempt: dict[int, list[datetime]] = {}
+        for r in refs:
+            if r.created_at is not None:
+                by_attempt.setdefault(r.attempt, []).append(r.created_at)
+        return {
+            **summary(job),
+            "request": job.request.model_dump(mode="json", exclude_none=True),
+            "options": job.options.model_dump(mode="json"),
+            "attempts": [a.model_dump(mode="json", exclude_none=True) for a in job.attempts],
+            "checkpoints": [r.model_dump(mode="json", exclude_none=True) for r in refs],
+            "spend": spend(job, by_attempt, self.clock()).model_dump(mode="json"),
+            "avoiding": {
+                "instances": job.avoid_instances,
+                "pools": [p.model_dump(mode="json") for p in job.avoid_pools if p.until > self.clock()],
+            },
+        }
+
+    def list(self, cmd: ListJobs) -> list[dict[str, Any]]:
+        return [summary(j) for j in self.store.list(cmd.state, cmd.limit)]
+
+    # =============================================================================== event handling
+    def on_task_event(self, ev: TaskEvent) -> str:
+        """Apply one ECS task event to its job (adopting the task if it is managed and new)."""
+        ref = ev.job_ref
+        job_id = ref[0] if ref else adopted_job_id(ev.task_arn)
+        job = self.store.get(job_id)
+        if job is None:
+            if ref is not None:
+                return f"job {job_id} is not in the ledger (deleted?): event ignored"
+            job = self._adopt_running(ev)
+            if job is None:
+                return "not a managed task"
+        facts_cache: dict[str, Any] = {}
+
+        def step(j: Job) -> Step:
+            attempt = j.attempt_for(ev.task_arn)
+            notice = None
+            if ev.last_status == "STOPPED" and attempt is not None and attempt.instance_id:
+                notice = self.claims.stop_claim(attempt.instance_id)
+            result = on_task_event(j, ev, notice, self.clock())
+            if result.job is not None:
+                result = result.model_copy(update={"job": self._with_host(result.job, ev, facts_cache)})
+            return result
+
+        note = self._apply(job_id, step)
+        self._drive(job_id)
+        return note
+
+    def on_launch_due(self, job_id: str, launch_try: int) -> str:
+        job = self.store.get(job_id)
+        if job is None:
+            return f"job {job_id} is not in the ledger"
+        if job.state is not JobState.QUEUED or job.launch_tries != launch_try:
+            return f"stale retry (job is {job.state}, try {job.launch_tries})"
+        now = self.clock()
+        if job.retry_at is not None and now < job.retry_at:
+            wait = max(1, int((job.retry_at - now).total_seconds() + 0.999))
+            self.retries.schedule(job_id, launch_try, wait)
+            return f"not due yet: checking again in {wait} s"
+        self._drive(job_id)
+        return "launched"
+
+    # ====================================================================================== internals
+    def _get(self, job_id: str) -> Job:
+        job = self.store.get(job_id)
+        if job is None:
+            raise CommandError("NotFound", f"job {job_id} does not exist")
+        return job
+
+    def _default_uri(self, job_id: str) -> str:
+        return f"s3://{self.config.checkpoint_bucket}/{self.config.checkpoint_prefix}{job_id}/"
+
+    def _apply(self, job_id: str, fn: Callable[[Job], Step]) -> str:
+        """Load, transition, compare-and-set, then carry out the step's effects."""
+        for _ in range(MAX_WRITE_TRIES):
+            job = self._get(job_id)
+            try:
+                step = fn(job)
+            except JobError as exc:
+                raise CommandError("Conflict", str(exc)) from None
+            if step.job is not None:
+                written = self._commit(job, step)
+                if written is None:
+                    continue
+            self._stops(step)
+            return step.note
+        raise Conflict(f"job {job_id} changed {MAX_WRITE_TRIES} times while being updated")
+
+    def _commit(self, old: Job, step: Step) -> Job | None:
+        assert step.job is not None
+        new = step.job
+        items = [
+            _outbox_item(new, i, e)
+            for i, e in enumerate(step.effects)
+            if isinstance(e, Notify | CapacityWanted)
+        ]
+        if items:
+            new = new.model_copy(update={"outbox": [*new.outbox, *items]})
+        if not self.store.replace(new, old.rev):
+            return None
+        self._flush(new)
+        return new
+
+    def _stops(self, step: Step) -> None:
+        for e in step.effects:
+            if isinstance(e, Stop):
+                self.ecs.stop(e.cluster, e.task_arn, e.reason)
+
+    def _flush(self, job: Job) -> None:
+        """Send the job's pending notifications, then take them out of the outbox."""
+        if not job.outbox:
+            return
+        for item in job.outbox:
+            self.notifier.send(
+                Notification(
+                    id=item.id, kind=item.kind, job_id=job.job_id, message=item.message, detail=item.detail
+                )
+            )
+        sent = {i.id for i in job.outbox}
+        for _ in range(MAX_WRITE_TRIES):
+            current = self.store.get(job.job_id)
+            if current is None or not any(i.id in sent for i in current.outbox):
+                return
+            kept = [i for i in current.outbox if i.id not in sent]
+            if self.store.replace(
+                current.model_copy(update={"outbox": kept, "rev": current.rev + 1}), current.rev
+            ):
+                return
+
+    def _drive(self, job_id: str) -> Job:
+        """Move the job on while it can: launch when queued and due, repeat a launch in flight."""
+        for _ in range(MAX_DRIVE_STEPS):
+            job = self._get(job_id)
+            self._flush(job)
+            if job.state not in (JobState.QUEUED, JobState.LAUNCHING):
+                return job
+            step = begin_launch(job, self.clock())
+            if step.job is not None:
+                if self._commit(job, step) is None:
+                    continue
+                job = step.job
+            launch = next((e for e in step.effects if isinstance(e, Launch)), None)
+            if launch is None:
+                return self._get(job_id)  # not due yet, or cancelled before it started
+            self._launch(job, launch)
+        return self._get(job_id)
+
+    def _launch(self, job: Job, launch: Launch) -> None:
+        now = self.clock()
+        resume_from = launch.resume_from_hint or self._newest(job)
+        result = self.ecs.run_task(run_task_params(job, launch, resume_from, now))
+        if result.task_arn is not None:
+            arn = result.task_arn
+            self._apply(
+                job.job_id,
+                lambda j: launch_succeeded(
+                    j, arn, launch.client_token, resume_from, self.clock(), resubmitted=launch.attempt > 1
+                ),
+            )
+        elif result.refused is not None:
+            refused = result.refused
+            self._apply(job.job_id, lambda j: launch_refused(j, refused, self.clock()))
+        else:
+            reason = result.no_capacity or "no task was placed"
+            base = self.config.retry_base_seconds
+            step = launch_failed(job, reason, now, base)
+            if step.job is not None and step.job.retry_at is not None:
+                # The retry is scheduled before the job says it waits, so a crash between the two can
+                # leave a spare message (dropped as stale) but never a job nobody will launch again.
+                delay = int((step.job.retry_at - now).total_seconds())
+                self.retries.schedule(job.job_id, step.job.launch_tries, delay)
+            self._apply(job.job_id, lambda j: launch_failed(j, reason, self.clock(), base))
+
+    def _newest(self, job: Job) -> str:
+        ref = self.checkpoints.newest(job.checkpoint_uri)
+        return ref.manifest_uri if ref is not None else ""
+
+    def _with_host(self, job: Job, ev: TaskEvent, cache: dict[str, Any]) -> Job:
+        """Fill in what the attempt runs on (once per attempt): instance, type, zone, price."""
+        attempt = job.attempt_for(ev.task_arn)
+        if attempt is None or attempt.instance_id or not ev.container_instance_arn:
+            return job
+        if "facts" not in cache:
+            cache["facts"] = self.hosts.facts(ev.cluster_arn, ev.container_instance_arn)
+        facts = cache["facts"]
+        if facts is None:
+            return job
+        price = (
+            task_share(facts.instance_price, job.gpus, facts.instance_gpus)
+            if facts.instance_price is not None
+            else None
+        )
+        updated = attempt.model_copy(
+            update={
+                "instance_id": facts.instance_id,
+                "instance_type": facts.instance_type,
+                "availability_zone": facts.availability_zone or attempt.availability_zone,
+                "lifecycle": facts.lifecycle,
+                "price_per_hour": price,
+            }
+        )
+        return job.model_copy(
+            update={"attempts": [updated if a.number == attempt.number else a for a in job.attempts]}
+        )
+
+    # ------------------------------------------------------------------------------------- adoption
+    def _managed(self, task: dict[str, Any], gpus: int) -> bool:
+        info = TaskInfo(
+            task_arn=task["taskArn"],
+            cluster_arn=task["clusterArn"],
+            task_definition_arn=task.get("taskDefinitionArn", ""),
+            started_by=task.get("startedBy", "") or "",
+            tags={t["key"]: t.get("value", "") for t in task.get("tags") or [] if "key" in t},
+        )
+        return info.tagged_managed or (self.config.manage is ManageMode.ALL_GPU and gpus > 0)
+
+    def _adopt_running(self, ev: TaskEvent) -> Job | None:
+        """A task SpotGuard did not start: read it (with tags) once; a managed one becomes a job."""
+        if self.store.known_unmanaged(ev.task_arn):
+            return None
+        task = self.ecs.describe_task(ev.cluster_arn, ev.task_arn)
+        if task is None:
+            return None
+        job = self._adopted(task)
+        if job is None:
+            self.store.remember_unmanaged(ev.task_arn, self.clock())
+            return None
+        if not self.store.create(job):
+            return self.store.get(job.job_id)
+        return job
+
+    def _adopt_stopped(self, task_arn: str) -> str:
+        """`resubmit` of a stopped task: its job, or a new one adopted from it."""
+        cluster = task_arn.split(":task/", 1)[1].split("/", 1)[0]
+        if not self.config.settings.watches(cluster):
+            raise CommandError("BadRequest", f"task_arn: cluster {cluster} is not a watched cluster")
+        task = self.ecs.describe_task(cluster, task_arn)
+        if task is None:
+            raise CommandError(
+                "NotFound", f"task {task_arn} does not exist (ECS keeps stopped tasks about an hour)"
+            )
+        ev_ref = TaskEvent(
+            task_arn=task_arn,
+            cluster_arn=task["clusterArn"],
+            last_status="X",
+            started_by=task.get("startedBy", ""),
+        ).job_ref
+        if ev_ref is not None:
+            return ev_ref[0]
+        job_id = adopted_job_id(task_arn)
+        if self.store.get(job_id) is not None:
+            return job_id
+        if task.get("lastStatus") != "STOPPED":
+            raise CommandError(
+                "Conflict", f"task {task_arn} is {task.get('lastStatus')}: only a stopped task is resubmitted"
+            )
+        job = self._adopted(task, force=True)
+        assert job is not None
+        self.store.create(job)
+        return job_id
+
+    def _adopted(self, task: dict[str, Any], force: bool = False) -> Job | None:
+        td = self.ecs.task_definition(task["taskDefinitionArn"], task.get("overrides"))
+        if not force and not self._managed(task, td.gpus):
+            return None
+        now = self.clock()
+        job_id = adopted_job_id(task["taskArn"])
+        uri = checkpoint_uri_of(task, td.environment)
+        if uri is None or not uri.startswith(f"s3://{self.config.checkpoint_bucket}/"):
+            uri = self._default_uri(job_id)
+        stopped = task.get("lastStatus") == "STOPPED"
+        attempt = Attempt(
+            number=1,
+            task_arn=task["taskArn"],
+            launched_at=task.get("createdAt") or now,
+            last_status=task.get("lastStatus", "PROVISIONING"),
+            started_at=task.get("startedAt"),
+            stopped_at=task.get("stoppedAt"),
+            stop_code=task.get("stopCode"),
+            stopped_reason=task.get("stoppedReason"),
+            container_instance_arn=task.get("containerInstanceArn"),
+            availability_zone=task.get("availabilityZone"),
+        )
+        if stopped:
+            verdict = classify_stop(task, None, td.containers[0] if td.containers else None)
+            attempt = attempt.model_copy(
+                update={"outcome": verdict.outcome, "outcome_reason": verdict.reason}
+            )
+        state = JobState.RUNNING
+        if stopped:
+            state = JobState.SUCCEEDED if attempt.outcome == "succeeded" else JobState.FAILED
+        return Job(
+            job_id=job_id,
+            state=state,
+            request=rebuild_request(task, self.config.default_subnets, self.config.default_security_groups),
+            options=JobOptions(),
+            checkpoint_uri=uri,
+            gpus=td.gpus,
+            containers=td.containers,
+            created_at=now,
+            updated_at=now,
+            origin="adopted",
+            attempts=[attempt],
+            last_reason="adopted" + (f"; its task had stopped: {attempt.outcome_reason}" if stopped else ""),
+        )
+
+
+def summary(job: Job) -> dict[str, Any]:
+    live = job.live_attempt
+    last = job.attempts[-1] if job.attempts else None
+    return {
+        "job_id": job.job_id,
+        "state": str(job.state),
+        "origin": job.origin,
+        "gpus": job.gpus,
+        "attempts": len(job.attempts),
+        "task_arn": (live or last).task_arn if (live or last) else None,
+        "instance_type": (live or last).instance_type if (live or last) else None,
+        "checkpoint_uri": job.checkpoint_uri,
+        "created_at": job.created_at.isoformat(),
+        "updated_at": job.updated_at.isoformat(),
+        "retry_at": job.retry_at.isoformat() if job.retry_at else None,
+        "finished": job.state in TERMINAL,
+        "last_reason": job.last_reason,
+    }
+
+
+def _outbox_item(job: Job, index: int, effect: Notify | CapacityWanted) -> OutboxItem:
+    now = job.updated_at
+    if isinstance(effect, Notify):
+        live = job.live_attempt or (job.attempts[-1] if job.attempts else None)
+        detail: dict[str, Any] = {
+            "state": str(job.state),
+            "attempt": live.number if live else 0,
+            "task-arn": live.task_arn if live else None,
+            "gpus": job.gpus,
+        }
+        return OutboxItem(
+            id=f"{job.job_id}:{job.rev}:{index}",
+            kind=effect.kind,
+            message=effect.message,
+            at=now,
+            detail=detail,
+        )
+    return OutboxItem(
+        id=f"{job.job_id}:{job.rev}:{index}",
+        kind="capacity-wanted",
+        message=effect.reason,
+        at=now,
+        detail={
+            "gpus": effect.gpus,
+            "avoid-instances": list(effect.avoid_instances),
+            "avoid-pools": [{"instance-type": t, "availability-zone": z} for t, z in effect.avoid_pools],
+            "deadline": job.options.deadline.isoformat() if job.options.deadline else None,
+        },
+    )
+
+
+def _aws_message(exc: Exception) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        err = response.get("Error", {})
+        return f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
+    return str(exc)

@@ -1,0 +1,257 @@
+"""Jobs end to end over moto: submit, interruption, resubmission from the newest checkpoint, retries
+for capacity, giving up, manual resubmit and cancel, adoption, and bad manual payloads."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+
+from tests.integration.conftest import JobsWorld, make_jobs_world
+
+
+def _env(request: dict) -> dict[str, str]:
+    (override,) = request["overrides"]["containerOverrides"]
+    return {e["name"]: e["value"] for e in override["environment"]}
+
+
+@pytest.mark.parametrize(("gpus", "first", "second"), [(1, "a1", "b1"), (4, "a4", "b4"), (8, "a8", "b8")])
+def test_an_interrupted_job_comes_back_once_from_its_newest_checkpoint(jobs: JobsWorld, gpus, first, second):
+    job = jobs.submit(gpus=gpus)
+    assert job["state"] == "running"
+    (req1,) = jobs.scheduler.requests
+    arn1 = job["task_arn"]
+    assert jobs.scheduler.placed[arn1] == jobs.hosts[first].container_instance_arn
+    env1 = _env(req1)
+    assert env1["SPOTGUARD_ATTEMPT"] == "1" and env1["SPOTGUARD_RESUME_FROM"] == ""
+    assert env1["SPOTGUARD_CHECKPOINT_URI"] == job["checkpoint_uri"]
+    jobs.emit(arn1)  # RUNNING
+    jobs.commit_checkpoint(job, 1)
+    newest = jobs.commit_checkpoint(job, 2)
+
+    jobs.interrupt(jobs.hosts[first])  # the warning: drain, StopTask with SpotGuard's reason
+    assert jobs.task(arn1)["stoppedReason"].startswith("SpotGuard: spot-interruption")
+    jobs.emit(arn1, exit_code=75)  # the agent committed and exited 75
+
+    assert len(jobs.scheduler.requests) == 2  # exactly one resubmission
+    req2 = jobs.scheduler.requests[1]
+    env2 = _env(req2)
+    assert env2["SPOTGUARD_RESUME_FROM"] == newest and env2["SPOTGUARD_ATTEMPT"] == "2"
+    assert req2["taskDefinition"] == req1["taskDefinition"] and req2["launchType"] == "EC2"
+    expressions = [c["expression"] for c in req2["placementConstraints"]]
+    assert f"ec2InstanceId !in [{jobs.hosts[first].instance_id}]" in expressions
+    assert any("g5." in e and "us-east-1a" in e for e in expressions)
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "running" and status["gpus"] == gpus
+    a1, a2 = status["attempts"]
+    assert a1["outcome"] == "resubmit" and a1["interrupted_by"].startswith("spot-interruption")
+    assert a1["instance_id"] == jobs.hosts[first].instance_id
+    assert jobs.scheduler.placed[a2["task_arn"]] == jobs.hosts[second].container_instance_arn
+    assert [c["sequence"] for c in status["checkpoints"]] == [1, 2]
+    kinds = [e["detail"]["kind"] for e in jobs.job_events()]
+    assert "interrupted" in kinds and "resubmitted" in kinds
+
+
+def _end_state(jobs: JobsWorld, job_id: str) -> tuple:
+    s = jobs.status(job_id)
+    return (
+        s["state"],
+        len(s["attempts"]),
+        [(a["outcome"], a.get("resume_from"), a["last_status"]) for a in s["attempts"]],
+        len(jobs.scheduler.requests),
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_task_events_replayed_five_times_and_shuffled_give_the_same_end_state(aws, seed):
+    """Each attempt's events (RUNNING, then STOPPED) are delivered 5 times each, shuffled, in one go;
+    then every event of the run again. One RunTask per attempt, and the same end state as in order."""
+    rng = random.Random(seed)
+    jobs = make_jobs_world()
+    job = jobs.submit(gpus=4)
+    arn1 = job["task_arn"]
+    jobs.commit_checkpoint(job, 3)
+    running1 = jobs.event(arn1)
+    jobs.stop(arn1, "SpotGuard: spot-interruption 1 on i-0123456789abcdef0")
+    stopped1 = jobs.event(arn1, exit_code=75)
+    batch = [running1, stopped1] * 5
+    rng.shuffle(batch)
+    jobs.put(*batch)
+    jobs.task_events.drain()
+    assert len(jobs.scheduler.requests) == 2
+
+    arn2 = jobs.status(job["job_id"])["attempts"][1]["task_arn"]
+    running2 = jobs.event(arn2)
+    jobs.stop(arn2, "Essential container in task exited")
+    stopped2 = jobs.event(arn2, exit_code=0)
+    batch = [running2, stopped2] * 5
+    rng.shuffle(batch)
+    jobs.put(*batch)
+    jobs.task_events.drain()
+    end = _end_state(jobs, job["job_id"])
+
+    everything = [running1, stopped1, running2, stopped2] * 5
+    rng.shuffle(everything)
+    jobs.put(*everything)
+    jobs.task_events.drain()
+    assert _end_state(jobs, job["job_id"]) == end
+    state, attempts, outcomes, run_tasks = end
+    assert state == "succeeded" and attempts == 2 and run_tasks == 2
+    assert outcomes[0][0] == "resubmit" and outcomes[1][0] == "succeeded"
+    assert outcomes[0][2] == outcomes[1][2] == "STOPPED"  # a late RUNNING never undoes a STOPPED
+    assert outcomes[1][1].endswith("checkpoints/00000003/MANIFEST.json")
+    kinds = [e["detail"]["kind"] for e in jobs.job_events()]
+    assert kinds.count("succeeded") == 1 and kinds.count("resubmitted") == 1
+
+
+def test_no_capacity_waits_in_the_retry_queue_then_starts(jobs: JobsWorld):
+    jobs.scheduler.refuse = 2  # RESOURCE:GPU twice
+    job = jobs.submit(gpus=8)
+    assert job["state"] == "queued" and job["retry_at"]
+    assert "RESOURCE:GPU" in job["last_reason"]
+    deadline = time.monotonic() + 30
+    while jobs.status(job["job_id"])["state"] != "running" and time.monotonic() < deadline:
+        jobs.retries.poll_once(wait_seconds=1)  # the retry queue's delays are 1 s, then 2 s here
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "running" and len(status["attempts"]) == 1
+    tokens = [r["clientToken"] for r in jobs.scheduler.requests]
+    assert len(tokens) == 3 and len(set(tokens)) == 3  # a new try, a new token; never a second task
+    events = jobs.job_events()
+    kinds = [e["detail"]["kind"] for e in events]
+    assert kinds.count("waiting") == 2 and kinds.count("capacity-wanted") == 2
+    wanted = next(e for e in events if e["detail"]["kind"] == "capacity-wanted")
+    assert wanted["detail-type"] == "SpotGuard Capacity Wanted" and wanted["detail"]["gpus"] == 8
+
+
+def test_max_attempts_gives_up_with_a_notification(jobs: JobsWorld):
+    job = jobs.submit(gpus=1, max_attempts=2)
+    for _ in range(2):
+        arn = jobs.status(job["job_id"])["task_arn"]
+        jobs.emit(arn)
+        jobs.stop(arn, "SpotGuard: spot-interruption x on i-0123456789abcdef0")
+        jobs.emit(arn, exit_code=75)
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "gave-up" and len(status["attempts"]) == 2
+    assert "max_attempts 2" in status["last_reason"]
+    assert len(jobs.scheduler.requests) == 2
+    mails = jobs.notifications()
+    assert [m["kind"] for m in mails if m["kind"] == "gave-up"] == ["gave-up"]
+    assert any(e["detail-type"] == "SpotGuard Job Gave Up" for e in jobs.job_events())
+
+
+def test_a_failure_is_retried_up_to_max_error_retries_then_fails(jobs: JobsWorld):
+    job = jobs.submit(gpus=1, max_error_retries=1)
+    for _ in range(2):
+        arn = jobs.status(job["job_id"])["task_arn"]
+        jobs.stop(arn, "Essential container in task exited")
+        jobs.emit(arn, exit_code=1)
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "failed" and len(status["attempts"]) == 2
+    assert "exit 1" in status["last_reason"]
+
+
+def test_cancel_stops_the_task_and_resubmit_starts_it_again(jobs: JobsWorld):
+    job = jobs.submit(gpus=1)
+    arn1 = job["task_arn"]
+    jobs.emit(arn1)
+    first = jobs.commit_checkpoint(job, 1)
+    jobs.commit_checkpoint(job, 2)
+
+    busy = jobs.invoke({"action": "resubmit", "job_id": job["job_id"]})
+    assert (
+        not busy["ok"]
+        and busy["error"]["type"] == "Conflict"
+        and "cancel it first" in busy["error"]["message"]
+    )
+
+    answer = jobs.invoke({"action": "cancel", "job_id": job["job_id"]})
+    assert answer["ok"]
+    task = jobs.task(arn1)
+    assert task["lastStatus"] == "STOPPED" and task["stoppedReason"].startswith("SpotGuard: cancelled")
+    jobs.emit(arn1, exit_code=143)
+    assert jobs.status(job["job_id"])["state"] == "cancelled"
+
+    answer = jobs.invoke({"action": "resubmit", "job_id": job["job_id"], "checkpoint": first})
+    assert answer["ok"] and answer["job"]["state"] == "running"
+    assert _env(jobs.scheduler.requests[-1])["SPOTGUARD_RESUME_FROM"] == first
+    listed = jobs.invoke({"action": "list", "state": "running"})
+    assert [j["job_id"] for j in listed["jobs"]] == [job["job_id"]]
+
+
+def test_a_tagged_task_spotguard_did_not_start_is_adopted_and_resubmitted(jobs: JobsWorld):
+    td = jobs.cluster.gpu_task_definition(gpus=4)
+    (arn,) = jobs.cluster.start(jobs.hosts["a4"], td, managed=True)
+    jobs.emit(arn)
+    status = jobs.status("adopted-" + arn.rsplit("/", 1)[-1])
+    assert status["origin"] == "adopted" and status["state"] == "running" and status["gpus"] == 4
+    assert status["request"]["taskDefinition"] == td
+    jobs.stop(arn, "Host EC2 (instance i-0123456789abcdef0) terminated.")
+    jobs.emit(arn, exit_code=None, stop_code="TerminationNotice")
+    (req,) = jobs.scheduler.requests
+    assert req["taskDefinition"] == td and req["startedBy"].startswith("spotguard/adopted-")
+    assert {"key": "spotguard:managed", "value": "true"} in req["tags"]
+
+
+def test_an_untagged_task_is_read_once_and_left_alone(jobs: JobsWorld):
+    td = jobs.cluster.gpu_task_definition(gpus=1)
+    (arn,) = jobs.cluster.start(jobs.hosts["a1"], td, managed=False)
+    calls: list[str] = []
+    from spotguard.adapters import clients
+
+    clients.on_every_call(lambda model, **_: calls.append(model.name))
+    jobs.emit(arn)
+    jobs.emit(arn)
+    assert calls.count("DescribeTasks") == 1
+    assert jobs.invoke({"action": "list"})["jobs"] == []
+
+
+BAD = [
+    ("not an object", ["submit"], "payload must be a JSON object"),
+    ("unknown action", {"action": "delete", "job_id": "x"}, "action: must be one of"),
+    ("no request", {"action": "submit"}, "request: Field required"),
+    (
+        "count is SpotGuard's",
+        {"action": "submit", "request": {"cluster": "gpu-spot", "taskDefinition": "t", "count": 2}},
+        "request.count",
+    ),
+    (
+        "startedBy is SpotGuard's",
+        {"action": "submit", "request": {"cluster": "gpu-spot", "taskDefinition": "t", "startedBy": "me"}},
+        "request.startedBy: Extra inputs are not permitted",
+    ),
+    (
+        "an unwatched cluster",
+        {"action": "submit", "request": {"cluster": "prod-web", "taskDefinition": "t"}},
+        "not a watched cluster",
+    ),
+    (
+        "an unknown task definition",
+        {"action": "submit", "request": {"cluster": "gpu-spot", "taskDefinition": "nope:9"}},
+        "request.taskDefinition",
+    ),
+    (
+        "max_attempts out of range",
+        {
+            "action": "submit",
+            "request": {"cluster": "gpu-spot", "taskDefinition": "t"},
+            "options": {"max_attempts": 0},
+        },
+        "options.max_attempts",
+    ),
+    ("resubmit needs one target", {"action": "resubmit"}, "exactly one of job_id and task_arn"),
+    ("a job id with a slash", {"action": "status", "job_id": "a/b"}, "job_id"),
+    ("an unknown job", {"action": "cancel", "job_id": "no-such-job"}, "does not exist"),
+    ("a bad state", {"action": "list", "state": "sleeping"}, "state"),
+]
+
+
+@pytest.mark.parametrize(("why", "payload", "message"), BAD, ids=[b[0] for b in BAD])
+def test_bad_manual_payloads_get_a_clear_one_line_error(jobs: JobsWorld, why, payload, message):
+    answer = jobs.invoke(payload)
+    assert answer["ok"] is False
+    assert answer["error"]["type"] in ("BadRequest", "NotFound", "Conflict")
+    assert message in answer["error"]["message"] and "\n" not in answer["error"]["message"]
+    assert "Traceback" not in json.dumps(answer)
+    assert jobs.scheduler.requests == []  # never acted on
