@@ -114,13 +114,15 @@ class GpuScheduler:
     When nothing fits it answers as ECS does: no task, and a failure with reason RESOURCE:GPU.
 
     `requests` keeps every RunTask request as botocore validated it, for tests to assert on; `refuse`
-    makes the next N calls find no capacity."""
+    makes the next N calls find no capacity; `lose_answers` makes the next N calls start their task
+    and then time out, as a call whose answer is lost on the way back."""
 
     def __init__(self, cluster: GpuCluster) -> None:
         self.cluster = cluster
         self.requests: list[dict[str, Any]] = []
         self.by_token: dict[str, str] = {}
         self.refuse = 0
+        self.lose_answers = 0
         self.placed: dict[str, str] = {}  # task arn -> container instance arn
 
     def install(self) -> None:
@@ -130,10 +132,15 @@ class GpuScheduler:
 
     def before_call(self, params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
         from botocore.awsrequest import AWSResponse
+        from botocore.exceptions import ReadTimeoutError
 
         request = json.loads(params["body"])
         self.requests.append(request)
-        return AWSResponse("local://ecs", 200, {}, None), self.run_task(request)
+        answer = self.run_task(request)
+        if self.lose_answers > 0:
+            self.lose_answers -= 1
+            raise ReadTimeoutError(endpoint_url="https://ecs.us-east-1.amazonaws.com/")
+        return AWSResponse("local://ecs", 200, {}, None), answer
 
     def run_task(self, request: dict[str, Any]) -> dict[str, Any]:
         ecs = self.cluster.ecs

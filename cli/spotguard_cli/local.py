@@ -253,8 +253,11 @@ class QueuePoller:
             return 0, 0
         event = {"Records": [self._record(m) for m in messages]}
         self.delivered += [m["Body"] for m in messages]
-        result = self.host.invoke(event) or {}
-        failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+        try:
+            result = self.host.invoke(event) or {}
+            failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+        except Exception:  # the invocation failed (Powertools raises when every record failed):
+            failed = {m["MessageId"] for m in messages}  # Lambda leaves the whole batch to SQS
         done = [m for m in messages if m["MessageId"] not in failed]
         self.failed_receipts += [m["ReceiptHandle"] for m in messages if m["MessageId"] in failed]
         if done:

@@ -255,3 +255,26 @@ def test_bad_manual_payloads_get_a_clear_one_line_error(jobs: JobsWorld, why, pa
     assert message in answer["error"]["message"] and "\n" not in answer["error"]["message"]
     assert "Traceback" not in json.dumps(answer)
     assert jobs.scheduler.requests == []  # never acted on
+
+
+def test_a_lost_run_task_answer_never_starts_a_second_task(jobs: JobsWorld):
+    """RunTask started the task but its answer was lost: the record fails, SQS delivers it again, and
+    the repeated RunTask carries the same client token, so ECS answers with the same task."""
+    job = jobs.submit(gpus=1)
+    arn1 = job["task_arn"]
+    jobs.emit(arn1)
+    jobs.scheduler.lose_answers = 1
+    jobs.stop(arn1, "SpotGuard: spot-interruption x on i-0123456789abcdef0")
+    jobs.put(jobs.event(arn1, exit_code=75))
+    assert jobs.task_events.drain() == (1, 1)  # delivered, failed
+    assert jobs.status(job["job_id"])["state"] == "launching"
+    for receipt in jobs.task_events.failed_receipts:  # the visibility timeout passes
+        jobs.task_events.sqs.change_message_visibility(
+            QueueUrl=jobs.task_events.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
+        )
+    assert jobs.task_events.drain() == (1, 0)
+    _, second, third = jobs.scheduler.requests
+    assert second["clientToken"] == third["clientToken"]
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "running" and len(status["attempts"]) == 2
+    assert len(set(jobs.scheduler.by_token.values())) == 2  # two tasks in all: one per attempt
