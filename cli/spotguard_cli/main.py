@@ -2,6 +2,7 @@
 
 spotguard explain EVENT_FILE...   what SpotGuard would do with each event (no AWS needed)
 spotguard demo                    the interruption path, end to end, against moto server on 127.0.0.1
+spotguard jobs ACTION ...         submit, resubmit, cancel, status, list (calls the deployed stack)
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from spotguard_cli import demo, explain
+from spotguard_cli import demo, explain, jobs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     explain.add_parser(sub)
     demo.add_parser(sub)
+    jobs.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,266 @@
+"""`spotguard jobs submit|resubmit|cancel|status|list`: the deployed jobs function, from a shell.
+
+The function is found from the stack (samconfig.toml's stack_name, or --stack) or named with
+--function; the payload is validated with the same pydantic models the function uses before anything is
+invoked. Answers print as readable tables, or as the function's JSON with --json. Exit status: 0 ok,
+1 the function refused (its one-line error is printed), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from spotguard.domain.commands import CommandError, parse_command
+from spotguard.domain.jobs import JobState
+
+Invoke = Callable[[dict[str, Any]], dict[str, Any]]
+SAMCONFIG = Path("samconfig.toml")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("jobs", help="submit, resubmit, cancel and inspect jobs (calls the deployed stack)")
+    p.add_argument("--stack", help="the stack's name (default: samconfig.toml's stack_name, else spotguard)")
+    p.add_argument("--function", help="the jobs function's name (default: found from the stack)")
+    p.add_argument("--region", help="AWS region (default: your AWS configuration)")
+    p.add_argument("--endpoint-url", help="an AWS endpoint to use instead (the local stack's moto server)")
+    p.add_argument("--json", action="store_true", help="print the function's answer as JSON")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    s = actions.add_parser("submit", help="start a job from a RunTask request")
+    s.add_argument("--request", help="the RunTask request: a JSON file, '-' for stdin, or inline JSON")
+    s.add_argument("--cluster", help="instead of --request: the cluster")
+    s.add_argument("--task-definition", help="instead of --request: the task definition")
+    s.add_argument("--launch-type", choices=["EC2", "FARGATE", "EXTERNAL"])
+    s.add_argument("--capacity-provider", help="a capacity provider (instead of a launch type)")
+    s.add_argument("--job-id", help="choose the job's id (a repeated submit returns the same job)")
+    s.add_argument("--max-attempts", type=int)
+    s.add_argument("--max-error-retries", type=int)
+    s.add_argument("--deadline", help="ISO 8601 time with a zone, e.g. 2026-12-01T08:00:00Z")
+    s.add_argument("--avoid-pool-seconds", type=int)
+    s.add_argument("--checkpoint-container", help="the container that runs the agent (default: the first)")
+
+    r = actions.add_parser("resubmit", help="start a job that is not running again (or adopt a stopped task)")
+    r.add_argument("target", help="a job id, or the ARN of a stopped task")
+    r.add_argument("--checkpoint", help="the MANIFEST.json URI to resume from (default: the newest)")
+
+    c = actions.add_parser("cancel", help="stop a job's task and end the job")
+    c.add_argument("job_id")
+    c.add_argument("--reason", default="cancelled by the user")
+
+    st = actions.add_parser("status", help="a job, its attempts, checkpoints, and what it spent and lost")
+    st.add_argument("job_id")
+
+    ls = actions.add_parser("list", help="jobs, newest first")
+    ls.add_argument("--state", choices=[s.value for s in JobState])
+    ls.add_argument("--limit", type=int, default=50)
+    p.set_defaults(run=run)
+
+
+# ------------------------------------------------------------------------------------------ payload
+def payload(args: argparse.Namespace) -> dict[str, Any]:
+    if args.action == "submit":
+        out: dict[str, Any] = {"action": "submit", "request": _request(args)}
+        options = {
+            k: v
+            for k, v in {
+                "max_attempts": args.max_attempts,
+                "max_error_retries": args.max_error_retries,
+                "deadline": args.deadline,
+                "avoid_pool_seconds": args.avoid_pool_seconds,
+                "checkpoint_container": args.checkpoint_container,
+            }.items()
+            if v is not None
+        }
+        if options:
+            out["options"] = options
+        if args.job_id:
+            out["job_id"] = args.job_id
+        return out
+    if args.action == "resubmit":
+        key = "task_arn" if args.target.startswith("arn:") else "job_id"
+        out = {"action": "resubmit", key: args.target}
+        if args.checkpoint:
+            out["checkpoint"] = args.checkpoint
+        return out
+    if args.action == "cancel":
+        return {"action": "cancel", "job_id": args.job_id, "reason": args.reason}
+    if args.action == "status":
+        return {"action": "status", "job_id": args.job_id}
+    out = {"action": "list", "limit": args.limit}
+    if args.state:
+        out["state"] = args.state
+    return out
+
+
+def _request(args: argparse.Namespace) -> dict[str, Any]:
+    if args.request:
+        if args.cluster or args.task_definition:
+            raise CommandError("BadRequest", "give --request, or --cluster and --task-definition, not both")
+        text = args.request
+        if text == "-":
+            text = sys.stdin.read()
+        elif not text.lstrip().startswith("{"):
+            text = Path(text).read_text()
+        try:
+            request = json.loads(text)
+        except ValueError as exc:
+            raise CommandError("BadRequest", f"--request: not valid JSON: {exc}") from None
+        if not isinstance(request, dict):
+            raise CommandError("BadRequest", "--request: must be a JSON object")
+        return request
+    if not (args.cluster and args.task_definition):
+        raise CommandError("BadRequest", "give --request FILE, or --cluster and --task-definition")
+    request = {"cluster": args.cluster, "taskDefinition": args.task_definition}
+    if args.capacity_provider:
+        request["capacityProviderStrategy"] = [{"capacityProvider": args.capacity_provider}]
+    if args.launch_type:
+        request["launchType"] = args.launch_type
+    return request
+
+
+# ------------------------------------------------------------------------------------------- invoke
+def stack_name(explicit: str | None, samconfig: Path = SAMCONFIG) -> str:
+    if explicit:
+        return explicit
+    if samconfig.exists():
+        conf = tomllib.loads(samconfig.read_text())
+        name = conf.get("default", {}).get("global", {}).get("parameters", {}).get("stack_name")
+        if name:
+            return str(name)
+    return "spotguard"
+
+
+def lambda_invoker(args: argparse.Namespace) -> Invoke:
+    import boto3
+
+    session = boto3.session.Session(region_name=args.region)
+    kwargs = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
+    function = args.function
+    if not function:
+        cfn = session.client("cloudformation", **kwargs)
+        name = stack_name(args.stack)
+        (stack,) = cfn.describe_stacks(StackName=name)["Stacks"]
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        if "JobsFunctionName" not in outputs:
+            raise LookupError(f"stack {name} has no JobsFunctionName output: is it a SpotGuard stack?")
+        function = outputs["JobsFunctionName"]
+    lam = session.client("lambda", **kwargs)
+
+    def invoke(body: dict[str, Any]) -> dict[str, Any]:
+        resp = lam.invoke(FunctionName=function, Payload=json.dumps(body).encode())
+        raw = resp["Payload"].read()
+        if resp.get("FunctionError"):
+            detail = json.loads(raw or b"{}").get("errorMessage", "")
+            return {
+                "ok": False,
+                "error": {"type": "FunctionError", "message": f"the function failed: {detail}"},
+            }
+        return dict(json.loads(raw))
+
+    return invoke
+
+
+def run(args: argparse.Namespace, invoke: Invoke | None = None, out: TextIO = sys.stdout) -> int:
+    try:
+        body = payload(args)
+        parse_command(body)  # the function's own validation, before anything is invoked
+    except CommandError as exc:
+        print(f"spotguard jobs {args.action}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"spotguard jobs {args.action}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        answer = (invoke or lambda_invoker(args))(body)
+    except Exception as exc:  # no credentials, no such stack, no network: say it in one line
+        print(f"spotguard jobs {args.action}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(answer, indent=2, sort_keys=True), file=out)
+    elif not answer.get("ok"):
+        err = answer.get("error") or {}
+        print(
+            f"spotguard jobs {args.action}: {err.get('type', 'Error')}: {err.get('message', '')}",
+            file=sys.stderr,
+        )
+    else:
+        print(render(answer), file=out)
+    return 0 if answer.get("ok") else 1
+
+
+# ------------------------------------------------------------------------------------------- tables
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _short(arn: str | None) -> str:
+    return arn.rsplit("/", 1)[-1][:12] if arn else "-"
+
+
+def _when(iso: str | None) -> str:
+    return iso[:19].replace("T", " ") if iso else "-"
+
+
+def render(answer: dict[str, Any]) -> str:
+    if answer.get("jobs") is not None:
+        rows = [
+            [
+                j["job_id"],
+                j["state"],
+                str(j["gpus"]),
+                str(j["attempts"]),
+                _short(j["task_arn"]),
+                _when(j["updated_at"]),
+            ]
+            for j in answer["jobs"]
+        ]
+        return table(rows, ["JOB", "STATE", "GPUS", "ATTEMPTS", "TASK", "UPDATED"]) if rows else "no jobs"
+    job = answer["job"]
+    attempts = job["attempts"] if isinstance(job["attempts"], int) else len(job["attempts"])
+    lines = [
+        f"job {job['job_id']}: {job['state']}  ({job['gpus']} GPU, {attempts} attempt(s))",
+        f"  {job['last_reason']}",
+        f"  checkpoints: {job['checkpoint_uri']}",
+    ]
+    if job.get("retry_at"):
+        lines.append(f"  next RunTask try: {_when(job['retry_at'])}")
+    if isinstance(job.get("attempts"), list):
+        rows = [
+            [
+                str(a["number"]),
+                _short(a["task_arn"]),
+                a.get("instance_type") or "-",
+                a.get("availability_zone") or "-",
+                a.get("lifecycle") or "-",
+                _when(a.get("started_at")),
+                _when(a.get("stopped_at")),
+                a.get("outcome") or a.get("last_status", "-"),
+            ]
+            for a in job["attempts"]
+        ]
+        lines += ["", table(rows, ["#", "TASK", "TYPE", "ZONE", "MARKET", "STARTED", "STOPPED", "OUTCOME"])]
+        cps = job.get("checkpoints") or []
+        if cps:
+            newest = cps[-1]
+            lines.append(
+                f"\n{len(cps)} checkpoint(s); newest #{newest['sequence']} at step {newest['step']} "
+                f"({newest['progress']:.0%}) from attempt {newest['attempt']}"
+            )
+        spend = job.get("spend") or {}
+        if spend:
+            money = ""
+            if spend.get("dollars") is not None:
+                money = f", ${spend['dollars']:.2f} (${spend['dollars_lost']:.2f} lost)"
+            lines.append(
+                f"spent {spend['gpu_hours']:.2f} GPU-hours ({spend['gpu_hours_lost']:.2f} lost){money}"
+            )
+    return "\n".join(lines)
