@@ -1,10 +1,12 @@
 """Benchmark of the interruption path: AWS calls and handler milliseconds per notice.
 
 Runs the interruption function in-process against moto (in-process too), with the stack created from
-template.yaml. Prints, for each scenario: the AWS calls on the path from the notice to the last signal
-(by API), all calls the handler made, and the handler's wall time (median of the repeats; this includes
-moto's own processing of every call, so it is an upper bound on SpotGuard's part, and only ratios within
-one run mean anything on a shared machine).
+template.yaml. With the task index, each task's RUNNING event first goes through the task-events
+function (as in AWS), which records the host's tasks in the ledger, so a notice needs no DescribeTasks.
+Prints, for each scenario: the AWS calls on the path from the notice to the last signal (by API), all
+calls the handler made, and the handler's wall time (median of the repeats; this includes moto's own
+processing of every call, so it is an upper bound on SpotGuard's part, and only ratios within one run
+mean anything on a shared machine).
 
     .venv/bin/python bench/interruptions.py [--repeat N]
 """
@@ -24,7 +26,7 @@ from moto.moto_api import state_manager
 
 from spotguard.adapters import clients
 from spotguard_cli.gpucluster import GpuCluster
-from spotguard_cli.inject import container_instance_event, make_event, sqs_envelope
+from spotguard_cli.inject import container_instance_event, make_event, sqs_envelope, task_event
 from spotguard_cli.local import FunctionHost, deploy
 
 os.environ.update(
@@ -48,15 +50,23 @@ class World:
         self.td = self.cluster.gpu_task_definition()
         clients.reset()
         self.host = FunctionHost(self.stack, self.stack.functions["InterruptionFunction"], log=DEVNULL)
+        self.task_events = FunctionHost(self.stack, self.stack.functions["TaskEventsFunction"], log=DEVNULL)
         self.calls: list[str] = []
         clients.on_every_call(lambda model, **_: self.calls.append(model.name))
 
-    def host_with_tasks(self, n: int, indexed: bool = True) -> str:
+    def host_with_tasks(self, n: int, indexed: bool = True, task_index: bool = True) -> str:
         h = self.cluster.add_host()
-        if n:
-            self.cluster.start(h, self.td, count=n)
+        arns = self.cluster.start(h, self.td, count=n) if n else []
         if indexed:
             self.invoke([container_instance_event(self.cluster.describe_host(h))])
+        if task_index and arns:
+            tasks: dict[str, Any] = {}
+            for i in range(0, len(arns), 100):  # DescribeTasks takes 100 at a time
+                tasks.update(self.cluster.tasks(arns[i : i + 100]))
+            events = [json.dumps(task_event(t, 2)) for t in tasks.values()]
+            for i in range(0, len(events), 10):
+                result = self.task_events.invoke(sqs_envelope(events[i : i + 10]))
+                assert not result["batchItemFailures"], result
         return h.instance_id
 
     def invoke(self, events: list[dict[str, Any]]) -> tuple[float, list[str]]:
@@ -76,14 +86,14 @@ def path_calls(calls: list[str]) -> list[str]:
 
 
 def scenario(
-    label: str, clusters: int, tasks: int, notices: int, indexed: bool, repeat: int
+    label: str, clusters: int, tasks: int, notices: int, indexed: bool, repeat: int, task_index: bool = True
 ) -> dict[str, Any]:
     times, paths, totals = [], [], []
     for _ in range(repeat):
         with mock_aws():
             state_manager.set_transition("ecs::task", {"progression": "manual", "times": 10**9})
             w = World(clusters)
-            ids = [w.host_with_tasks(tasks, indexed) for _ in range(notices)]
+            ids = [w.host_with_tasks(tasks, indexed, task_index) for _ in range(notices)]
             elapsed, calls = w.invoke([make_event("spot-interruption", i) for i in ids])
             assert calls.count("StopTask") == tasks * notices, Counter(calls)
             times.append(elapsed)
@@ -98,6 +108,7 @@ def scenario(
         "tasks_per_notice": tasks,
         "clusters": clusters,
         "indexed": indexed,
+        "task_index": task_index,
         "path_calls": len(path),
         "path_calls_besides_signals": len(overhead),
         "path_by_api": dict(Counter(overhead)),
@@ -121,6 +132,9 @@ def main() -> None:
         scenario("8 tasks, not indexed, 10 clusters", 10, 8, 1, False, args.repeat),
         scenario("100 tasks", 1, 100, 1, True, 1),
         scenario("200 tasks", 1, 200, 1, True, 1),
+        scenario("300 tasks", 1, 300, 1, True, 1),
+        scenario("100 tasks, no task index", 1, 100, 1, True, 1, task_index=False),
+        scenario("200 tasks, no task index", 1, 200, 1, True, 1, task_index=False),
     ]
     if args.json:
         print(json.dumps(rows, indent=2))

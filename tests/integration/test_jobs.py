@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from spotguard.adapters import clients
 from tests.integration.conftest import JobsWorld, make_jobs_world
 
 
@@ -31,7 +32,10 @@ def test_an_interrupted_job_comes_back_once_from_its_newest_checkpoint(jobs: Job
     jobs.commit_checkpoint(job, 1)
     newest = jobs.commit_checkpoint(job, 2)
 
+    calls: list[str] = []
+    clients.on_every_call(lambda model, **_: calls.append(model.name))
     jobs.interrupt(jobs.hosts[first])  # the warning: drain, StopTask with SpotGuard's reason
+    assert "ListTasks" in calls and "DescribeTasks" not in calls  # the task index knew the task
     assert jobs.task(arn1)["stoppedReason"].startswith("SpotGuard: spot-interruption")
     jobs.emit(arn1, exit_code=75)  # the agent committed and exited 75
 

@@ -59,9 +59,13 @@ class FakeEcs:
         self.calls.append("drain")
         self.status = "DRAINING"
 
-    def running_tasks(self, ref):
+    def running_task_arns(self, ref):
         self.calls.append("list")
-        return [t for t in self.tasks.values() if t.desired_status == "RUNNING"]
+        return [t.task_arn for t in self.tasks.values() if t.desired_status == "RUNNING"]
+
+    def describe_tasks(self, cluster_arn, arns):
+        self.calls.append("describe-tasks")
+        return [self.tasks[a] for a in arns]
 
     def stopped(self, cluster_arn, task_arns):
         self.calls.append("describe")
@@ -90,6 +94,7 @@ class FakeLedger:
         self.versions: dict[str, int] = {}
         self.notices: dict[str, dict] = {}
         self.claims: dict[str, str] = {}
+        self.task_index: dict[str, TaskInfo] = {}  # what task events told the ledger
 
     def container_instance(self, instance_id):
         return self.index.get(instance_id)
@@ -108,6 +113,11 @@ class FakeLedger:
 
     def remember_container_instance(self, ref):
         self.index.setdefault(ref.instance_id, ref)
+
+    def indexed_tasks(self, container_instance_arn):
+        return {
+            a: t for a, t in self.task_index.items() if t.container_instance_arn == container_instance_arn
+        }
 
     def record_notice(self, notice, received):
         self.notices.setdefault(notice.key, {})
@@ -362,3 +372,20 @@ def test_index_drops_stale_updates():
     assert svc.index(ContainerInstanceUpdate(status="DRAINING", version=5, **upd))
     assert not svc.index(ContainerInstanceUpdate(status="ACTIVE", version=4, **upd))
     assert not svc.index(ContainerInstanceUpdate(status="ACTIVE", version=5, **upd))
+
+
+def test_tasks_the_index_knows_are_not_described_and_listing_stays_the_truth():
+    known, new, gone = task(1), task(2), task(3)
+    svc, ecs, ledger, *_ = service([known, new])
+    ledger.task_index = {known.task_arn: known, gone.task_arn: gone}  # `gone` has stopped since
+    out = svc.handle(notice())
+    assert sorted(out.signalled) == sorted([known.task_arn, new.task_arn])
+    assert ecs.calls.count("describe-tasks") == 1  # for `new` only
+
+
+def test_a_fully_indexed_host_is_not_described_at_all():
+    tasks = [task(i) for i in range(8)]
+    svc, ecs, ledger, *_ = service(tasks)
+    ledger.task_index = {t.task_arn: t for t in tasks}
+    svc.handle(notice())
+    assert "describe-tasks" not in ecs.calls and ecs.calls.count("stop") == 8

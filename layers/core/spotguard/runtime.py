@@ -110,6 +110,7 @@ class JobsRuntime:
             notifier=Notifier(LazyClient("sns"), LazyClient("events"), env.topic_arn),
             retries=RetryQueue(sqs, env.retry_queue_url),
             clock=utcnow,
+            index=ledger,
         )
         self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
         self.idempotency = IdempotencyConfig(expires_after_seconds=SUBMIT_IDEMPOTENCY_SECONDS)

@@ -101,7 +101,8 @@ class EcsAdapter:
         if failures:  # MISSING: deregistered already, nothing left to drain
             raise RuntimeError(f"drain {ref.container_instance_arn} failed: {failures[0].get('reason')}")
 
-    def running_tasks(self, ref: ContainerInstanceRef) -> list[TaskInfo]:
+    def running_task_arns(self, ref: ContainerInstanceRef) -> list[str]:
+        """The tasks desired RUNNING on a host: one ListTasks call per 100."""
         arns: list[str] = []
         pages = self.client.get_paginator("list_tasks").paginate(
             cluster=ref.cluster_arn,
@@ -111,9 +112,10 @@ class EcsAdapter:
         )
         for page in pages:
             arns += page.get("taskArns", [])
-        return [t for t in self._describe(ref.cluster_arn, arns) if t.desired_status == "RUNNING"]
+        return arns
 
-    def _describe(self, cluster_arn: str, arns: Sequence[str]) -> list[TaskInfo]:
+    def describe_tasks(self, cluster_arn: str, arns: Sequence[str]) -> list[TaskInfo]:
+        """With tags: one DescribeTasks call per 100."""
         out: list[TaskInfo] = []
         for chunk in _chunks(arns):
             resp = self.client.describe_tasks(cluster=cluster_arn, tasks=chunk, include=["TAGS"])

@@ -6,6 +6,10 @@ Items written by the interruption path:
   INSTANCE#<id> / CLAIM#STOP           which notice stopped the host's tasks (the first one to claim it)
   CHECKPOINTS#<uri> / NEWEST           a job's newest committed checkpoint (only ever moves forward)
   CHECKPOINTS#<uri> / SEQ#<sequence>   every committed checkpoint (for a job's status)
+  HOST#<container instance> / TASK#<task arn>
+                                       the tasks on a host as their events said (kept by the task-events
+                                       function, so a notice needs no DescribeTasks); a stopped task
+                                       stays a day as a tombstone so a late RUNNING event cannot revive it
 Jobs live in the same table (see job_store.py).
 Notices and claims expire (TTL) after RETENTION_DAYS; EC2 never reuses an instance id.
 """
@@ -21,9 +25,10 @@ from botocore.exceptions import ClientError
 
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.notices import ContainerInstanceUpdate, Notice
-from spotguard.domain.tasks import ContainerInstanceRef
+from spotguard.domain.tasks import ContainerInstanceRef, TaskInfo
 
 RETENTION_DAYS = 30
+TOMBSTONE_HOURS = 24
 
 
 def conditional_failed(exc: ClientError) -> bool:
@@ -96,6 +101,48 @@ class DynamoLedger:
         except ClientError as exc:
             if not conditional_failed(exc):
                 raise
+
+    # ------------------------------------------------------------------------------- the task index
+    def index_task(self, info: TaskInfo, version: int, at: datetime) -> bool:
+        """Record (or, for a stopped task, tombstone) a task on its host, unless a newer event is in."""
+        assert info.container_instance_arn
+        stopped = info.last_status == "STOPPED"
+        expires = at + (timedelta(hours=TOMBSTONE_HOURS) if stopped else timedelta(days=RETENTION_DAYS))
+        try:
+            self.client.put_item(
+                TableName=self.table,
+                Item={
+                    "pk": {"S": f"HOST#{info.container_instance_arn}"},
+                    "sk": {"S": f"TASK#{info.task_arn}"},
+                    "info": {"S": info.model_dump_json()},
+                    "version": {"N": str(version)},
+                    "stopped": {"BOOL": stopped},
+                    "expires_at": {"N": str(int(expires.timestamp()))},
+                },
+                ConditionExpression="attribute_not_exists(version) OR version < :v",
+                ExpressionAttributeValues={":v": {"N": str(version)}},
+            )
+        except ClientError as exc:
+            if conditional_failed(exc):
+                return False
+            raise
+        return True
+
+    def indexed_tasks(self, container_instance_arn: str) -> dict[str, TaskInfo]:
+        """The tasks the index holds for a host and believes running (one query for hundreds)."""
+        found: dict[str, TaskInfo] = {}
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.table,
+            KeyConditionExpression="pk = :p AND begins_with(sk, :t)",
+            ExpressionAttributeValues={":p": {"S": f"HOST#{container_instance_arn}"}, ":t": {"S": "TASK#"}},
+            ConsistentRead=True,
+        )
+        for page in pages:
+            for item in page.get("Items", []):
+                if not item.get("stopped", {}).get("BOOL", False):
+                    info = TaskInfo.model_validate_json(item["info"]["S"])
+                    found[info.task_arn] = info
+        return found
 
     # ------------------------------------------------------------------------------------ notices
     def record_notice(self, notice: Notice, received: datetime) -> None:

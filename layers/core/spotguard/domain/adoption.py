@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spotguard.domain.jobs import ATTEMPT_TAG, SPOTGUARD_ENV, RunTaskRequest
-from spotguard.domain.tasks import JOB_TAG
+from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG
 
 # Container override fields a description gives back that RunTask takes again.
 _CONTAINER_OVERRIDE_FIELDS = (
@@ -53,7 +53,9 @@ def rebuild_request(
     tags = [
         {"key": t["key"], "value": t.get("value", "")}
         for t in task.get("tags") or []
-        if "key" in t and not t["key"].startswith("aws:") and t["key"] not in (JOB_TAG, ATTEMPT_TAG)
+        if "key" in t
+        and not t["key"].startswith("aws:")
+        and t["key"] not in (JOB_TAG, ATTEMPT_TAG, CHECKPOINT_CONTAINER_TAG)
     ]
     if tags:
         request["tags"] = tags

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from spotguard.domain.stops import OwnRecord, classify_stop
-from spotguard.domain.tasks import JOB_TAG, STARTED_BY
+from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG, STARTED_BY
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 # startedBy carries the job and the attempt, so every task event names its job without a lookup.
@@ -107,7 +107,7 @@ class RunTaskRequest(BaseModel):
         for t in self.tags or []:
             if t.key.startswith("aws:"):
                 raise ValueError(f"tag {t.key!r}: keys starting with aws: are reserved")
-            if t.key in (JOB_TAG, ATTEMPT_TAG):
+            if t.key in (JOB_TAG, ATTEMPT_TAG, CHECKPOINT_CONTAINER_TAG):
                 raise ValueError(f"tag {t.key!r} is set by SpotGuard")
         return self
 
@@ -665,6 +665,8 @@ def run_task_params(job: Job, launch: Launch, resume_from: str, avoid_at: dateti
         {"key": JOB_TAG, "value": job.job_id},
         {"key": ATTEMPT_TAG, "value": str(launch.attempt)},
     ]
+    if job.options.checkpoint_container:  # where the interruption path sends SIGUSR1
+        params["tags"].append({"key": CHECKPOINT_CONTAINER_TAG, "value": job.options.checkpoint_container})
     if not job.request.fargate:  # Fargate takes no placement constraints
         constraints = list(params.get("placementConstraints") or [])
         room = MAX_PLACEMENT_CONSTRAINTS - len(constraints)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from spotguard.domain.errors import one_line
 from spotguard.domain.jobs import JOB_ID, TaskEvent
 from spotguard.domain.notices import Decision, Settings, envelope
+from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, MANAGED_TAG, TaskInfo
 
 TASK_STATE_CHANGE = "ECS Task State Change"
 LAUNCH_DUE = "Launch Due"
@@ -140,4 +141,24 @@ def launch_due_message(job_id: str, launch_try: int, now: datetime) -> str:
             "resources": [],
             "detail": {"job-id": job_id, "launch-try": launch_try},
         }
+    )
+
+
+def indexed_info(task: TaskEvent, managed: bool, gpu: bool, checkpoint_container: str | None) -> TaskInfo:
+    """What the host's task index keeps of a task: enough for the interruption path to pick the managed
+    ones and signal the right container without describing them."""
+    tags = {MANAGED_TAG: "true"} if managed else {}
+    if managed and checkpoint_container:
+        tags[CHECKPOINT_CONTAINER_TAG] = checkpoint_container
+    return TaskInfo(
+        task_arn=task.task_arn,
+        cluster_arn=task.cluster_arn,
+        task_definition_arn=task.task_definition_arn,
+        container_instance_arn=task.container_instance_arn,
+        started_by=task.started_by,
+        tags=tags,
+        last_status=task.last_status,
+        desired_status=task.desired_status,
+        containers=tuple((str(c.get("name", "")), c.get("runtimeId")) for c in task.containers),
+        gpu=gpu,
     )

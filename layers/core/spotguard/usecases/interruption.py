@@ -158,7 +158,18 @@ class InterruptionService:
         return ref
 
     def _managed(self, ref: ContainerInstanceRef) -> list[TaskInfo]:
-        return managed_tasks(self.ecs.running_tasks(ref), self.config.manage, self.ecs.definition_has_gpu)
+        """ListTasks says which tasks are desired RUNNING on the host (the truth); the task index,
+        kept from task events, describes them; only tasks it does not know yet are described."""
+        arns = self.ecs.running_task_arns(ref)
+        if not arns:
+            return []
+        known = self.ledger.indexed_tasks(ref.container_instance_arn)
+        unknown = [a for a in arns if a not in known]
+        described = self.ecs.describe_tasks(ref.cluster_arn, unknown) if unknown else []
+        tasks = [known[a] for a in arns if a in known] + [
+            t for t in described if t.desired_status == "RUNNING"
+        ]
+        return managed_tasks(tasks, self.config.manage, self.ecs.definition_has_gpu)
 
     def _stop_all(self, tasks: list[TaskInfo], reason: str) -> None:
         """StopTask for every task at once: with the two-minute warning, serial calls would eat the

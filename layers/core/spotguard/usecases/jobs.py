@@ -47,7 +47,8 @@ from spotguard.domain.jobs import (
 from spotguard.domain.notices import Settings
 from spotguard.domain.prices import task_share
 from spotguard.domain.stops import classify_stop
-from spotguard.domain.tasks import ManageMode, TaskInfo
+from spotguard.domain.task_events import indexed_info
+from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, ManageMode, TaskInfo
 from spotguard.ports import (
     Hosts,
     JobEcs,
@@ -56,6 +57,7 @@ from spotguard.ports import (
     NewestCheckpoint,
     Notifications,
     StopClaims,
+    TaskIndex,
 )
 
 MAX_WRITE_TRIES = 8  # compare-and-set conflicts (concurrent events for one job) before giving up
@@ -89,6 +91,7 @@ class JobService:
         notifier: Notifications,
         retries: LaunchRetries,
         clock: Callable[[], datetime],
+        index: TaskIndex | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -99,6 +102,7 @@ class JobService:
         self.notifier = notifier
         self.retries = retries
         self.clock = clock
+        self.index = index
 
     # ================================================================================ manual actions
     def submit(self, cmd: Submit) -> Job:
@@ -194,12 +198,13 @@ class JobService:
         ref = ev.job_ref
         job_id = ref[0] if ref else adopted_job_id(ev.task_arn)
         job = self.store.get(job_id)
-        if job is None:
-            if ref is not None:
-                return f"job {job_id} is not in the ledger (deleted?): event ignored"
+        if job is None and ref is None:
             job = self._adopt_running(ev)
-            if job is None:
-                return "not a managed task"
+        self._index(ev, job)
+        if job is None:
+            return (
+                "not a managed task" if ref is None else f"job {job_id} is not in the ledger: event ignored"
+            )
         facts_cache: dict[str, Any] = {}
 
         def step(j: Job) -> Step:
@@ -215,6 +220,20 @@ class JobService:
         note = self._apply(job_id, step)
         self._drive(job_id)
         return note
+
+    def _index(self, ev: TaskEvent, job: Job | None) -> None:
+        """Keep the host's task index, so a notice for the host needs no DescribeTasks."""
+        if self.index is None or not ev.container_instance_arn:
+            return
+        container = (
+            (job.options.checkpoint_container or (job.containers[0] if job.containers else None))
+            if job
+            else None
+        )
+        info = indexed_info(
+            ev, managed=job is not None, gpu=bool(job and job.gpus), checkpoint_container=container
+        )
+        self.index.index_task(info, ev.version, self.clock())
 
     def on_launch_due(self, job_id: str, launch_try: int) -> str:
         job = self.store.get(job_id)
@@ -463,7 +482,7 @@ class JobService:
             job_id=job_id,
             state=state,
             request=rebuild_request(task, self.config.default_subnets, self.config.default_security_groups),
-            options=JobOptions(),
+            options=JobOptions(checkpoint_container=_tag(task, CHECKPOINT_CONTAINER_TAG)),
             checkpoint_uri=uri,
             gpus=td.gpus,
             containers=td.containers,
@@ -532,3 +551,7 @@ def _aws_message(exc: Exception) -> str:
         err = response.get("Error", {})
         return f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
     return str(exc)
+
+
+def _tag(task: dict[str, Any], key: str) -> str | None:
+    return next((t.get("value") for t in task.get("tags") or [] if t.get("key") == key), None) or None
