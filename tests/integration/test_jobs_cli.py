@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.main import build_parser
-from tests.integration.conftest import JobsWorld
+from spotguard_cli.world import JobsWorld
 
 
 def _run(world: JobsWorld | None, *argv: str) -> tuple[int, str]:

@@ -83,7 +83,7 @@ class StopClaims(Protocol):
 
 
 class Notifications(Protocol):
-    def send(self, n: Notification) -> None: ...
+    def send_all(self, notifications: list[Notification]) -> None: ...
 
 
 class TaskIndex(Protocol):

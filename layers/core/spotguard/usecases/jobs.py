@@ -160,17 +160,15 @@ class JobService:
                 "BadRequest",
                 f"checkpoint: not one of job {job_id}'s checkpoints (under {job.checkpoint_uri})",
             )
-        self._apply(job_id, lambda j: request_resubmit(j, self.clock(), cmd.checkpoint))
-        return self._drive(job_id)
+        job, _ = self._apply(job_id, lambda j: request_resubmit(j, self.clock(), cmd.checkpoint), current=job)
+        return self._drive(job_id, job)
 
     def cancel(self, cmd: Cancel) -> Job:
-        self._get(cmd.job_id)
-        self._apply(cmd.job_id, lambda j: request_cancel(j, self.clock(), cmd.reason))
-        return self._get(cmd.job_id)
+        job = self._get(cmd.job_id)
+        return self._apply(cmd.job_id, lambda j: request_cancel(j, self.clock(), cmd.reason), current=job)[0]
 
     def status(self, cmd: Status) -> dict[str, Any]:
-        job = self._get(cmd.job_id)
-        self._flush(job)
+        job = self._flush(self._get(cmd.job_id))
         refs = self.store.checkpoints(job.checkpoint_uri)
         by_attempt: dict[int, list[datetime]] = {}
         for r in refs:
@@ -217,8 +215,8 @@ class JobService:
                 result = result.model_copy(update={"job": self._with_host(result.job, ev, facts_cache)})
             return result
 
-        note = self._apply(job_id, step)
-        self._drive(job_id)
+        job, note = self._apply(job_id, step, current=job)
+        self._drive(job_id, job)
         return note
 
     def _index(self, ev: TaskEvent, job: Job | None) -> None:
@@ -246,7 +244,7 @@ class JobService:
             wait = max(1, int((job.retry_at - now).total_seconds() + 0.999))
             self.retries.schedule(job_id, launch_try, wait)
             return f"not due yet: checking again in {wait} s"
-        self._drive(job_id)
+        self._drive(job_id, job)
         return "launched"
 
     # ====================================================================================== internals
@@ -259,10 +257,13 @@ class JobService:
     def _default_uri(self, job_id: str) -> str:
         return f"s3://{self.config.checkpoint_bucket}/{self.config.checkpoint_prefix}{job_id}/"
 
-    def _apply(self, job_id: str, fn: Callable[[Job], Step]) -> str:
-        """Load, transition, compare-and-set, then carry out the step's effects."""
+    def _apply(self, job_id: str, fn: Callable[[Job], Step], current: Job | None = None) -> tuple[Job, str]:
+        """Transition, compare-and-set, then carry out the step's effects. Starts from `current` when the
+        caller has the job in hand (reloading only when someone else wrote it meanwhile); returns the job
+        as it now stands and the step's note."""
         for _ in range(MAX_WRITE_TRIES):
-            job = self._get(job_id)
+            job = current if current is not None else self._get(job_id)
+            current = None
             try:
                 step = fn(job)
             except JobError as exc:
@@ -271,11 +272,14 @@ class JobService:
                 written = self._commit(job, step)
                 if written is None:
                     continue
+                job = written
             self._stops(step)
-            return step.note
+            return job, step.note
         raise Conflict(f"job {job_id} changed {MAX_WRITE_TRIES} times while being updated")
 
     def _commit(self, old: Job, step: Step) -> Job | None:
+        """Write the step's job (with its notifications in the outbox) if `old` is still current;
+        then send them. The job as written and flushed, or None when another writer got there first."""
         assert step.job is not None
         new = step.job
         items = [
@@ -287,78 +291,83 @@ class JobService:
             new = new.model_copy(update={"outbox": [*new.outbox, *items]})
         if not self.store.replace(new, old.rev):
             return None
-        self._flush(new)
-        return new
+        return self._flush(new)
 
     def _stops(self, step: Step) -> None:
         for e in step.effects:
             if isinstance(e, Stop):
                 self.ecs.stop(e.cluster, e.task_arn, e.reason)
 
-    def _flush(self, job: Job) -> None:
-        """Send the job's pending notifications, then take them out of the outbox."""
+    def _flush(self, job: Job) -> Job:
+        """Send the job's pending notifications, then take them out of the outbox. Returns the job as
+        it stands after (reloaded only if someone wrote it meanwhile)."""
         if not job.outbox:
-            return
-        for item in job.outbox:
-            self.notifier.send(
+            return job
+        self.notifier.send_all(
+            [
                 Notification(
                     id=item.id, kind=item.kind, job_id=job.job_id, message=item.message, detail=item.detail
                 )
-            )
+                for item in job.outbox
+            ]
+        )
         sent = {i.id for i in job.outbox}
+        current: Job | None = job
         for _ in range(MAX_WRITE_TRIES):
+            if current is None:
+                return job
+            if not any(i.id in sent for i in current.outbox):
+                return current
+            cleared = current.model_copy(
+                update={"outbox": [i for i in current.outbox if i.id not in sent], "rev": current.rev + 1}
+            )
+            if self.store.replace(cleared, current.rev):
+                return cleared
             current = self.store.get(job.job_id)
-            if current is None or not any(i.id in sent for i in current.outbox):
-                return
-            kept = [i for i in current.outbox if i.id not in sent]
-            if self.store.replace(
-                current.model_copy(update={"outbox": kept, "rev": current.rev + 1}), current.rev
-            ):
-                return
+        return job
 
-    def _drive(self, job_id: str) -> Job:
+    def _drive(self, job_id: str, current: Job | None = None) -> Job:
         """Move the job on while it can: launch when queued and due, repeat a launch in flight."""
         for _ in range(MAX_DRIVE_STEPS):
-            job = self._get(job_id)
-            self._flush(job)
+            job = self._flush(current if current is not None else self._get(job_id))
+            current = None
             if job.state not in (JobState.QUEUED, JobState.LAUNCHING):
                 return job
             step = begin_launch(job, self.clock())
             if step.job is not None:
-                if self._commit(job, step) is None:
+                written = self._commit(job, step)
+                if written is None:
                     continue
-                job = step.job
+                job = written
             launch = next((e for e in step.effects if isinstance(e, Launch)), None)
             if launch is None:
-                return self._get(job_id)  # not due yet, or cancelled before it started
-            self._launch(job, launch)
+                return job  # not due yet, or cancelled before it started
+            current = self._launch(job, launch)
         return self._get(job_id)
 
-    def _launch(self, job: Job, launch: Launch) -> None:
+    def _launch(self, job: Job, launch: Launch) -> Job:
         now = self.clock()
         resume_from = launch.resume_from_hint or self._newest(job)
         result = self.ecs.run_task(run_task_params(job, launch, resume_from, now))
         if result.task_arn is not None:
             arn = result.task_arn
-            self._apply(
-                job.job_id,
-                lambda j: launch_succeeded(
-                    j, arn, launch.client_token, resume_from, self.clock(), resubmitted=launch.attempt > 1
-                ),
+            step: Callable[[Job], Step] = lambda j: launch_succeeded(  # noqa: E731
+                j, arn, launch.client_token, resume_from, self.clock(), resubmitted=launch.attempt > 1
             )
         elif result.refused is not None:
             refused = result.refused
-            self._apply(job.job_id, lambda j: launch_refused(j, refused, self.clock()))
+            step = lambda j: launch_refused(j, refused, self.clock())  # noqa: E731
         else:
             reason = result.no_capacity or "no task was placed"
             base = self.config.retry_base_seconds
-            step = launch_failed(job, reason, now, base)
-            if step.job is not None and step.job.retry_at is not None:
+            waiting = launch_failed(job, reason, now, base)
+            if waiting.job is not None and waiting.job.retry_at is not None:
                 # The retry is scheduled before the job says it waits, so a crash between the two can
                 # leave a spare message (dropped as stale) but never a job nobody will launch again.
-                delay = int((step.job.retry_at - now).total_seconds())
-                self.retries.schedule(job.job_id, step.job.launch_tries, delay)
-            self._apply(job.job_id, lambda j: launch_failed(j, reason, self.clock(), base))
+                delay = int((waiting.job.retry_at - now).total_seconds())
+                self.retries.schedule(job.job_id, waiting.job.launch_tries, delay)
+            step = lambda j: launch_failed(j, reason, self.clock(), base)  # noqa: E731
+        return self._apply(job.job_id, step, current=job)[0]
 
     def _newest(self, job: Job) -> str:
         ref = self.checkpoints.newest(job.checkpoint_uri)

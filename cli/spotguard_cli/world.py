@@ -1,0 +1,186 @@
+"""A world for jobs: the stack deployed into moto (in-process or moto server), every function's handler
+in this process, ECS's placement played by a GpuScheduler, and ECS's task events played by `emit`
+(moto emits none), delivered through EventBridge's rules as in AWS. The tests and the jobs benchmark
+run on it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from spotguard.adapters import clients
+from spotguard_cli.gpucluster import GpuCluster, GpuScheduler, Host
+from spotguard_cli.inject import make_event, put_entry, task_event
+from spotguard_cli.local import FunctionHost, LocalStack, QueuePoller, deploy
+
+
+@dataclass
+class JobsWorld:
+    """The whole stack's functions over moto: ECS's placement played by a GpuScheduler, and ECS's task
+    events played by `emit` (moto emits none), delivered through EventBridge as in AWS."""
+
+    stack: LocalStack
+    cluster: GpuCluster
+    hosts: dict[str, Host]
+    scheduler: GpuScheduler
+    jobs_fn: FunctionHost
+    interruptions: QueuePoller
+    task_events: QueuePoller
+    retries: QueuePoller
+    checkpoints: QueuePoller
+    versions: dict[str, int]
+    notifications_url: str
+    job_events_url: str
+
+    def invoke(self, payload: Any) -> dict[str, Any]:
+        return dict(self.jobs_fn.invoke(payload))
+
+    def submit(self, gpus: int = 1, **options: Any) -> dict[str, Any]:
+        td = self.cluster.gpu_task_definition(gpus=gpus)
+        answer = self.invoke(
+            {
+                "action": "submit",
+                "request": {"cluster": "gpu-spot", "taskDefinition": td, "launchType": "EC2"},
+                "options": options,
+            }
+        )
+        assert answer["ok"], answer
+        return answer["job"]
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        answer = self.invoke({"action": "status", "job_id": job_id})
+        assert answer["ok"], answer
+        return answer["job"]
+
+    def task(self, arn: str) -> dict[str, Any]:
+        return self.cluster.tasks([arn])[arn]
+
+    def event(self, arn: str, exit_code: int | None = None, stop_code: str | None = None) -> dict[str, Any]:
+        """The next task event ECS would emit for the task as it is now."""
+        self.versions[arn] = self.versions.get(arn, 1) + 1
+        return task_event(self.task(arn), self.versions[arn], exit_code=exit_code, stop_code=stop_code)
+
+    def put(self, *events: dict[str, Any]) -> None:
+        """Through EventBridge's rules, as AWS delivers them."""
+        events_client = self.stack.client("events")
+        for e in events:
+            resp = events_client.put_events(Entries=[put_entry(e)])
+            assert resp["FailedEntryCount"] == 0
+
+    def emit(self, arn: str, exit_code: int | None = None, stop_code: str | None = None) -> dict[str, Any]:
+        e = self.event(arn, exit_code, stop_code)
+        self.put(e)
+        self.task_events.drain()
+        return e
+
+    def stop(self, arn: str, reason: str = "Essential container in task exited") -> None:
+        self.stack.client("ecs").stop_task(cluster="gpu-spot", task=arn, reason=reason)
+
+    def interrupt(self, host: Host) -> None:
+        self.interruptions.sqs.send_message(
+            QueueUrl=self.interruptions.queue_url,
+            MessageBody=json.dumps(make_event("spot-interruption", host.instance_id)),
+        )
+        self.interruptions.drain()
+
+    def commit_checkpoint(self, job: dict[str, Any], sequence: int, attempt: int = 1) -> str:
+        """Write a committed checkpoint as the agent does, and deliver its manifest event."""
+        bucket, prefix = job["checkpoint_uri"].removeprefix("s3://").split("/", 1)
+        s3 = self.stack.client("s3")
+        body = b"weights" * sequence
+        key = f"{prefix}checkpoints/{sequence:08d}/model.pt"
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+        manifest = {
+            "format": 1,
+            "sequence": sequence,
+            "job_id": job["job_id"],
+            "attempt": attempt,
+            "step": sequence * 100,
+            "progress": min(1.0, sequence / 10),
+            "created_at": datetime.now(UTC).isoformat(),
+            "files": [{"path": "model.pt", "size": len(body), "sha256": hashlib.sha256(body).hexdigest()}],
+        }
+        mkey = f"{prefix}checkpoints/{sequence:08d}/MANIFEST.json"
+        s3.put_object(Bucket=bucket, Key=mkey, Body=json.dumps(manifest).encode())
+        event = make_event("checkpoint-manifest", "i-00000000")
+        event["detail"]["bucket"]["name"] = bucket
+        event["detail"]["object"]["key"] = mkey
+        self.checkpoints.sqs.send_message(QueueUrl=self.checkpoints.queue_url, MessageBody=json.dumps(event))
+        self.checkpoints.drain()
+        return f"s3://{bucket}/{mkey}"
+
+    def received(self, url: str) -> list[dict[str, Any]]:
+        out = []
+        while True:
+            msgs = self.interruptions.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
+                "Messages", []
+            )
+            if not msgs:
+                return out
+            out += [json.loads(m["Body"]) for m in msgs]
+            for m in msgs:
+                self.interruptions.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+    def notifications(self) -> list[dict[str, Any]]:
+        """What reached the SNS topic (an SQS subscriber stands in for the e-mail)."""
+        return [json.loads(n["Message"]) for n in self.received(self.notifications_url)]
+
+    def job_events(self) -> list[dict[str, Any]]:
+        """SpotGuard's own EventBridge events (a rule on source spotguard to SQS stands in for users)."""
+        return self.received(self.job_events_url)
+
+
+def make_jobs_world(env: dict[str, str] | None = None, log: TextIO | None = None) -> JobsWorld:
+    stack = deploy(None, {"ClusterNames": "gpu-spot", "NotificationEmail": ""})
+    shared = {"SPOTGUARD_RETRY_BASE_SECONDS": "1", "SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "0", **(env or {})}
+    for fn in stack.functions.values():
+        fn.environment.update(shared)
+    cluster = GpuCluster(stack.client("ecs"), stack.client("ec2"), "gpu-spot")
+    hosts = {
+        "a1": cluster.add_host("g5.xlarge", "us-east-1a"),
+        "b1": cluster.add_host("g5.xlarge", "us-east-1b"),
+        "a4": cluster.add_host("g5.12xlarge", "us-east-1a"),
+        "b4": cluster.add_host("g5.12xlarge", "us-east-1b"),
+        "a8": cluster.add_host("g5.48xlarge", "us-east-1a"),
+        "b8": cluster.add_host("g5.48xlarge", "us-east-1b"),
+    }
+    clients.reset()
+    scheduler = GpuScheduler(cluster)
+    scheduler.install()
+    interruption = FunctionHost(stack, stack.functions["InterruptionFunction"], log=log)
+    task_events_fn = FunctionHost(stack, stack.functions["TaskEventsFunction"], log=log)
+    jobs_fn = FunctionHost(stack, stack.functions["JobsFunction"], log=log)
+    checkpoints_fn = FunctionHost(stack, stack.functions["CheckpointsFunction"], log=log)
+    queues = stack.functions["TaskEventsFunction"].queues
+    retry_arn = next(a for a in queues if "LaunchRetry" in a)
+    events_arn = next(a for a in queues if "TaskEventsQueue" in a)
+
+    sqs, sns, events = stack.client("sqs"), stack.client("sns"), stack.client("events")
+    notes_url = sqs.create_queue(QueueName="test-notifications")["QueueUrl"]
+    notes_arn = sqs.get_queue_attributes(QueueUrl=notes_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    sns.subscribe(TopicArn=stack.outputs["NotificationsTopicArn"], Protocol="sqs", Endpoint=notes_arn)
+    job_events_url = sqs.create_queue(QueueName="test-job-events")["QueueUrl"]
+    job_events_arn = sqs.get_queue_attributes(QueueUrl=job_events_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    events.put_rule(Name="test-job-events", EventPattern=json.dumps({"source": ["spotguard"]}))
+    events.put_targets(Rule="test-job-events", Targets=[{"Id": "q", "Arn": job_events_arn}])
+    return JobsWorld(
+        stack=stack,
+        cluster=cluster,
+        hosts=hosts,
+        scheduler=scheduler,
+        jobs_fn=jobs_fn,
+        interruptions=QueuePoller(stack, interruption),
+        task_events=QueuePoller(stack, task_events_fn, events_arn),
+        retries=QueuePoller(stack, task_events_fn, retry_arn),
+        checkpoints=QueuePoller(stack, checkpoints_fn),
+        versions={},
+        notifications_url=notes_url,
+        job_events_url=job_events_url,
+    )
