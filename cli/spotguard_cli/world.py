@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from spotguard.adapters import clients
@@ -34,6 +34,17 @@ class JobsWorld:
     versions: dict[str, int]
     notifications_url: str
     job_events_url: str
+    reconcile_fn: FunctionHost
+    hosts_of_functions: list[FunctionHost]
+
+    def reconcile(self) -> dict[str, int]:
+        """What the schedule does every 5 minutes."""
+        return dict(self.reconcile_fn.invoke({"id": "local-schedule", "source": "aws.scheduler"}))
+
+    def shift_clock(self, seconds: float) -> None:
+        """Make every function's clock run `seconds` ahead (time passing, without waiting for it)."""
+        for host in self.hosts_of_functions:
+            host.module.runtime.service.clock = lambda: datetime.now(UTC) + timedelta(seconds=seconds)
 
     def invoke(self, payload: Any) -> dict[str, Any]:
         return dict(self.jobs_fn.invoke(payload))
@@ -76,8 +87,18 @@ class JobsWorld:
         self.task_events.drain()
         return e
 
-    def stop(self, arn: str, reason: str = "Essential container in task exited") -> None:
+    def stop(
+        self, arn: str, reason: str = "Essential container in task exited", exit_code: int | None = None
+    ) -> None:
+        """StopTask; with `exit_code`, the containers' exit code as DescribeTasks will report it (moto
+        reports 0 for every container otherwise; in-process moto only)."""
         self.stack.client("ecs").stop_task(cluster="gpu-spot", task=arn, reason=reason)
+        if exit_code is not None and self.stack.endpoint is None:
+            from moto.ecs.models import ecs_backends
+
+            task = ecs_backends[self.stack.account][self.stack.region].tasks["gpu-spot"][arn]
+            for c in task.containers:
+                c.exitCode = exit_code
 
     def interrupt(self, host: Host) -> None:
         self.interruptions.sqs.send_message(
@@ -154,6 +175,7 @@ def make_jobs_world(env: dict[str, str] | None = None, log: TextIO | None = None
     task_events_fn = FunctionHost(stack, stack.functions["TaskEventsFunction"], log=log)
     jobs_fn = FunctionHost(stack, stack.functions["JobsFunction"], log=log)
     checkpoints_fn = FunctionHost(stack, stack.functions["CheckpointsFunction"], log=log)
+    reconcile_fn = FunctionHost(stack, stack.functions["ReconcileFunction"], log=log)
     queues = stack.functions["TaskEventsFunction"].queues
     retry_arn = next(a for a in queues if "LaunchRetry" in a)
     events_arn = next(a for a in queues if "TaskEventsQueue" in a)
@@ -183,4 +205,6 @@ def make_jobs_world(env: dict[str, str] | None = None, log: TextIO | None = None
         versions={},
         notifications_url=notes_url,
         job_events_url=job_events_url,
+        reconcile_fn=reconcile_fn,
+        hosts_of_functions=[task_events_fn, jobs_fn, reconcile_fn],
     )

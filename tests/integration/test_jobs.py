@@ -282,3 +282,41 @@ def test_a_lost_run_task_answer_never_starts_a_second_task(jobs: JobsWorld):
     status = jobs.status(job["job_id"])
     assert status["state"] == "running" and len(status["attempts"]) == 2
     assert len(set(jobs.scheduler.by_token.values())) == 2  # two tasks in all: one per attempt
+
+
+def test_reconcile_applies_a_stop_whose_event_was_lost(jobs: JobsWorld):
+    job = jobs.submit(gpus=4)
+    arn = job["task_arn"]
+    jobs.emit(arn)
+    jobs.stop(arn, "SpotGuard: spot-interruption lost on i-0123456789abcdef0", exit_code=75)  # no event
+    assert jobs.reconcile()["stops_applied"] == 1
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "running" and len(status["attempts"]) == 2
+    assert jobs.reconcile() == {"checked": 1, "relaunched": 0, "stops_applied": 0, "vanished": 0}
+
+
+def test_reconcile_resumes_a_job_whose_task_vanished_from_ecs(jobs: JobsWorld):
+    from moto.ecs.models import ecs_backends
+
+    job = jobs.submit(gpus=1)
+    arn = job["task_arn"]
+    ecs_backends["123456789012"]["us-east-1"].tasks["gpu-spot"].pop(arn)  # ECS forgot it
+    assert jobs.reconcile()["vanished"] == 1
+    first, second = jobs.status(job["job_id"])["attempts"]
+    assert first["outcome"] == "resubmit" and "vanished" in first["outcome_reason"]
+    assert second["number"] == 2
+
+
+def test_reconcile_finishes_a_launch_left_half_done(jobs: JobsWorld):
+    jobs.scheduler.lose_answers = 1
+    td = jobs.cluster.gpu_task_definition(gpus=1)
+    answer = jobs.invoke(
+        {"action": "submit", "job_id": "half", "request": {"cluster": "gpu-spot", "taskDefinition": td}}
+    )
+    assert answer["error"]["type"] == "InternalError"  # the RunTask answer was lost
+    assert jobs.status("half")["state"] == "launching"
+    assert jobs.reconcile()["relaunched"] == 0  # not stuck yet: a launch may still be under way
+    jobs.shift_clock(600)
+    assert jobs.reconcile()["relaunched"] == 1
+    assert jobs.status("half")["state"] == "running"
+    assert len(jobs.scheduler.requests) == 2 and len(set(jobs.scheduler.by_token.values())) == 1

@@ -58,7 +58,7 @@ def test_every_function_reads_a_queue_with_partial_batch_responses(cfn):
     for name, fn in functions.items():
         assert fn["Properties"]["Runtime"] == "python3.13"
         mine = [m for m in mappings.values() if m["Properties"]["FunctionName"] == {"Ref": name}]
-        if name == "JobsFunction":  # invoked by hand only
+        if name in ("JobsFunction", "ReconcileFunction"):  # invoked by hand / on a schedule
             assert mine == []
             continue
         assert mine, name
@@ -269,3 +269,10 @@ def test_jobs_policy_is_least_privilege(cfn):
         assert by_sid[sid]["Condition"]["StringEquals"]["aws:ResourceAccount"] == {"Ref": "AWS::AccountId"}
     for name in ("TaskEventsFunctionRole", "JobsFunctionRole"):
         assert {"Ref": "JobsPolicy"} in cfn["Resources"][name]["Properties"]["ManagedPolicyArns"]
+
+
+def test_reconcile_runs_on_a_schedule_one_at_a_time(cfn):
+    (schedule,) = _of_type(cfn, "AWS::Scheduler::Schedule").values()
+    assert schedule["Properties"]["ScheduleExpression"] == "rate(5 minutes)"
+    assert schedule["Properties"]["Target"]["Arn"] == {"Fn::GetAtt": ["ReconcileFunction", "Arn"]}
+    assert cfn["Resources"]["ReconcileFunction"]["Properties"]["ReservedConcurrentExecutions"] == 1

@@ -174,6 +174,20 @@ class EcsAdapter:
         tasks = resp.get("tasks") or []
         return dict(tasks[0]) if tasks else None
 
+    def describe_many(
+        self, cluster: str, task_arns: Sequence[str]
+    ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """The tasks ECS still knows (100 per call), and the ones it has forgotten (MISSING)."""
+        found: dict[str, dict[str, Any]] = {}
+        missing: list[str] = []
+        for chunk in _chunks(task_arns):
+            resp = self.client.describe_tasks(cluster=cluster, tasks=chunk)
+            found.update({t["taskArn"]: dict(t) for t in resp.get("tasks", [])})
+            failed = {f["arn"]: f.get("reason") for f in resp.get("failures", []) if "arn" in f}
+            # ECS answers every ARN with a task or a failure; an ARN with neither is gone too.
+            missing += [a for a in chunk if a not in found and failed.get(a, "MISSING") == "MISSING"]
+        return found, missing
+
     def task_definition(self, arn: str, overrides: dict[str, Any] | None = None) -> TaskDefinitionInfo:
         td = self.client.describe_task_definition(taskDefinition=arn)["taskDefinition"]
         containers = td.get("containerDefinitions", []) or []

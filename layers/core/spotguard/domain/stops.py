@@ -21,6 +21,9 @@ from pydantic import BaseModel, ConfigDict
 RESUME_ME = 75
 SPOTGUARD_REASON = "SpotGuard: "
 CANCEL_REASON = "SpotGuard: cancelled"
+# Reconcile found a job's task gone from ECS (which forgets stopped tasks after about an hour) without
+# ever seeing it stop: its exit is unknown, so it is resumed from its checkpoint rather than lost.
+VANISHED_REASON = "SpotGuard: vanished from ECS before its stop was seen"
 _HOST_GONE = re.compile(
     r"(Host EC2 \(instance i-[0-9a-f]+\) (terminated|stopped|shutting-down))"
     r"|(EC2 instance i-[0-9a-f]+ (was )?(terminated|stopped))",
@@ -71,6 +74,8 @@ def classify_stop(
         return StopVerdict(
             outcome="cancelled", reason="cancelled by the user through SpotGuard", exit_code=code
         )
+    if reason.startswith(VANISHED_REASON):
+        return StopVerdict(outcome="resubmit", reason="the task vanished from ECS before its stop was seen")
     if code == RESUME_ME:
         return StopVerdict(
             outcome="resubmit", reason="exit 75: stopped after committing a checkpoint", exit_code=code

@@ -43,10 +43,11 @@ from spotguard.domain.jobs import (
     request_resubmit,
     run_task_params,
     spend,
+    started_by,
 )
 from spotguard.domain.notices import Settings
 from spotguard.domain.prices import task_share
-from spotguard.domain.stops import classify_stop
+from spotguard.domain.stops import VANISHED_REASON, classify_stop
 from spotguard.domain.task_events import indexed_info
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, ManageMode, TaskInfo
 from spotguard.ports import (
@@ -60,6 +61,7 @@ from spotguard.ports import (
     TaskIndex,
 )
 
+STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
 MAX_WRITE_TRIES = 8  # compare-and-set conflicts (concurrent events for one job) before giving up
 MAX_DRIVE_STEPS = 6
 
@@ -232,6 +234,38 @@ class JobService:
             ev, managed=job is not None, gpu=bool(job and job.gpus), checkpoint_container=container
         )
         self.index.index_task(info, ev.version, self.clock())
+
+    # ====================================================================================== reconcile
+    def reconcile(self, limit: int = 500) -> dict[str, int]:
+        """The scheduled sweep that makes sure nothing is lost even when events are: a launch left
+        half-done is repeated (same client token), a due job whose retry message was lost is launched,
+        and a running job whose task stopped unseen (or vanished from ECS) gets its stop applied."""
+        now = self.clock()
+        counts = {"checked": 0, "relaunched": 0, "stops_applied": 0, "vanished": 0}
+        for job in self.store.list(JobState.LAUNCHING, limit) + self.store.list(JobState.QUEUED, limit):
+            counts["checked"] += 1
+            stale = (now - job.updated_at).total_seconds() > STUCK_SECONDS
+            overdue = job.retry_at is None or (now - job.retry_at).total_seconds() > STUCK_SECONDS
+            if stale and (job.state is JobState.LAUNCHING or overdue):
+                self._drive(job.job_id, job)
+                counts["relaunched"] += 1
+        live: dict[str, list[tuple[Job, Attempt]]] = {}
+        for job in self.store.list(JobState.RUNNING, limit):
+            counts["checked"] += 1
+            attempt = job.live_attempt
+            if attempt is not None:
+                live.setdefault(job.request.cluster, []).append((job, attempt))
+        for cluster, pairs in live.items():
+            found, missing = self.ecs.describe_many(cluster, [a.task_arn for _, a in pairs])
+            for job, attempt in pairs:
+                task = found.get(attempt.task_arn)
+                if task is not None and task.get("lastStatus") == "STOPPED":
+                    self.on_task_event(_event_of(task, now, attempt.ecs_version + 1))
+                    counts["stops_applied"] += 1
+                elif attempt.task_arn in missing:
+                    self.on_task_event(_vanished(job, attempt, now))
+                    counts["vanished"] += 1
+        return counts
 
     def on_launch_due(self, job_id: str, launch_try: int) -> str:
         job = self.store.get(job_id)
@@ -560,6 +594,49 @@ def _aws_message(exc: Exception) -> str:
         err = response.get("Error", {})
         return f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
     return str(exc)
+
+
+def _event_of(task: dict[str, Any], now: datetime, at_least: int) -> TaskEvent:
+    """A stopped task's description as the event ECS would have sent for it. Its `version` when it has
+    one; STOPPED is final, so it is never older than what was seen."""
+    return TaskEvent(
+        task_arn=task["taskArn"],
+        cluster_arn=task["clusterArn"],
+        version=max(int(task.get("version") or 0), at_least),
+        last_status=task.get("lastStatus", ""),
+        desired_status=task.get("desiredStatus", ""),
+        started_by=task.get("startedBy", "") or "",
+        task_definition_arn=task.get("taskDefinitionArn", ""),
+        container_instance_arn=task.get("containerInstanceArn"),
+        availability_zone=task.get("availabilityZone"),
+        capacity_provider=task.get("capacityProviderName"),
+        launch_type=task.get("launchType"),
+        started_at=task.get("startedAt"),
+        stopped_at=task.get("stoppedAt"),
+        stop_code=task.get("stopCode"),
+        stopped_reason=task.get("stoppedReason"),
+        containers=tuple(
+            {"name": c.get("name"), "exitCode": c.get("exitCode"), "reason": c.get("reason")}
+            for c in task.get("containers") or []
+        ),
+        time=now,
+    )
+
+
+def _vanished(job: Job, attempt: Attempt, now: datetime) -> TaskEvent:
+    return TaskEvent(
+        task_arn=attempt.task_arn,
+        cluster_arn=job.request.cluster,
+        version=attempt.ecs_version + 1,
+        last_status="STOPPED",
+        desired_status="STOPPED",
+        started_by=started_by(job.job_id, attempt.number)
+        if job.origin == "submitted" or attempt.number > 1
+        else "",
+        stopped_reason=VANISHED_REASON,
+        stopped_at=now,
+        time=now,
+    )
 
 
 def _tag(task: dict[str, Any], key: str) -> str | None:

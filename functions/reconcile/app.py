@@ -1,0 +1,42 @@
+"""Reconcile function, on a schedule: nothing is lost even when an event is.
+
+Repeats launches left half-done (the same client token returns the same task), launches due jobs whose
+retry message was lost, and applies the stop of a job's task that stopped (or vanished from ECS)
+without its event being seen. Safe to run at any time and any number of times.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from spotguard.config import JobsEnv
+from spotguard.observability import tracer
+from spotguard.runtime import JobsRuntime
+
+warnings.filterwarnings("ignore", "No application metrics to publish")
+logger = Logger()
+metrics = Metrics()
+runtime = JobsRuntime(JobsEnv.load())
+_tracer = tracer()
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
+    logger.set_correlation_id(event.get("id") if isinstance(event, dict) else None)
+    counts = runtime.service.reconcile()
+    for name, value in counts.items():
+        if name != "checked" and value:
+            metrics.add_metric(
+                name=f"Reconcile{name.title().replace('_', '')}", unit=MetricUnit.Count, value=value
+            )
+    logger.info("reconciled", extra=counts)
+    return counts
+
+
+if _tracer is not None:
+    lambda_handler = _tracer.capture_lambda_handler(lambda_handler)
