@@ -1,5 +1,6 @@
 # SpotGuard developer commands. Every target sets up what it needs itself.
-#   make demo    the interruption path end to end against moto server on 127.0.0.1 (the README's main command)
+#   make demo    the README's main command: the local stack (moto server on 127.0.0.1) runs a training job
+#                that is interrupted, checkpointed, resubmitted elsewhere and finished
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   benchmarks that print figures (the interruption path; checkpoint stall and commit time)
 #   make sam     sam validate --lint and sam build (in a separate virtual environment)
@@ -24,7 +25,7 @@ $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 setup: $(BIN)/spotguard
 
 demo: setup
-	$(BIN)/spotguard demo
+	$(BIN)/spotguard local demo
 
 lint: setup
 	$(BIN)/ruff check .
@@ -43,6 +44,7 @@ test-py313:
 
 bench: setup
 	$(BIN)/python bench/interruptions.py
+	$(BIN)/python bench/jobs.py
 	$(BIN)/python bench/checkpoint.py
 
 $(SAM_VENV)/bin/sam:

@@ -109,6 +109,7 @@ def deploy(
             f"stack creation failed in moto: {st['StackStatus']} {st.get('StackStatusReason')}"
         )
     stack.outputs = {o["OutputKey"]: o["OutputValue"] for o in st.get("Outputs", [])}
+    _bucket_notifications(stack, cf, cfn)
 
     physical = {
         r["LogicalResourceId"]: r.get("PhysicalResourceId", "")
@@ -138,6 +139,19 @@ def deploy(
                 lam.update_event_source_mapping(UUID=m["UUID"], Enabled=False)
         stack.functions[logical_id] = fn
     return stack
+
+
+def _bucket_notifications(stack: LocalStack, cf: Any, cfn: dict[str, Any]) -> None:
+    """moto's CloudFormation creates a bucket without its NotificationConfiguration; moto's S3 does send
+    Object Created events to EventBridge once the configuration is put directly, so it is put here."""
+    s3 = stack.client("s3")
+    for r in cf.describe_stack_resources(StackName=STACK)["StackResources"]:
+        res = cfn["Resources"].get(r.get("LogicalResourceId", ""), {})
+        conf = res.get("Properties", {}).get("NotificationConfiguration", {})
+        if res.get("Type") == "AWS::S3::Bucket" and "EventBridgeConfiguration" in conf:
+            s3.put_bucket_notification_configuration(
+                Bucket=r["PhysicalResourceId"], NotificationConfiguration={"EventBridgeConfiguration": {}}
+            )
 
 
 def _without_conditional_policies(cfn: dict[str, Any]) -> dict[str, Any]:
@@ -188,9 +202,13 @@ class FunctionHost:
         self.handler = getattr(self.module, func)
         logger = getattr(self.module, "logger", None)
         if log is not None and logger is not None:
-            logger.registered_handler.setStream(
-                log
-            )  # the function's log lines, as CloudWatch would keep them
+            # the function's log lines, as CloudWatch would keep them (the handler may still hold the
+            # closed file of an earlier local stack in this process: replace it without flushing it)
+            handler = logger.registered_handler
+            if getattr(handler.stream, "closed", False):
+                handler.stream = log
+            else:
+                handler.setStream(log)
 
     def invoke(self, event: dict[str, Any]) -> Any:
         context = LambdaContext(self.fn, self.stack.region)

@@ -1,8 +1,8 @@
 """`spotguard`: the operator's command line.
 
 spotguard explain EVENT_FILE...   what SpotGuard would do with each event (no AWS needed)
-spotguard demo                    the interruption path, end to end, against moto server on 127.0.0.1
 spotguard jobs ACTION ...         submit, resubmit, cancel, status, list (calls the deployed stack)
+spotguard local demo|up|inject    the whole system on this machine, tasks as local processes
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from spotguard_cli import demo, explain, jobs
+from spotguard_cli import explain, jobs, localcmd
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotguard", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     explain.add_parser(sub)
-    demo.add_parser(sub)
     jobs.add_parser(sub)
+    localcmd.add_parser(sub)
     return parser
 
 

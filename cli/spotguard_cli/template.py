@@ -11,10 +11,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from samtranslator.translator.managed_policy_translator import ManagedPolicyLoader
-from samtranslator.translator.transform import transform
-from samtranslator.yaml_helper import yaml_parse
-
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "template.yaml"
 CODE_BUCKET = "spotguard-code"
@@ -29,15 +25,9 @@ MANAGED_POLICIES = {
 }
 
 
-class _OfflinePolicies(ManagedPolicyLoader):
-    def __init__(self) -> None:
-        pass
-
-    def load(self) -> dict[str, str]:
-        return dict(MANAGED_POLICIES)
-
-
 def load(path: Path = TEMPLATE) -> dict[str, Any]:
+    from samtranslator.yaml_helper import yaml_parse  # imported when needed: the CLI starts fast
+
     return dict(yaml_parse(path.read_text()))
 
 
@@ -66,10 +56,20 @@ def translate(
         for key in ("CodeUri", "ContentUri"):
             if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
                 props[key] = f"s3://{bucket}/{name}.zip"
+    from samtranslator.translator.managed_policy_translator import ManagedPolicyLoader
+    from samtranslator.translator.transform import transform
+
+    class OfflinePolicies(ManagedPolicyLoader):
+        def __init__(self) -> None:
+            pass
+
+        def load(self) -> dict[str, str]:
+            return dict(MANAGED_POLICIES)
+
     previous = os.environ.get("AWS_DEFAULT_REGION")
     os.environ["AWS_DEFAULT_REGION"] = region  # the translator reads the region from the environment
     try:
-        return transform(tpl, dict(parameters or {}), _OfflinePolicies())
+        return transform(tpl, dict(parameters or {}), OfflinePolicies())
     finally:
         if previous is None:
             os.environ.pop("AWS_DEFAULT_REGION", None)

@@ -55,3 +55,10 @@ def task_share(instance_price: float, task_gpus: int, instance_gpus: int | None)
     if task_gpus <= 0 or not instance_gpus or task_gpus >= instance_gpus:
         return instance_price
     return instance_price * task_gpus / instance_gpus
+
+
+# The prices the "Can't Be Late" paper (NSDI 2024) measured for p3.2xlarge (1 V100) and used with the
+# spot traces in ../shared/traces: spot, on demand, USD per hour. The demo and the simulator use them
+# where moto's placeholder spot prices would say nothing.
+PAPER_SPOT_PRICE = 0.9731
+PAPER_ON_DEMAND_PRICE = 3.06

@@ -1,0 +1,197 @@
+"""The local stack: the whole of SpotGuard on one machine, against moto server on 127.0.0.1.
+
+- the template deployed into moto's CloudFormation (`local.deploy`), so queues, tables, bucket, rules
+  and functions with their resolved environment are what the template says;
+- every function's handler in this process with its own environment; a poller per queue plays Lambda's
+  event source mapping (batch size, partial batch responses, visibility timeout, redrive), and the
+  template's schedule drives the reconcile function;
+- a GPU spot cluster of simulated instances, ECS placement played by `GpuScheduler` (moto models no
+  GPUs), and the tasks run as local processes by `TaskRunner`, whose state changes go on the bus;
+- events (notices, task changes) are put on moto's EventBridge bus, so the template's own rules route them.
+
+`pump()` does one round of everything; the demo, `spotguard local up` and the e2e tests drive it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spotguard.adapters import clients
+from spotguard_cli.gpucluster import GpuCluster, GpuScheduler, Host
+from spotguard_cli.inject import container_instance_event, make_event, put_entry
+from spotguard_cli.local import FunctionHost, LocalStack, QueuePoller, deploy
+from spotguard_cli.motoserver import hold_ecs_tasks
+from spotguard_cli.runner import TaskRunner
+from spotguard_cli.template import load
+
+CLUSTER = "gpu-spot"
+# Shorter waits than in AWS, so that a local run takes a minute: the first retry for capacity (then
+# doubling), and the follow-up checks of a held lifecycle action.
+LOCAL_ENV = {"SPOTGUARD_RETRY_BASE_SECONDS": "2", "SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "2"}
+
+
+def schedule_seconds() -> float:
+    """The reconcile schedule the template gives (rate(N minutes|seconds|hours))."""
+    fn = load()["Resources"]["ReconcileFunction"]["Properties"]["Events"]["Schedule"]["Properties"]
+    m = re.match(r"rate\((\d+) (minute|minutes|hour|hours|second|seconds)\)", fn["ScheduleExpression"])
+    if not m:
+        raise ValueError(f"unsupported schedule {fn['ScheduleExpression']!r}")
+    unit = {"second": 1, "minute": 60, "hour": 3600}[m.group(2).rstrip("s")]
+    return int(m.group(1)) * unit
+
+
+class LocalSystem:
+    def __init__(
+        self,
+        endpoint: str,
+        log_dir: Path,
+        parameters: dict[str, str] | None = None,
+        on_change: Callable[[str], None] = lambda _: None,
+        reconcile_every: float | None = None,
+    ) -> None:
+        self.log_dir = log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.on_change = on_change
+        hold_ecs_tasks(endpoint)
+        self.stack: LocalStack = deploy(endpoint, {"ClusterNames": CLUSTER, **(parameters or {})})
+        for fn in self.stack.functions.values():
+            fn.environment.update(LOCAL_ENV)
+        clients.reset()
+        self.events = self.stack.client("events")
+        self.cluster = GpuCluster(self.stack.client("ecs"), self.stack.client("ec2"), CLUSTER)
+        self.scheduler = GpuScheduler(self.cluster)
+        self.scheduler.install()
+        self.function_log = (log_dir / "functions.log").open("a")
+        self.functions = {
+            name: FunctionHost(self.stack, fn, log=self.function_log)
+            for name, fn in self.stack.functions.items()
+        }
+        self.pollers = [
+            QueuePoller(self.stack, host, queue_arn)
+            for host in self.functions.values()
+            for queue_arn in host.fn.queues
+        ]
+        self.reconcile_every = reconcile_every or schedule_seconds()
+        self._next_reconcile = time.monotonic() + self.reconcile_every
+        self.runner = TaskRunner(
+            self.cluster, self.events, endpoint, self.stack.region, log_dir, on_change, cwd=Path.cwd()
+        )
+        clients.on_event("before-call.ssm.SendCommand", self._ssm)
+        # moto cannot complete or heartbeat a lifecycle action: record them, and answer as Auto Scaling.
+        self.lifecycle_calls: list[tuple[str, str, str]] = []
+        for op in ("CompleteLifecycleAction", "RecordLifecycleActionHeartbeat"):
+            clients.on_event(f"before-call.autoscaling.{op}", self._lifecycle)
+
+    # ---------------------------------------------------------------------------------------- world
+    def add_host(self, instance_type: str = "g5.xlarge", zone: str = "us-east-1a") -> Host:
+        """A simulated GPU spot instance joins the cluster (and ECS says so on the bus)."""
+        host = self.cluster.add_host(instance_type, zone)
+        self.put(container_instance_event(self.cluster.describe_host(host)))
+        return host
+
+    def put(self, event: dict[str, Any]) -> None:
+        resp = self.events.put_events(Entries=[put_entry(event)])
+        if resp.get("FailedEntryCount"):
+            raise RuntimeError(f"EventBridge refused the event: {resp['Entries']}")
+
+    def notice(self, kind: str, instance_id: str, **detail: Any) -> dict[str, Any]:
+        event = make_event(kind, instance_id, region=self.stack.region, account=self.stack.account, **detail)
+        self.put(event)
+        return event
+
+    def invoke_jobs(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.functions["JobsFunction"].invoke(payload))
+
+    # -------------------------------------------------------------------------------------- running
+    def pump(self) -> int:
+        """One round: the tasks' processes, every queue until empty, the schedule. Records handled."""
+        self.runner.poll()
+        handled = 0
+        for poller in self.pollers:
+            n, _ = poller.drain()
+            handled += n
+        if time.monotonic() >= self._next_reconcile:
+            self._next_reconcile = time.monotonic() + self.reconcile_every
+            counts = self.functions["ReconcileFunction"].invoke({"id": "local-schedule"})
+            if any(v for k, v in counts.items() if k != "checked"):
+                self.on_change(f"  reconcile: {counts}")
+        return handled
+
+    def run_until(self, done: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.pump()
+            if done():
+                return True
+            time.sleep(every)
+        return False
+
+    def close(self) -> None:
+        self.runner.stop_all()
+        self.function_log.close()
+
+    def dead_letters(self) -> dict[str, int]:
+        sqs = self.stack.client("sqs")
+        out = {}
+        for key, url in self.stack.outputs.items():
+            if key.endswith("DeadLetterQueueUrl"):
+                attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+                out[key.removesuffix("Url")] = int(attrs["Attributes"]["ApproximateNumberOfMessages"])
+        return out
+
+    def task_definition(
+        self,
+        command: list[str],
+        gpus: int = 1,
+        environment: dict[str, str] | None = None,
+        family: str = "job",
+    ) -> str:
+        """A GPU task definition whose container runs `command` here, as a local process."""
+        resp = self.cluster.ecs.register_task_definition(
+            family=f"{family}-{gpus}gpu",
+            containerDefinitions=[
+                {
+                    "name": "main",
+                    "image": "spotguard/examples-train:latest",
+                    "command": command,
+                    "cpu": 1024,
+                    "memory": 2048,
+                    "essential": True,
+                    "stopTimeout": 60,
+                    "resourceRequirements": [{"type": "GPU", "value": str(gpus)}],
+                    "environment": [{"name": k, "value": v} for k, v in (environment or {}).items()],
+                }
+            ],
+        )
+        return str(resp["taskDefinition"]["taskDefinitionArn"])
+
+    def job_state(self, job_id: str) -> str:
+        answer = self.invoke_jobs({"action": "status", "job_id": job_id})
+        return str(answer["job"]["state"]) if answer.get("ok") else "unknown"
+
+    def _lifecycle(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
+        from urllib.parse import parse_qs
+
+        from botocore.awsrequest import AWSResponse
+
+        body = params.get("body") or ""
+        if isinstance(body, dict):  # the query protocol's serializer hands over the fields themselves
+            fields = {k: str(v) for k, v in body.items()}
+        else:
+            fields = {k: v[0] for k, v in parse_qs(body if isinstance(body, str) else body.decode()).items()}
+        instance = fields.get("InstanceId", "")
+        self.lifecycle_calls.append((model.name, instance, fields.get("LifecycleActionResult", "")))
+        self.on_change(f"  {model.name} for {instance}")
+        return AWSResponse("local://autoscaling", 200, {}, None), {}
+
+    def _ssm(self, params: dict[str, Any], **_: Any) -> None:
+        """The SSM agent on the simulated instance: run the signal lines of a SendCommand (moto then
+        records the command as usual)."""
+        body = json.loads(params.get("body") or b"{}")
+        self.runner.signal_by_ssm(list((body.get("Parameters") or {}).get("commands") or []))
+        return None

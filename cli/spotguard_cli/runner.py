@@ -1,0 +1,234 @@
+"""ECS tasks as local processes, for the local stack.
+
+The runner watches moto's ECS for tasks placed on the simulated GPU instances and plays the ECS agent:
+it starts each task's first container command as a local process (its own process group) with the task
+definition's environment, the task's overrides, and the local AWS endpoint; StopTask becomes SIGTERM
+and, after the container's stopTimeout, SIGKILL; SSM's `docker kill --signal=SIG <runtime id>` becomes
+that signal to that process. Every state change goes on the bus as the ECS Task State Change event AWS
+would send (RUNNING with the container's runtime id, STOPPED with its exit code), so the template's rule
+routes it to the task-events queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from spotguard_cli.gpucluster import GpuCluster
+from spotguard_cli.inject import put_entry, task_event
+from spotguard_cli.motoserver import FAKE_CREDENTIALS
+
+_KILL = re.compile(r"docker kill --signal=(SIG[A-Z0-9]+) ([0-9a-f]{12,64})")
+_KILL_BY_LABEL = re.compile(r"label=com\.amazonaws\.ecs\.task-arn=(\S+).*docker kill --signal=(SIG[A-Z0-9]+)")
+
+
+@dataclass
+class Running:
+    task_arn: str
+    container: str
+    runtime_id: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    stop_timeout: float
+    started: float = field(default_factory=time.monotonic)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # what the ECS agent reports
+    term_sent_at: float | None = None
+    killed: bool = False
+    version: int = 2
+    log: IO[bytes] | None = None
+
+
+class TaskRunner:
+    """Plays the ECS agent of every simulated instance. `poll()` does one round; call it often."""
+
+    def __init__(
+        self,
+        cluster: GpuCluster,
+        events: Any,
+        endpoint: str,
+        region: str,
+        log_dir: Path,
+        on_change: Callable[[str], None] = lambda _: None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.ecs = cluster.ecs
+        self.events = events
+        self.endpoint = endpoint
+        self.region = region
+        self.log_dir = log_dir
+        self.on_change = on_change
+        self.cwd = cwd
+        self.running: dict[str, Running] = {}
+        self.finished: dict[str, int] = {}  # task arn -> exit code
+        self.seen: set[str] = set()
+        self.pids: list[int] = []  # every process it started
+
+    # ----------------------------------------------------------------------------------- the loop
+    def poll(self) -> None:
+        arns = self.ecs.list_tasks(cluster=self.cluster.name, desiredStatus="RUNNING").get("taskArns", [])
+        stopping = [a for a in self.running if a not in arns]  # StopTask'ed (moto: desired STOPPED)
+        for arn in arns:
+            if arn not in self.seen:
+                self.seen.add(arn)
+                self._start(arn)
+        for arn in stopping:
+            self._terminate(self.running[arn])
+        for r in list(self.running.values()):
+            if (
+                r.term_sent_at is not None
+                and not r.killed
+                and time.monotonic() - r.term_sent_at > r.stop_timeout
+            ):
+                self._signal(r, signal.SIGKILL)
+                r.killed = True
+                self.on_change(f"  SIGKILL {_short(r.task_arn)} (stopTimeout {r.stop_timeout:.0f}s passed)")
+            code = r.proc.poll()
+            if code is not None:
+                self._exited(r, code)
+
+    def signal_by_ssm(self, commands: list[str]) -> None:
+        """What the SSM agent would run on the instance: `docker kill --signal=SIG <id>`."""
+        for line in commands:
+            m = _KILL.search(line)
+            target = None
+            if m:
+                sig, runtime_id = m.groups()
+                target = next((r for r in self.running.values() if r.runtime_id == runtime_id), None)
+            else:
+                m = _KILL_BY_LABEL.search(line)
+                if m:
+                    arn, sig = m.group(1).strip("'\""), m.group(2)
+                    target = self.running.get(arn)
+            if m and target is not None:
+                self._signal(target, getattr(signal, sig))
+                self.on_change(f"  {sig} -> {_short(target.task_arn)} (pid {target.proc.pid}) via SSM")
+
+    def stop_all(self) -> None:
+        """Stop every process this runner started (Ctrl-C, the end of a demo): no orphans."""
+        for r in list(self.running.values()):
+            self._signal(r, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                r.proc.wait(timeout=5)
+            if r.log:
+                r.log.close()
+        self.running.clear()
+
+    # ----------------------------------------------------------------------------------- internals
+    def _start(self, arn: str) -> None:
+        task = self.cluster.tasks([arn])[arn]
+        td = self.ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
+        container = td["containerDefinitions"][0]
+        name = container["name"]
+        override = next(
+            (
+                c
+                for c in (task.get("overrides") or {}).get("containerOverrides") or []
+                if c.get("name") == name
+            ),
+            {},
+        )
+        command = override.get("command") or container.get("command")
+        if not command:
+            self.on_change(f"  task {_short(arn)} has no command to run locally: left PENDING")
+            return
+        env = {
+            **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "TMPDIR")},
+            **{e["name"]: e.get("value", "") for e in container.get("environment") or []},
+            **{e["name"]: e.get("value", "") for e in override.get("environment") or []},
+            **FAKE_CREDENTIALS,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "SPOTGUARD_WATCH_METADATA": "false",  # no instance metadata here: SpotGuard's signals only
+            "PYTHONUNBUFFERED": "1",
+        }
+        log_path = self.log_dir / f"task-{_short(arn)}.log"
+        log = log_path.open("ab")
+        proc = subprocess.Popen(
+            [str(c) for c in command],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=self.cwd,
+            start_new_session=True,  # its own process group, as a container is
+        )
+        self.pids.append(proc.pid)
+        runtime_id = hashlib.sha256(f"{arn}/{proc.pid}".encode()).hexdigest()
+        r = Running(
+            task_arn=arn,
+            container=name,
+            runtime_id=runtime_id,
+            proc=proc,
+            log_path=log_path,
+            stop_timeout=float(container.get("stopTimeout", 30)),
+            log=log,
+        )
+        self.running[arn] = r
+        host = task.get("containerInstanceArn", "")
+        self.on_change(f"  task {_short(arn)} started as pid {proc.pid} on {_short(host)} ({log_path.name})")
+        self._put(task, r, "RUNNING", None)
+
+    def _terminate(self, r: Running) -> None:
+        if r.term_sent_at is None and r.proc.poll() is None:
+            r.term_sent_at = time.monotonic()
+            self._signal(r, signal.SIGTERM)
+            self.on_change(f"  SIGTERM -> {_short(r.task_arn)} (pid {r.proc.pid}): StopTask")
+
+    def _signal(self, r: Running, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(r.proc.pid, sig)
+
+    def _exited(self, r: Running, code: int) -> None:
+        del self.running[r.task_arn]
+        if r.log:
+            r.log.close()
+        exit_code = code if code >= 0 else 128 - code  # killed by a signal: as Docker reports it
+        self.finished[r.task_arn] = exit_code
+        task = self.cluster.tasks([r.task_arn])[r.task_arn]
+        if task.get("desiredStatus") != "STOPPED":  # it ended by itself: ECS stops the task
+            self.ecs.stop_task(
+                cluster=self.cluster.name, task=r.task_arn, reason="Essential container in task exited"
+            )
+            task = self.cluster.tasks([r.task_arn])[r.task_arn]
+        self.on_change(f"  task {_short(r.task_arn)} exited {exit_code}")
+        stop_code = "UserInitiated" if r.term_sent_at is not None else "EssentialContainerExited"
+        self._put(task, r, "STOPPED", exit_code, stop_code)
+
+    def _put(
+        self,
+        task: dict[str, Any],
+        r: Running,
+        status: str,
+        exit_code: int | None,
+        stop_code: str | None = None,
+    ) -> None:
+        task = {
+            **task,
+            "lastStatus": status,
+            "desiredStatus": "STOPPED" if status == "STOPPED" else "RUNNING",
+            "startedAt": r.started_at,
+        }
+        r.version += 1 if status == "STOPPED" else 0
+        event = task_event(task, r.version, exit_code=exit_code, stop_code=stop_code, at=datetime.now(UTC))
+        for c in event["detail"]["containers"]:
+            if c["name"] == r.container:
+                c["runtimeId"] = r.runtime_id
+        resp = self.events.put_events(Entries=[put_entry(event)])
+        if resp.get("FailedEntryCount"):
+            raise RuntimeError(f"EventBridge refused a task event: {json.dumps(resp['Entries'])}")
+
+
+def _short(arn: str) -> str:
+    return arn.rsplit("/", 1)[-1][:8] if arn else "-"

@@ -1,0 +1,144 @@
+"""The local stack end to end: moto server on 127.0.0.1, every function in this process, the tasks as
+real local processes (examples/count.py with the agent), events through EventBridge's rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spotguard.adapters import clients
+from spotguard_cli.localstack import LocalSystem
+from spotguard_cli.motoserver import MotoServer
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+COUNT = REPO / "examples" / "count.py"
+
+
+@pytest.fixture
+def system(tmp_path: Path) -> Iterator[LocalSystem]:
+    saved = dict(os.environ)
+    with MotoServer(log_path=str(tmp_path / "moto.log")) as moto:
+        local = LocalSystem(moto.endpoint, tmp_path, reconcile_every=3600)
+        try:
+            yield local
+        finally:
+            local.close()
+            clients.reset()
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def _submit(system: LocalSystem, tmp_path: Path, steps: int = 40, job_id: str = "count") -> dict:
+    td = system.task_definition(
+        [sys.executable, str(COUNT), "--steps", str(steps), "--out", str(tmp_path / f"{job_id}.json")],
+        environment={"SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS": "0.3"},
+    )
+    answer = system.invoke_jobs(
+        {"action": "submit", "job_id": job_id, "request": {"cluster": "gpu-spot", "taskDefinition": td}}
+    )
+    assert answer["ok"], answer
+    return answer["job"]
+
+
+def _steps_run(system: LocalSystem, task_arn: str) -> int:
+    log = system.log_dir / f"task-{task_arn.rsplit('/', 1)[-1][:8]}.log"
+    return log.read_text().count(" done\n") if log.exists() else 0
+
+
+def _status(system: LocalSystem, job_id: str = "count") -> dict:
+    return system.invoke_jobs({"action": "status", "job_id": job_id})["job"]
+
+
+def test_two_interruptions_in_a_row_and_no_step_lost(system: LocalSystem, tmp_path: Path):
+    a, b, c = (system.add_host("g5.xlarge", z) for z in ("us-east-1a", "us-east-1b", "us-east-1c"))
+    job = _submit(system, tmp_path, steps=60)
+    for host, n in ((a, 1), (b, 2)):
+        assert system.run_until(lambda n=n: len(_status(system)["attempts"]) == n, timeout=60)
+        arn = _status(system)["attempts"][-1]["task_arn"]
+        assert system.run_until(lambda arn=arn: _steps_run(system, arn) >= 10, timeout=60)
+        system.notice("spot-interruption", host.instance_id)
+    assert system.run_until(lambda: system.job_state(job["job_id"]) == "succeeded", timeout=120)
+    status = _status(system)
+    assert [x["instance_id"] for x in status["attempts"]] == [a.instance_id, b.instance_id, c.instance_id]
+    assert [x["outcome"] for x in status["attempts"]] == ["resubmit", "resubmit", "succeeded"]
+    result = json.loads((tmp_path / "count.json").read_text())
+    assert result["next"] == 60 and sum(result["ran"].values()) == 60  # every step ran exactly once
+    assert sorted(result["ran"]) == ["1", "2", "3"]
+    assert not any(system.dead_letters().values())
+
+
+def test_a_notice_for_an_instance_with_no_managed_task(system: LocalSystem, tmp_path: Path):
+    a, idle = system.add_host("g5.xlarge", "us-east-1a"), system.add_host("g5.xlarge", "us-east-1b")
+    job = _submit(system, tmp_path, steps=20)
+    system.notice("spot-interruption", idle.instance_id)
+    assert system.run_until(lambda: system.job_state(job["job_id"]) == "succeeded", timeout=60)
+    assert system.cluster.describe_host(idle)["status"] == "DRAINING"
+    status = _status(system)
+    assert len(status["attempts"]) == 1 and status["attempts"][0]["instance_id"] == a.instance_id
+    assert len(system.scheduler.requests) == 1
+
+
+def test_a_duplicate_warning_stops_and_resubmits_once(system: LocalSystem, tmp_path: Path):
+    a = system.add_host("g5.xlarge", "us-east-1a")
+    system.add_host("g5.xlarge", "us-east-1b")
+    job = _submit(system, tmp_path, steps=40)
+    arn = job["task_arn"]
+    assert system.run_until(lambda: _steps_run(system, arn) >= 5, timeout=60)
+    warning = system.notice("spot-interruption", a.instance_id)
+    system.put(warning)  # at-least-once delivery: the very same event again
+    system.notice("instance-state-change", a.instance_id, state="shutting-down")  # and the second source
+    assert system.run_until(lambda: system.job_state(job["job_id"]) == "succeeded", timeout=90)
+    assert len(system.scheduler.requests) == 2  # one resubmission
+    assert json.loads((tmp_path / "count.json").read_text())["next"] == 40
+
+
+def test_a_lifecycle_action_is_held_until_the_task_has_stopped(system: LocalSystem, tmp_path: Path):
+    a = system.add_host("g5.xlarge", "us-east-1a")
+    system.add_host("g5.xlarge", "us-east-1b")
+    job = _submit(system, tmp_path, steps=40)
+    assert system.run_until(lambda: _steps_run(system, job["task_arn"]) >= 5, timeout=60)
+    system.notice("lifecycle-terminate", a.instance_id)
+    assert system.run_until(
+        lambda: ("CompleteLifecycleAction", a.instance_id, "CONTINUE") in system.lifecycle_calls, timeout=60
+    )
+    assert ("RecordLifecycleActionHeartbeat", a.instance_id, "") in system.lifecycle_calls
+    # completed only after the task had stopped: by then the job had its second attempt
+    assert system.runner.finished.get(job["task_arn"]) == 75
+    assert system.run_until(lambda: system.job_state(job["job_id"]) == "succeeded", timeout=90)
+
+
+def test_the_demo_as_a_user_runs_it_and_no_process_is_left(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spotguard_cli.main",
+            "local",
+            "demo",
+            "--json",
+            "--steps",
+            "30",
+            "--interrupt-at",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,  # its .local-stack goes here
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ok"] and all(p["passed"] for p in result["proof"])
+    assert result["facts"]["steps_lost"] == 0
+    for pid in result["facts"]["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # moto server, every task, the reference run: all gone
