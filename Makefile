@@ -2,7 +2,8 @@
 #   make demo    the README's main command: the local stack (moto server on 127.0.0.1) runs a training job
 #                that is interrupted, checkpointed, resubmitted elsewhere and finished
 #   make test    lint + the whole test suite (what CI runs)
-#   make bench   benchmarks that print figures (the interruption path; checkpoint stall and commit time)
+#   make bench   benchmarks that print figures (the interruption path, the job path; checkpoint stall and
+#                commit time); make bench-load: the local stack with 200 instances interrupted at once
 #   make sam     sam validate --lint and sam build (in a separate virtual environment)
 
 PYTHON ?= python3.11
@@ -12,7 +13,7 @@ SAM_VENV := .venv-sam
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo test test-py313 lint bench sam events clean
+.PHONY: setup demo test test-py313 lint bench bench-load sam events clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,10 @@ bench: setup
 	$(BIN)/python bench/interruptions.py
 	$(BIN)/python bench/jobs.py
 	$(BIN)/python bench/checkpoint.py
+
+# The local stack under load: 200 instances x 4 tasks interrupted at once (several minutes).
+bench-load: setup
+	$(BIN)/python bench/local_load.py
 
 $(SAM_VENV)/bin/sam:
 	$(PYTHON) -m venv $(SAM_VENV)

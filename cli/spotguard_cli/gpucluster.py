@@ -124,11 +124,17 @@ class GpuScheduler:
         self.refuse = 0
         self.lose_answers = 0
         self.placed: dict[str, str] = {}  # task arn -> container instance arn
+        self.gpus: dict[str, int] = {}  # task arn -> GPUs it holds, while it runs
+        self.status: dict[str, str] = {}  # container instance arn -> status SpotGuard set (DRAINING)
+        self._definitions: dict[str, dict[str, Any]] = {}
 
     def install(self) -> None:
         from spotguard.adapters import clients
 
         clients.on_event("before-call.ecs.RunTask", self.before_call)
+        # what frees GPUs and closes hosts, when SpotGuard does it (moto then does it too)
+        clients.on_event("before-call.ecs.StopTask", self._on_stop)
+        clients.on_event("before-call.ecs.UpdateContainerInstancesState", self._on_state)
 
     def before_call(self, params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
         from botocore.awsrequest import AWSResponse
@@ -143,6 +149,8 @@ class GpuScheduler:
         return AWSResponse("local://ecs", 200, {}, None), answer
 
     def run_task(self, request: dict[str, Any]) -> dict[str, Any]:
+        from spotguard.domain.tasks import gpu_count
+
         ecs = self.cluster.ecs
         token = request.get("clientToken")
         if token and token in self.by_token:
@@ -151,57 +159,70 @@ class GpuScheduler:
         if self.refuse > 0:
             self.refuse -= 1
             return {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
-        td = ecs.describe_task_definition(taskDefinition=request["taskDefinition"])["taskDefinition"]
-        from spotguard.domain.tasks import gpu_count
-
+        td = self._definition(request["taskDefinition"])
         need = gpu_count(td, request.get("overrides"))
-        for ci in self._hosts():
-            if not all(
-                _member_of(c.get("expression", ""), ci) for c in request.get("placementConstraints") or []
-            ):
-                continue
-            if need > self._free_gpus(ci):
-                continue
-            resp = ecs.start_task(
-                cluster=self.cluster.name,
-                taskDefinition=request["taskDefinition"],
-                containerInstances=[ci["containerInstanceArn"]],
-                overrides=request.get("overrides") or {},
-                startedBy=request.get("startedBy", ""),
-                tags=request.get("tags") or [],
-            )
-            task = resp["tasks"][0]
-            self.placed[task["taskArn"]] = ci["containerInstanceArn"]
-            if token:
-                self.by_token[token] = task["taskArn"]
-            return {"tasks": [task], "failures": []}
-        return {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
-
-    def _hosts(self) -> list[dict[str, Any]]:
-        """The cluster's ACTIVE container instances, in the order they joined."""
-        arns = [h.container_instance_arn for h in self.cluster.hosts]
-        if not arns:
-            return []
-        found = self.cluster.ecs.describe_container_instances(
-            cluster=self.cluster.name, containerInstances=arns
+        constraints = request.get("placementConstraints") or []
+        fitting = [
+            (free, order, host)
+            for order, host in enumerate(self.cluster.hosts)
+            if self.status.get(host.container_instance_arn, "ACTIVE") == "ACTIVE"
+            and all(_member_of(c.get("expression", ""), _as_container_instance(host)) for c in constraints)
+            and (free := self.free_gpus(host)) >= need
+        ]
+        if not fitting:
+            return {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
+        _, _, host = min(fitting, key=lambda f: (f[0], f[1]))  # binpack on GPUs, as the ECS strategy does
+        resp = ecs.start_task(
+            cluster=self.cluster.name,
+            taskDefinition=request["taskDefinition"],
+            containerInstances=[host.container_instance_arn],
+            overrides=request.get("overrides") or {},
+            startedBy=request.get("startedBy", ""),
+            tags=request.get("tags") or [],
         )
-        by_arn = {c["containerInstanceArn"]: c for c in found["containerInstances"]}
-        return [by_arn[a] for a in arns if a in by_arn and by_arn[a].get("status") == "ACTIVE"]
+        task = resp["tasks"][0]
+        self.placed[task["taskArn"]] = host.container_instance_arn
+        self.gpus[task["taskArn"]] = need
+        if token:
+            self.by_token[token] = task["taskArn"]
+        return {"tasks": [task], "failures": []}
 
-    def _free_gpus(self, ci: dict[str, Any]) -> int:
+    def free_gpus(self, host: Host) -> int:
         from spotguard.domain.prices import gpus_of
-        from spotguard.domain.tasks import gpu_count
 
-        attrs = {a["name"]: a.get("value") for a in ci.get("attributes") or []}
-        total = gpus_of(str(attrs.get("ecs.instance-type"))) or 0
-        ecs = self.cluster.ecs
-        arns = [a for a, where in self.placed.items() if where == ci["containerInstanceArn"]]
-        used = 0
-        for task in self.cluster.tasks(arns).values() if arns else []:
-            if task.get("lastStatus") != "STOPPED":
-                td = ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
-                used += gpu_count(td, task.get("overrides"))
-        return total - used
+        used = sum(
+            self.gpus.get(a, 0) for a, where in self.placed.items() if where == host.container_instance_arn
+        )
+        return (gpus_of(host.instance_type) or 0) - used
+
+    def release(self, task_arn: str) -> None:
+        """The task stopped: its GPUs are free again."""
+        self.gpus.pop(task_arn, None)
+
+    def _definition(self, arn: str) -> dict[str, Any]:
+        if arn not in self._definitions:
+            self._definitions[arn] = self.cluster.ecs.describe_task_definition(taskDefinition=arn)[
+                "taskDefinition"
+            ]
+        return self._definitions[arn]
+
+    def _on_stop(self, params: dict[str, Any], **_: Any) -> None:
+        self.release(json.loads(params["body"])["task"])
+
+    def _on_state(self, params: dict[str, Any], **_: Any) -> None:
+        body = json.loads(params["body"])
+        for arn in body.get("containerInstances") or []:
+            self.status[arn] = body.get("status", "ACTIVE")
+
+
+def _as_container_instance(host: Host) -> dict[str, Any]:
+    return {
+        "ec2InstanceId": host.instance_id,
+        "attributes": [
+            {"name": "ecs.instance-type", "value": host.instance_type},
+            {"name": "ecs.availability-zone", "value": host.availability_zone},
+        ],
+    }
 
 
 def _member_of(expression: str, ci: dict[str, Any]) -> bool:

@@ -279,9 +279,14 @@ def run_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     with MotoServer(log_path=str(STATE_DIR / "moto.log")) as moto:
+        printer = _Printer()
         system = LocalSystem(
-            moto.endpoint, STATE_DIR / "up", on_change=print, reconcile_every=args.reconcile_every
+            moto.endpoint, STATE_DIR / "up", on_change=printer.add, reconcile_every=args.reconcile_every
         )
+        from spotguard.adapters import clients
+        from spotguard_cli.timeline import call_recorder
+
+        clients.on_every_call(call_recorder(printer, []))  # SpotGuard's own calls, as they happen
         try:
             zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
             hosts = [system.add_host("g5.xlarge", zones[i % 3]) for i in range(args.instances)]
@@ -313,6 +318,14 @@ def run_up(args: argparse.Namespace) -> int:
             STATE_FILE.unlink(missing_ok=True)
     print("stopped: moto server and every task process.")
     return 0
+
+
+class _Printer:
+    """A timeline that prints each line as it comes (for `spotguard local up`)."""
+
+    def add(self, what: str) -> None:
+        # the terminal itself: while a handler runs, stdout is its log (EMF metrics go there)
+        print(f"{time.strftime('%H:%M:%S')} {what}", file=sys.__stdout__, flush=True)
 
 
 def run_inject(args: argparse.Namespace) -> int:

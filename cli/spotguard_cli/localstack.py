@@ -79,7 +79,14 @@ class LocalSystem:
         self.reconcile_every = reconcile_every or schedule_seconds()
         self._next_reconcile = time.monotonic() + self.reconcile_every
         self.runner = TaskRunner(
-            self.cluster, self.events, endpoint, self.stack.region, log_dir, on_change, cwd=Path.cwd()
+            self.cluster,
+            self.events,
+            endpoint,
+            self.stack.region,
+            log_dir,
+            on_change,
+            cwd=Path.cwd(),
+            on_exit=self.scheduler.release,
         )
         clients.on_event("before-call.ssm.SendCommand", self._ssm)
         # moto cannot complete or heartbeat a lifecycle action: record them, and answer as Auto Scaling.

@@ -33,12 +33,38 @@ _KILL = re.compile(r"docker kill --signal=(SIG[A-Z0-9]+) ([0-9a-f]{12,64})")
 _KILL_BY_LABEL = re.compile(r"label=com\.amazonaws\.ecs\.task-arn=(\S+).*docker kill --signal=(SIG[A-Z0-9]+)")
 
 
+class SimulatedProcess:
+    """A container with no process, for load runs: command `["sim:checkpointing", "<seconds>"]` runs
+    until SIGTERM, then exits 75 after <seconds> (as the agent does once its checkpoint is committed);
+    SIGUSR1 is taken and changes nothing; SIGKILL ends it at once with 137."""
+
+    pid = 0
+
+    def __init__(self, commit_seconds: float) -> None:
+        self.commit_seconds = commit_seconds
+        self.exit_at: float | None = None
+        self.code = 75
+
+    def signal(self, sig: signal.Signals) -> None:
+        if sig == signal.SIGTERM and self.exit_at is None:
+            self.exit_at = time.monotonic() + self.commit_seconds
+        elif sig == signal.SIGKILL:
+            self.exit_at, self.code = time.monotonic(), 128 + int(signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        return self.code if self.exit_at is not None and time.monotonic() >= self.exit_at else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.signal(signal.SIGKILL)
+        return self.code
+
+
 @dataclass
 class Running:
     task_arn: str
     container: str
     runtime_id: str
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | SimulatedProcess
     log_path: Path
     stop_timeout: float
     started: float = field(default_factory=time.monotonic)
@@ -61,6 +87,7 @@ class TaskRunner:
         log_dir: Path,
         on_change: Callable[[str], None] = lambda _: None,
         cwd: Path | None = None,
+        on_exit: Callable[[str], None] = lambda _: None,
     ) -> None:
         self.cluster = cluster
         self.ecs = cluster.ecs
@@ -70,6 +97,7 @@ class TaskRunner:
         self.log_dir = log_dir
         self.on_change = on_change
         self.cwd = cwd
+        self.on_exit = on_exit  # a task's process ended: its GPUs are free
         self.running: dict[str, Running] = {}
         self.finished: dict[str, int] = {}  # task arn -> exit code
         self.seen: set[str] = set()
@@ -155,16 +183,21 @@ class TaskRunner:
             "PYTHONUNBUFFERED": "1",
         }
         log_path = self.log_dir / f"task-{_short(arn)}.log"
-        log = log_path.open("ab")
-        proc = subprocess.Popen(
-            [str(c) for c in command],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=self.cwd,
-            start_new_session=True,  # its own process group, as a container is
-        )
-        self.pids.append(proc.pid)
+        log: IO[bytes] | None = None
+        proc: subprocess.Popen[bytes] | SimulatedProcess
+        if str(command[0]).startswith("sim:"):
+            proc = SimulatedProcess(float(command[1]) if len(command) > 1 else 0.0)
+        else:
+            log = log_path.open("ab")
+            proc = subprocess.Popen(
+                [str(c) for c in command],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,  # its own process group, as a container is
+            )
+            self.pids.append(proc.pid)
         runtime_id = hashlib.sha256(f"{arn}/{proc.pid}".encode()).hexdigest()
         r = Running(
             task_arn=arn,
@@ -177,7 +210,8 @@ class TaskRunner:
         )
         self.running[arn] = r
         host = task.get("containerInstanceArn", "")
-        self.on_change(f"  task {_short(arn)} started as pid {proc.pid} on {_short(host)} ({log_path.name})")
+        what = f"pid {proc.pid}" if proc.pid else "a simulated container"
+        self.on_change(f"  task {_short(arn)} started as {what} on {_short(host)} ({log_path.name})")
         self._put(task, r, "RUNNING", None)
 
     def _terminate(self, r: Running) -> None:
@@ -187,6 +221,9 @@ class TaskRunner:
             self.on_change(f"  SIGTERM -> {_short(r.task_arn)} (pid {r.proc.pid}): StopTask")
 
     def _signal(self, r: Running, sig: signal.Signals) -> None:
+        if isinstance(r.proc, SimulatedProcess):
+            r.proc.signal(sig)
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(r.proc.pid, sig)
 
@@ -196,6 +233,7 @@ class TaskRunner:
             r.log.close()
         exit_code = code if code >= 0 else 128 - code  # killed by a signal: as Docker reports it
         self.finished[r.task_arn] = exit_code
+        self.on_exit(r.task_arn)
         task = self.cluster.tasks([r.task_arn])[r.task_arn]
         if task.get("desiredStatus") != "STOPPED":  # it ended by itself: ECS stops the task
             self.ecs.stop_task(

@@ -93,6 +93,7 @@ class JobsWorld:
         """StopTask; with `exit_code`, the containers' exit code as DescribeTasks will report it (moto
         reports 0 for every container otherwise; in-process moto only)."""
         self.stack.client("ecs").stop_task(cluster="gpu-spot", task=arn, reason=reason)
+        self.scheduler.release(arn)
         if exit_code is not None and self.stack.endpoint is None:
             from moto.ecs.models import ecs_backends
 

@@ -142,3 +142,41 @@ def test_the_demo_as_a_user_runs_it_and_no_process_is_left(tmp_path: Path):
     for pid in result["facts"]["pids"]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # moto server, every task, the reference run: all gone
+
+
+def test_up_inject_and_ctrl_c_leave_nothing_behind(tmp_path: Path):
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    cli = [sys.executable, "-m", "spotguard_cli.main", "local"]
+    up = subprocess.Popen(
+        [*cli, "up", "--instances", "2"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    state_file = tmp_path / ".local-stack" / "up.json"
+    try:
+        deadline = time.monotonic() + 120
+        while not state_file.exists() and time.monotonic() < deadline and up.poll() is None:
+            time.sleep(0.2)
+        assert state_file.exists(), up.stdout.read().decode() if up.stdout else ""
+        state = json.loads(state_file.read_text())
+        instance = state["instances"][0]
+        run = {"cwd": tmp_path, "env": env, "capture_output": True, "text": True}
+        bad = subprocess.run([*cli, "inject", "spot-interruption", "--instance", "i-0000"], **run)
+        assert bad.returncode == 2 and "not one of the local instances" in bad.stderr
+        sent = subprocess.run([*cli, "inject", "spot-interruption", "--instance", instance], **run)
+        assert sent.returncode == 0 and "put on the bus" in sent.stdout
+        time.sleep(3)  # the running stack picks it up
+    finally:
+        up.send_signal(signal.SIGINT)
+        out, _ = up.communicate(timeout=60)
+    text = out.decode()
+    assert up.returncode == 0, text
+    assert "-> DRAINING" in text and "stopped: moto server and every task process." in text
+    assert not state_file.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(state["moto_pid"], 0)
