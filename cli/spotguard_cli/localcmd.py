@@ -64,23 +64,11 @@ def _task_definition(system: Any, out: Path, steps: int, step_seconds: float) ->
         "--step-seconds",
         str(step_seconds),
     ]
-    resp = system.cluster.ecs.register_task_definition(
-        family="train-1gpu",
-        containerDefinitions=[
-            {
-                "name": "train",
-                "image": "spotguard/examples-train:latest",
-                "command": command,
-                "cpu": 1024,
-                "memory": 2048,
-                "essential": True,
-                "stopTimeout": 60,
-                "resourceRequirements": [{"type": "GPU", "value": "1"}],
-                "environment": [{"name": "SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS", "value": "2"}],
-            }
-        ],
+    return str(
+        system.task_definition(
+            command, gpus=1, environment={"SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS": "2"}, family="train"
+        )
     )
-    return str(resp["taskDefinition"]["taskDefinitionArn"])
 
 
 def _steps_done(log: Path) -> list[int]:
