@@ -127,6 +127,7 @@ class GpuScheduler:
         self.gpus: dict[str, int] = {}  # task arn -> GPUs it holds, while it runs
         self.status: dict[str, str] = {}  # container instance arn -> status SpotGuard set (DRAINING)
         self._definitions: dict[str, dict[str, Any]] = {}
+        self.volumes: list[str] = []  # EBS volumes created for tasks, in order
 
     def install(self) -> None:
         from spotguard.adapters import clients
@@ -181,11 +182,29 @@ class GpuScheduler:
             tags=request.get("tags") or [],
         )
         task = resp["tasks"][0]
+        for v in request.get("volumeConfigurations") or []:  # ECS creates the managed EBS volume
+            self._create_volume(v.get("managedEBSVolume") or {}, host)
         self.placed[task["taskArn"]] = host.container_instance_arn
         self.gpus[task["taskArn"]] = need
         if token:
             self.by_token[token] = task["taskArn"]
         return {"tasks": [task], "failures": []}
+
+    def _create_volume(self, conf: dict[str, Any], host: Host) -> None:
+        tags = [
+            {"Key": t["key"], "Value": t.get("value", "")}
+            for spec in conf.get("tagSpecifications") or []
+            for t in spec.get("tags") or []
+        ]
+        kwargs: dict[str, Any] = {
+            "AvailabilityZone": host.availability_zone,
+            "Size": int(conf.get("sizeInGiB", 1)),
+            "VolumeType": conf.get("volumeType", "gp3"),
+            "TagSpecifications": [{"ResourceType": "volume", "Tags": tags}] if tags else [],
+        }
+        if conf.get("snapshotId"):
+            kwargs["SnapshotId"] = conf["snapshotId"]
+        self.volumes.append(self.cluster.ec2.create_volume(**kwargs)["VolumeId"])
 
     def free_gpus(self, host: Host) -> int:
         from spotguard.domain.prices import gpus_of

@@ -26,6 +26,7 @@ KINDS = {
     "container-instance-change": "ecs-container-instance-state-change.json",
     "checkpoint-manifest": "s3-manifest-created.json",
     "task-state-change": "ecs-task-state-change.json",
+    "ebs-snapshot": "ebs-snapshot-notification.json",
 }
 
 
@@ -132,6 +133,22 @@ def task_event(
         if stop_code is not None:
             detail["stopCode"] = stop_code
     event["detail"] = detail
+    return event
+
+
+def snapshot_event(
+    snapshot_id: str, volume_id: str, ok: bool = True, region: str = "us-east-1"
+) -> dict[str, Any]:
+    """The EBS Snapshot Notification EC2 sends when a snapshot completes (or fails)."""
+    event = copy.deepcopy(sample("ebs-snapshot"))
+    event.update(id=str(uuid.uuid4()), time=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), region=region)
+    event["resources"] = [f"arn:aws:ec2::{region}:snapshot/{snapshot_id}"]
+    event["detail"].update(
+        result="succeeded" if ok else "failed",
+        cause="" if ok else "Internal error",
+        snapshot_id=f"arn:aws:ec2::{region}:snapshot/{snapshot_id}",
+        source=f"arn:aws:ec2::{region}:volume/{volume_id}",
+    )
     return event
 
 

@@ -1,4 +1,5 @@
-"""Task-events function: ECS task state changes (and SpotGuard's own Launch Due retries) -> jobs.
+"""Task-events function: ECS task state changes (with SpotGuard's own Launch Due retries and, in EBS
+mode, EBS snapshot notifications) -> jobs.
 
 Per record: classify it; a reject goes straight to the dead-letter queue; an ignore is logged; a task
 event moves its job through its states (stale and repeated events change nothing); a Launch Due message
@@ -43,6 +44,11 @@ def record_handler(record: SQSRecord) -> None:
         assert msg.job_id is not None and msg.launch_try is not None
         note = runtime.service.on_launch_due(msg.job_id, msg.launch_try)
         logger.info("launch due", extra={"job_id": msg.job_id, "note": note})
+        return
+    if msg.outcome == "snapshot":
+        assert msg.snapshot_id is not None
+        note = runtime.service.on_snapshot(msg.snapshot_id, bool(msg.snapshot_ok))
+        logger.info("snapshot", extra={"snapshot": msg.snapshot_id, "ok": msg.snapshot_ok, "note": note})
         return
     assert msg.task is not None
     note = runtime.service.on_task_event(msg.task)

@@ -292,7 +292,13 @@ def test_reconcile_applies_a_stop_whose_event_was_lost(jobs: JobsWorld):
     assert jobs.reconcile()["stops_applied"] == 1
     status = jobs.status(job["job_id"])
     assert status["state"] == "running" and len(status["attempts"]) == 2
-    assert jobs.reconcile() == {"checked": 1, "relaunched": 0, "stops_applied": 0, "vanished": 0}
+    assert jobs.reconcile() == {
+        "checked": 1,
+        "relaunched": 0,
+        "stops_applied": 0,
+        "vanished": 0,
+        "snapshots_settled": 0,
+    }
 
 
 def test_reconcile_resumes_a_job_whose_task_vanished_from_ecs(jobs: JobsWorld):

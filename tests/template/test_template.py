@@ -257,10 +257,19 @@ def test_jobs_policy_is_least_privilege(cfn):
         "ec2:DescribeInstances",
         "ec2:DescribeInstanceTypes",
         "ec2:DescribeSpotPriceHistory",
+        "ec2:DescribeVolumes",
+        "ec2:DescribeSnapshots",
         "iam:PassRole",
     }
     assert by_sid["PassTaskRolesToEcsOnly"]["Condition"] == {
         "StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}
+    }
+    # the EBS volumes role goes to ECS only, and EC2 changes touch only what carries a job's tag
+    assert by_sid["PassTheVolumesRoleToEcs"]["Resource"] == {"Fn::GetAtt": ["EbsVolumesRole", "Arn"]}
+    for sid in ("SnapshotJobVolumes", "DeleteOnlyJobVolumesAndSnapshots"):
+        assert by_sid[sid]["Condition"] == {"StringLike": {"aws:ResourceTag/spotguard:job-id": "*"}}
+    assert by_sid["SnapshotsAreTaggedWithTheirJob"]["Condition"] == {
+        "StringLike": {"aws:RequestTag/spotguard:job-id": "*"}
     }
     run = by_sid["StartJobTasksInWatchedClusters"]
     assert "ClusterNames" in json.dumps(run["Condition"]["ArnLike"]["ecs:cluster"])

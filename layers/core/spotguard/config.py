@@ -75,6 +75,7 @@ class JobsEnv(EnvModel):
     default_security_groups: tuple[str, ...] = Field(default=(), alias="SPOTGUARD_DEFAULT_SECURITY_GROUPS")
     # Not a stack parameter: the local stack and tests shorten the wait for capacity.
     retry_base_seconds: int = Field(default=30, alias="SPOTGUARD_RETRY_BASE_SECONDS", ge=1, le=900)
+    ebs_role_arn: str | None = Field(default=None, alias="SPOTGUARD_EBS_ROLE_ARN")
 
     _split = field_validator("clusters", "default_subnets", "default_security_groups", mode="before")(
         lambda cls, v: _comma_list(v)

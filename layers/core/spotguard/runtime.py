@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 
 from spotguard.adapters.autoscaling import LifecycleAdapter
 from spotguard.adapters.clients import LazyClient, client
+from spotguard.adapters.ebs import EbsAdapter
 from spotguard.adapters.ecs import EcsAdapter
 from spotguard.adapters.hosts import Ec2Hosts
 from spotguard.adapters.job_store import DynamoJobs
@@ -101,6 +102,7 @@ class JobsRuntime:
                 default_subnets=env.default_subnets,
                 default_security_groups=env.default_security_groups,
                 retry_base_seconds=env.retry_base_seconds,
+                ebs_role_arn=env.ebs_role_arn or None,
             ),
             store=DynamoJobs(dynamodb, env.ledger_table),
             ecs=ecs_adapter,
@@ -111,6 +113,7 @@ class JobsRuntime:
             retries=RetryQueue(sqs, env.retry_queue_url),
             clock=utcnow,
             index=ledger,
+            volumes=EbsAdapter(LazyClient("ec2")),
         )
         self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
         self.idempotency = IdempotencyConfig(expires_after_seconds=SUBMIT_IDEMPOTENCY_SECONDS)

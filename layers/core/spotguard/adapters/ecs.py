@@ -195,6 +195,16 @@ class EcsAdapter:
             arn=td.get("taskDefinitionArn", arn),
             containers=[str(c.get("name")) for c in containers],
             gpus=gpu_count(td, overrides),
+            volumes_at_launch=[
+                str(v["name"]) for v in td.get("volumes") or [] if v.get("configuredAtLaunch")
+            ],
+            mounts={
+                str(c.get("name")): {
+                    str(m.get("sourceVolume")): str(m.get("containerPath"))
+                    for m in c.get("mountPoints") or []
+                }
+                for c in containers
+            },
             environment={
                 str(c.get("name")): {
                     str(e.get("name")): str(e.get("value", "")) for e in c.get("environment") or []

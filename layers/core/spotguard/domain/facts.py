@@ -12,6 +12,8 @@ class TaskDefinitionInfo(BaseModel):
     containers: list[str]
     gpus: int
     environment: dict[str, dict[str, str]]  # container name -> its environment
+    volumes_at_launch: list[str] = []  # volumes `configuredAtLaunch` (EBS mode)
+    mounts: dict[str, dict[str, str]] = {}  # container name -> {volume name: path in the container}
 
 
 class RunResult(BaseModel):

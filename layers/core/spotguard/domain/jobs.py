@@ -46,6 +46,7 @@ class JobState(StrEnum):
     QUEUED = "queued"  # waiting to be launched (first launch, after a stop, or after RunTask failed)
     LAUNCHING = "launching"  # RunTask is being called for the next attempt
     RUNNING = "running"  # one live attempt (its task is PROVISIONING..RUNNING..STOPPING)
+    SNAPSHOTTING = "snapshotting"  # EBS mode: the stopped attempt's volume is being snapshotted
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -124,11 +125,30 @@ class RunTaskRequest(BaseModel):
         )
 
 
+class EbsOptions(BaseModel):
+    """EBS mode: the managed volume each attempt gets (from the newest snapshot, once there is one)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    size_gib: int = Field(default=100, ge=1, le=16384)
+    volume_type: Literal["gp3", "gp2", "io1", "io2", "st1", "sc1"] = "gp3"
+    filesystem: Literal["ext3", "ext4", "xfs"] = "ext4"
+    iops: int | None = Field(default=None, ge=100, le=256000)
+    throughput: int | None = Field(default=None, ge=125, le=2000)
+    kms_key_id: str | None = Field(default=None, min_length=1, max_length=2048)
+    # the role ECS manages the volume with; None: the stack's own (EbsVolumesRole)
+    role_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
+    keep_snapshots: int = Field(default=2, ge=1, le=20)
+
+
 class JobOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     max_attempts: int = Field(default=20, ge=1, le=100)
     max_error_retries: int = Field(default=0, ge=0, le=20)
-    checkpoint_mode: Literal["s3"] = "s3"
+    # s3: the agent commits to S3; ebs: to the task's managed EBS volume, which SpotGuard snapshots
+    # when the task stops and gives to the next attempt (the task definition needs a volume
+    # `configuredAtLaunch`).
+    checkpoint_mode: Literal["s3", "ebs"] = "s3"
+    ebs: EbsOptions | None = None
     deadline: AwareDatetime | None = None
     # After an interruption the next attempt stays off the instance for good, and off its spot pool
     # (instance type in that availability zone) for this long.
@@ -169,6 +189,8 @@ class Attempt(BaseModel):
     outcome: str | None = None  # succeeded | resubmit | cancelled | failed (see domain.stops)
     outcome_reason: str | None = None
     interrupted_by: str | None = None  # the notice that stopped it, or the ECS stop code
+    volume_id: str | None = None  # EBS mode: the attempt's volume, and the snapshot taken of it
+    snapshot_id: str | None = None
 
     @property
     def live(self) -> bool:
@@ -207,6 +229,9 @@ class Job(BaseModel):
     resume_override: str | None = None  # a checkpoint chosen by a manual resubmit, for the next attempt
     avoid_instances: list[str] = Field(default_factory=list)
     avoid_pools: list[Pool] = Field(default_factory=list)
+    ebs_volume: str | None = None  # EBS mode: the task definition's volume configured at launch
+    snapshots: list[str] = Field(default_factory=list)  # EBS mode: completed snapshots, oldest first
+    doomed_volumes: list[str] = Field(default_factory=list)  # EBS mode: old volumes still to delete
     last_reason: str = ""
     outbox: list[OutboxItem] = Field(default_factory=list)
 
@@ -296,6 +321,21 @@ class Launch(BaseModel):
     resume_from_hint: str | None = None  # a checkpoint a manual resubmit chose; else the newest
 
 
+class Snapshot(BaseModel):
+    """EBS mode: snapshot the volume of this (stopped) attempt."""
+
+    model_config = ConfigDict(frozen=True)
+    attempt: int
+
+
+class Cleanup(BaseModel):
+    """EBS mode: delete volumes no attempt will use again, and snapshots beyond the job's keep."""
+
+    model_config = ConfigDict(frozen=True)
+    volumes: tuple[str, ...] = ()
+    snapshots: tuple[str, ...] = ()
+
+
 class Stop(BaseModel):
     model_config = ConfigDict(frozen=True)
     cluster: str
@@ -319,7 +359,7 @@ class CapacityWanted(BaseModel):
     avoid_pools: tuple[tuple[str, str], ...] = ()
 
 
-Effect = Launch | Stop | Notify | CapacityWanted
+Effect = Launch | Stop | Notify | CapacityWanted | Snapshot | Cleanup
 
 
 class Step(BaseModel):
@@ -526,16 +566,19 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             job=_replace_attempt(job, updated, now, state=JobState.GAVE_UP, last_reason=why),
             effects=[*effects, Notify(kind="gave-up", message=why)],
         )
+    next_state = JobState.SNAPSHOTTING if job.ebs_volume else JobState.QUEUED
     requeued = _replace_attempt(
         job,
         updated,
         now,
-        state=JobState.QUEUED,
+        state=next_state,
         retry_at=None,
         launch_tries=0,
         last_reason=verdict.reason,
         **changes,
     )
+    if job.ebs_volume:
+        effects.append(Snapshot(attempt=n))
     return Step(job=requeued, effects=effects)
 
 
@@ -598,11 +641,66 @@ def _avoidance(job: Job, attempt: Attempt, now: datetime) -> dict[str, Any]:
     return {"avoid_instances": instances, "avoid_pools": pools}
 
 
+def snapshot_started(
+    job: Job, attempt: int, volume_id: str | None, snapshot_id: str | None, now: datetime
+) -> Step:
+    """EBS mode: the attempt's volume and its snapshot (None: the volume is gone, nothing to snapshot)."""
+    if job.state is not JobState.SNAPSHOTTING:
+        return Step(note=f"job is {job.state}, not snapshotting")
+    a = next((x for x in job.attempts if x.number == attempt), None)
+    if a is None or (snapshot_id is not None and (a.volume_id, a.snapshot_id) == (volume_id, snapshot_id)):
+        return Step(note="nothing new about the snapshot")
+    updated = a.model_copy(update={"volume_id": volume_id, "snapshot_id": snapshot_id})
+    if snapshot_id is None:  # no volume to snapshot: go on from the newest snapshot there is
+        return snapshot_finished(
+            _replace_attempt(job, updated, now), None, False, now, "its volume was not found"
+        )
+    return Step(job=_replace_attempt(job, updated, now))
+
+
+def snapshot_finished(job: Job, snapshot_id: str | None, ok: bool, now: datetime, why: str = "") -> Step:
+    """EBS mode: the stopped attempt's snapshot completed (the next attempt starts from it) or failed
+    (it starts from the newest snapshot before it, or from scratch). Either way the job is queued."""
+    if job.state is not JobState.SNAPSHOTTING:
+        return Step(note=f"job is {job.state}, not snapshotting")
+    last = job.attempts[-1]
+    if snapshot_id is not None and last.snapshot_id != snapshot_id:
+        return Step(note=f"snapshot {snapshot_id} is not the one the job waits for")
+    keep = (job.options.ebs or EbsOptions()).keep_snapshots
+    snapshots = [*job.snapshots, snapshot_id] if ok and snapshot_id else list(job.snapshots)
+    expired, kept = snapshots[:-keep], snapshots[-keep:]
+    if not ok and snapshot_id:
+        expired.append(snapshot_id)  # a failed snapshot is of no use
+    volumes = [*job.doomed_volumes, *([last.volume_id] if ok and last.volume_id else [])]
+    if ok:
+        reason = f"attempt {last.number}'s volume is snapshotted ({snapshot_id})"
+    else:
+        start = kept[-1] if kept else "scratch"
+        reason = (
+            f"the snapshot of attempt {last.number} failed{': ' + why if why else ''}; resuming from {start}"
+        )
+    new = _bump(job, now, state=JobState.QUEUED, snapshots=kept, doomed_volumes=volumes, last_reason=reason)
+    effects: list[Effect] = []
+    if volumes or expired:
+        effects.append(Cleanup(volumes=tuple(volumes), snapshots=tuple(expired)))
+    if not ok:
+        effects.append(Notify(kind="waiting", message=reason))
+    return Step(job=new, effects=effects)
+
+
+def volumes_deleted(job: Job, deleted: list[str], now: datetime) -> Step:
+    left = [v for v in job.doomed_volumes if v not in deleted]
+    if left == job.doomed_volumes:
+        return Step(note="no volume deleted")
+    return Step(job=_bump(job, now, doomed_volumes=left))
+
+
 def request_cancel(job: Job, now: datetime, reason: str) -> Step:
     if job.state.terminal:
         raise JobError(f"job {job.job_id} is already {job.state}")
     live = job.live_attempt
-    if job.state is JobState.QUEUED or (job.state is JobState.LAUNCHING and live is None):
+    idle = job.state in (JobState.QUEUED, JobState.SNAPSHOTTING)
+    if idle or (job.state is JobState.LAUNCHING and live is None):
         # Launching: the RunTask in flight, if it succeeds, finds the job cancelled and stops the task.
         return Step(
             job=_bump(job, now, state=JobState.CANCELLED, cancel_requested=True, last_reason=reason),
@@ -618,6 +716,8 @@ def request_cancel(job: Job, now: datetime, reason: str) -> Step:
 def request_resubmit(job: Job, now: datetime, checkpoint: str | None) -> Step:
     """A manual resubmit: a job that is not running starts again (a fresh attempt budget and error
     retries), from `checkpoint` if given, else from its newest committed checkpoint."""
+    if job.state is JobState.SNAPSHOTTING:
+        raise JobError(f"job {job.job_id} is snapshotting its volume; it starts again by itself after that")
     if job.state in (JobState.RUNNING, JobState.LAUNCHING):
         live = job.live_attempt
         task = f" (task {live.task_arn})" if live else ""
@@ -646,7 +746,9 @@ def stray_reason(job: Job) -> str:
 
 
 # ------------------------------------------------------------------------------- the RunTask call
-def run_task_params(job: Job, launch: Launch, resume_from: str, avoid_at: datetime) -> dict[str, Any]:
+def run_task_params(
+    job: Job, launch: Launch, resume_from: str, avoid_at: datetime, ebs_role: str | None = None
+) -> dict[str, Any]:
     """The RunTask parameters for an attempt: the job's request, the SpotGuard environment in every
     container, the attempt's startedBy, tags and client token, and constraints away from the
     interrupted instances and (for a while) their spot pools."""
@@ -667,6 +769,8 @@ def run_task_params(job: Job, launch: Launch, resume_from: str, avoid_at: dateti
     ]
     if job.options.checkpoint_container:  # where the interruption path sends SIGUSR1
         params["tags"].append({"key": CHECKPOINT_CONTAINER_TAG, "value": job.options.checkpoint_container})
+    if job.ebs_volume:
+        params["volumeConfigurations"] = [ebs_volume_configuration(job, launch.attempt, ebs_role)]
     if not job.request.fargate:  # Fargate takes no placement constraints
         constraints = list(params.get("placementConstraints") or [])
         room = MAX_PLACEMENT_CONSTRAINTS - len(constraints)
@@ -674,6 +778,39 @@ def run_task_params(job: Job, launch: Launch, resume_from: str, avoid_at: dateti
         if constraints:
             params["placementConstraints"] = constraints
     return params
+
+
+def ebs_volume_configuration(job: Job, attempt: int, default_role: str | None) -> dict[str, Any]:
+    """The managed EBS volume of an attempt: from the newest completed snapshot, kept when the task
+    stops (SpotGuard snapshots it, then deletes it), tagged with the job and the attempt."""
+    o = job.options.ebs or EbsOptions()
+    role = o.role_arn or default_role
+    if not role:
+        raise JobError("EBS mode needs a role for ECS to manage the volume (options.ebs.role_arn)")
+    volume: dict[str, Any] = {
+        "sizeInGiB": o.size_gib,
+        "volumeType": o.volume_type,
+        "filesystemType": o.filesystem,
+        "roleArn": role,
+        "encrypted": True,
+        "terminationPolicy": {"deleteOnTermination": False},
+        "tagSpecifications": [
+            {
+                "resourceType": "volume",
+                "tags": [
+                    {"key": JOB_TAG, "value": job.job_id},
+                    {"key": ATTEMPT_TAG, "value": str(attempt)},
+                ],
+                "propagateTags": "NONE",
+            }
+        ],
+    }
+    for key, value in (("iops", o.iops), ("throughput", o.throughput), ("kmsKeyId", o.kms_key_id)):
+        if value is not None:
+            volume[key] = value
+    if job.snapshots:
+        volume["snapshotId"] = job.snapshots[-1]
+    return {"name": job.ebs_volume, "managedEBSVolume": volume}
 
 
 def avoid_constraints(instances: Sequence[str], pools: Sequence[Pool], now: datetime) -> list[dict[str, str]]:

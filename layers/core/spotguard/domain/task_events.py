@@ -8,6 +8,7 @@ decision: act on a task event, launch a job, ignore with a reason, or reject (de
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import datetime
 from typing import Any, Literal
@@ -21,6 +22,8 @@ from spotguard.domain.notices import Decision, Settings, envelope
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, MANAGED_TAG, TaskInfo
 
 TASK_STATE_CHANGE = "ECS Task State Change"
+EBS_SNAPSHOT = "EBS Snapshot Notification"
+_SNAPSHOT_ID = re.compile(r"(snap-[0-9a-f]{8,17})$")
 LAUNCH_DUE = "Launch Due"
 
 
@@ -56,14 +59,24 @@ class LaunchDueDetail(BaseModel):
     launch_try: int = Field(alias="launch-try", ge=0)
 
 
+class SnapshotDetail(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    event: str
+    result: str
+    snapshot_id: str = Field(min_length=1)
+    cause: str = ""
+
+
 class TaskMessage(BaseModel):
     model_config = ConfigDict(frozen=True)
-    outcome: Literal["act", "launch", "ignore", "reject"]
+    outcome: Literal["act", "launch", "snapshot", "ignore", "reject"]
     reason: str
     event_id: str | None = None
     task: TaskEvent | None = None
     job_id: str | None = None
     launch_try: int | None = None
+    snapshot_id: str | None = None
+    snapshot_ok: bool | None = None
 
 
 def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings) -> TaskMessage:
@@ -72,6 +85,8 @@ def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings)
         return TaskMessage(outcome="reject", reason=event.reason, event_id=event.event_id)
     if event.source == "spotguard" and event.detail_type == LAUNCH_DUE:
         return _launch_due(event)
+    if event.source == "aws.ec2" and event.detail_type == EBS_SNAPSHOT:
+        return _snapshot(event)
     if event.source != "aws.ecs" or event.detail_type != TASK_STATE_CHANGE:
         return TaskMessage(
             outcome="ignore",
@@ -124,6 +139,31 @@ def _launch_due(event: EventBridgeModel) -> TaskMessage:
         event_id=event.id,
         job_id=d.job_id,
         launch_try=d.launch_try,
+    )
+
+
+def _snapshot(event: EventBridgeModel) -> TaskMessage:
+    """EBS Snapshot Notification: `snapshot_id` is an ARN (arn:aws:ec2::REGION:snapshot/snap-...)."""
+    try:
+        d = SnapshotDetail.model_validate(event.detail)
+    except ValidationError as exc:
+        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+    if d.event not in ("createSnapshot", "createSnapshots"):
+        return TaskMessage(
+            outcome="ignore", reason=f"EBS {d.event} events are not SpotGuard's", event_id=event.id
+        )
+    m = _SNAPSHOT_ID.search(d.snapshot_id)
+    if not m:
+        return TaskMessage(
+            outcome="reject", reason="detail.snapshot_id: names no snapshot", event_id=event.id
+        )
+    ok = d.result == "succeeded"
+    return TaskMessage(
+        outcome="snapshot",
+        reason=f"snapshot {m.group(1)} {d.result}" + (f": {d.cause}" if d.cause else ""),
+        event_id=event.id,
+        snapshot_id=m.group(1),
+        snapshot_ok=ok,
     )
 
 

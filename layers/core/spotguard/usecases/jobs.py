@@ -18,11 +18,12 @@ from pydantic import BaseModel, ConfigDict
 
 from spotguard.domain.adoption import checkpoint_uri_of, rebuild_request
 from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
-from spotguard.domain.facts import Notification
+from spotguard.domain.facts import Notification, TaskDefinitionInfo
 from spotguard.domain.jobs import (
     TERMINAL,
     Attempt,
     CapacityWanted,
+    Cleanup,
     Job,
     JobError,
     JobOptions,
@@ -30,6 +31,7 @@ from spotguard.domain.jobs import (
     Launch,
     Notify,
     OutboxItem,
+    Snapshot,
     Step,
     Stop,
     TaskEvent,
@@ -42,8 +44,11 @@ from spotguard.domain.jobs import (
     request_cancel,
     request_resubmit,
     run_task_params,
+    snapshot_finished,
+    snapshot_started,
     spend,
     started_by,
+    volumes_deleted,
 )
 from spotguard.domain.notices import Settings
 from spotguard.domain.prices import task_share
@@ -59,6 +64,7 @@ from spotguard.ports import (
     Notifications,
     StopClaims,
     TaskIndex,
+    Volumes,
 )
 
 STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
@@ -75,6 +81,7 @@ class JobsConfig(BaseModel):
     default_subnets: tuple[str, ...] = ()
     default_security_groups: tuple[str, ...] = ()
     retry_base_seconds: int = 30  # the first wait for capacity; it doubles per try, up to 15 minutes
+    ebs_role_arn: str | None = None  # the role ECS manages EBS-mode volumes with (the stack's)
 
 
 class Conflict(RuntimeError):
@@ -94,6 +101,7 @@ class JobService:
         retries: LaunchRetries,
         clock: Callable[[], datetime],
         index: TaskIndex | None = None,
+        volumes: Volumes | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -105,6 +113,7 @@ class JobService:
         self.retries = retries
         self.clock = clock
         self.index = index
+        self.volumes = volumes
 
     # ================================================================================ manual actions
     def submit(self, cmd: Submit) -> Job:
@@ -127,23 +136,50 @@ class JobService:
                 f"options.checkpoint_container: {cmd.options.checkpoint_container!r} is not a container of "
                 f"{td.arn} ({', '.join(td.containers)})",
             )
+        ebs_volume, checkpoint_uri = None, self._default_uri(job_id)
+        if cmd.options.checkpoint_mode == "ebs":
+            ebs_volume, checkpoint_uri = self._ebs_volume(cmd, td)
         now = self.clock()
         job = Job(
             job_id=job_id,
             state=JobState.QUEUED,
             request=cmd.request,
             options=cmd.options,
-            checkpoint_uri=self._default_uri(job_id),
+            checkpoint_uri=checkpoint_uri,
             gpus=td.gpus,
             containers=td.containers,
             created_at=now,
             updated_at=now,
+            ebs_volume=ebs_volume,
         )
         if not self.store.create(job):  # the same id, submitted at the same moment
             again = self.store.get(job_id)
             assert again is not None
             return self._same_submit(again, cmd)
         return self._drive(job_id)
+
+    def _ebs_volume(self, cmd: Submit, td: TaskDefinitionInfo) -> tuple[str, str]:
+        """EBS mode: the volume configured at launch that the checkpoint container mounts, and the
+        file:// checkpoint URI of its mount point."""
+        if not td.volumes_at_launch:
+            raise CommandError(
+                "BadRequest",
+                f"options.checkpoint_mode: ebs needs a volume configuredAtLaunch in {td.arn}; it has none",
+            )
+        if cmd.request.volumeConfigurations:
+            raise CommandError("BadRequest", "request.volumeConfigurations: SpotGuard sets them in EBS mode")
+        if not ((cmd.options.ebs and cmd.options.ebs.role_arn) or self.config.ebs_role_arn):
+            raise CommandError("BadRequest", "options.ebs.role_arn: needed (the stack has no default role)")
+        container = cmd.options.checkpoint_container or td.containers[0]
+        mounts = td.mounts.get(container, {})
+        volume = next((v for v in td.volumes_at_launch if v in mounts), None)
+        if volume is None:
+            raise CommandError(
+                "BadRequest",
+                f"options.checkpoint_mode: container {container!r} mounts none of the volumes configured "
+                f"at launch ({', '.join(td.volumes_at_launch)})",
+            )
+        return volume, f"file://{mounts[volume].rstrip('/')}/"
 
     def _same_submit(self, job: Job, cmd: Submit) -> Job:
         if job.request == cmd.request and job.options == cmd.options:
@@ -241,7 +277,7 @@ class JobService:
         half-done is repeated (same client token), a due job whose retry message was lost is launched,
         and a running job whose task stopped unseen (or vanished from ECS) gets its stop applied."""
         now = self.clock()
-        counts = {"checked": 0, "relaunched": 0, "stops_applied": 0, "vanished": 0}
+        counts = {"checked": 0, "relaunched": 0, "stops_applied": 0, "vanished": 0, "snapshots_settled": 0}
         for job in self.store.list(JobState.LAUNCHING, limit) + self.store.list(JobState.QUEUED, limit):
             counts["checked"] += 1
             stale = (now - job.updated_at).total_seconds() > STUCK_SECONDS
@@ -249,9 +285,21 @@ class JobService:
             if stale and (job.state is JobState.LAUNCHING or overdue):
                 self._drive(job.job_id, job)
                 counts["relaunched"] += 1
+        for job in self.store.list(JobState.SNAPSHOTTING, limit):
+            counts["checked"] += 1
+            if (now - job.updated_at).total_seconds() > STUCK_SECONDS and self.volumes is not None:
+                last = job.attempts[-1]
+                state = self.volumes.snapshot_state(last.snapshot_id) if last.snapshot_id else None
+                if last.snapshot_id is None:
+                    self._snapshot(job, last.number)  # the snapshot was never taken
+                elif state != "pending":
+                    self.on_snapshot(last.snapshot_id, state == "completed")
+                counts["snapshots_settled"] += 1
         live: dict[str, list[tuple[Job, Attempt]]] = {}
         for job in self.store.list(JobState.RUNNING, limit):
             counts["checked"] += 1
+            if job.doomed_volumes and self.volumes is not None:  # still attached last time: try again
+                self._cleanup(job.job_id, Cleanup(volumes=tuple(job.doomed_volumes)))
             attempt = job.live_attempt
             if attempt is not None:
                 live.setdefault(job.request.cluster, []).append((job, attempt))
@@ -328,9 +376,52 @@ class JobService:
         return self._flush(new)
 
     def _stops(self, step: Step) -> None:
+        """The effects that are not notifications: stops, and in EBS mode snapshots and clean-up."""
         for e in step.effects:
             if isinstance(e, Stop):
                 self.ecs.stop(e.cluster, e.task_arn, e.reason)
+            elif isinstance(e, Snapshot) and step.job is not None:
+                self._snapshot(step.job, e.attempt)
+            elif isinstance(e, Cleanup) and step.job is not None:
+                self._cleanup(step.job.job_id, e)
+
+    # ------------------------------------------------------------------------------------- EBS mode
+    def _snapshot(self, job: Job, attempt: int) -> None:
+        """Snapshot the stopped attempt's volume (once: found by its tags when repeated); a snapshot
+        already completed moves the job on at once, otherwise its EBS notification event will."""
+        if self.volumes is None:
+            raise RuntimeError("EBS mode without an EBS adapter")
+        volume = self.volumes.find(job.job_id, attempt)
+        snap = self.volumes.snapshot(volume, job.job_id, attempt) if volume else None
+        job, _ = self._apply(job.job_id, lambda j: snapshot_started(j, attempt, volume, snap, self.clock()))
+        if snap is not None:
+            state = self.volumes.snapshot_state(snap)
+            if state in ("completed", "error", None):
+                self.on_snapshot(snap, state == "completed")
+
+    def on_snapshot(self, snapshot_id: str, ok: bool) -> str:
+        """An EBS Snapshot Notification (or reconcile's look at the snapshot): the job waiting for
+        it is queued, from this snapshot or, if it failed, the one before."""
+        assert self.volumes is not None
+        owner = self.volumes.snapshot_owner(snapshot_id)
+        if owner is None:
+            return "not a SpotGuard snapshot"
+        job = self.store.get(owner[0])
+        if job is None:
+            return f"job {owner[0]} is not in the ledger"
+        job, note = self._apply(
+            job.job_id, lambda j: snapshot_finished(j, snapshot_id, ok, self.clock()), current=job
+        )
+        self._drive(job.job_id, job)
+        return note or f"snapshot {'completed' if ok else 'failed'}"
+
+    def _cleanup(self, job_id: str, cleanup: Cleanup) -> None:
+        assert self.volumes is not None
+        for snap in cleanup.snapshots:
+            self.volumes.delete_snapshot(snap)
+        deleted = [v for v in cleanup.volumes if self.volumes.delete_volume(v)]
+        if deleted:
+            self._apply(job_id, lambda j: volumes_deleted(j, deleted, self.clock()))
 
     def _flush(self, job: Job) -> Job:
         """Send the job's pending notifications, then take them out of the outbox. Returns the job as
@@ -381,8 +472,9 @@ class JobService:
 
     def _launch(self, job: Job, launch: Launch) -> Job:
         now = self.clock()
-        resume_from = launch.resume_from_hint or self._newest(job)
-        result = self.ecs.run_task(run_task_params(job, launch, resume_from, now))
+        # EBS mode: the agent restores the newest checkpoint on the volume made from the snapshot
+        resume_from = "" if job.ebs_volume else (launch.resume_from_hint or self._newest(job))
+        result = self.ecs.run_task(run_task_params(job, launch, resume_from, now, self.config.ebs_role_arn))
         if result.task_arn is not None:
             arn = result.task_arn
             step: Callable[[Job], Step] = lambda j: launch_succeeded(  # noqa: E731
