@@ -32,8 +32,16 @@ def test_one_example_per_gpu_count_and_one_wrapped():
     gpus = sorted(
         int(json.loads(p.read_text())["containerDefinitions"][0]["resourceRequirements"][0]["value"])
         for p in TASKDEFS
-        if "wrapped" not in p.name
+        if "wrapped" not in p.name and "ebs" not in p.name
     )
     assert gpus == [1, 4, 8]
     wrapped = json.loads((REPO / "examples" / "taskdefs" / "train-wrapped-1gpu.json").read_text())
     assert wrapped["containerDefinitions"][0]["command"][:2] == ["spotguard-agent", "run"]
+
+
+def test_the_ebs_example_mounts_a_volume_configured_at_launch():
+    td = json.loads((REPO / "examples" / "taskdefs" / "train-ebs-1gpu.json").read_text())
+    (volume,) = td["volumes"]
+    assert volume["configuredAtLaunch"] is True
+    (mount,) = td["containerDefinitions"][0]["mountPoints"]
+    assert mount["sourceVolume"] == volume["name"]
