@@ -15,19 +15,8 @@ import pytest
 from spotguard_agent import CheckpointStore, StoreError
 from spotguard_agent.manifest import MANIFEST
 
+from tests.agent.test_store import read, write
 from tests.conftest import REPO
-
-
-def write(d: Path, files: dict[str, bytes]) -> Path:
-    for name, data in files.items():
-        p = d / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-    return d
-
-
-def read(d: Path) -> dict[str, bytes]:
-    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture

@@ -50,25 +50,24 @@ class EbsAdapter:
         )
         return str(snap["SnapshotId"])
 
-    def snapshot_state(self, snapshot_id: str) -> str | None:
-        """pending | completed | error; None when it does not exist."""
+    def _described(self, snapshot_id: str) -> dict[str, Any] | None:
         try:
             found = self.ec2.describe_snapshots(SnapshotIds=[snapshot_id]).get("Snapshots") or []
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in _GONE:
                 return None
             raise
-        return str(found[0]["State"]) if found else None
+        return dict(found[0]) if found else None
+
+    def snapshot_state(self, snapshot_id: str) -> str | None:
+        """pending | completed | error; None when it does not exist."""
+        snap = self._described(snapshot_id)
+        return str(snap["State"]) if snap else None
 
     def snapshot_owner(self, snapshot_id: str) -> tuple[str, int] | None:
         """(job id, attempt) from SpotGuard's tags on the snapshot; None for a snapshot not SpotGuard's."""
-        try:
-            found = self.ec2.describe_snapshots(SnapshotIds=[snapshot_id]).get("Snapshots") or []
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _GONE:
-                return None
-            raise
-        tags = {t["Key"]: t["Value"] for s in found for t in s.get("Tags") or []}
+        snap = self._described(snapshot_id) or {}
+        tags = {t["Key"]: t["Value"] for t in snap.get("Tags") or []}
         if JOB_TAG not in tags or not tags.get(ATTEMPT_TAG, "").isdigit():
             return None
         return tags[JOB_TAG], int(tags[ATTEMPT_TAG])
