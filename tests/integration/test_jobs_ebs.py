@@ -168,3 +168,18 @@ def test_bad_ebs_submissions_are_refused(jobs: JobsWorld, options, at_launch, me
     )
     assert not answer["ok"] and message in answer["error"]["message"], answer
     assert jobs.scheduler.requests == []
+
+
+def test_a_volume_configured_at_launch_means_ebs_mode_unless_told_otherwise(jobs: JobsWorld):
+    td = _ebs_definition(jobs)
+    answer = jobs.invoke({"action": "submit", "request": {"cluster": "gpu-spot", "taskDefinition": td}})
+    assert answer["ok"] and answer["job"]["checkpoint_uri"] == f"file://{MOUNT}/"
+    assert _volume(jobs.scheduler.requests[0])["sizeInGiB"] == 100
+    answer = jobs.invoke(
+        {
+            "action": "submit",
+            "request": {"cluster": "gpu-spot", "taskDefinition": td},
+            "options": {"checkpoint_mode": "s3"},
+        }
+    )
+    assert answer["ok"] and answer["job"]["checkpoint_uri"].startswith("s3://")

@@ -146,8 +146,9 @@ class JobOptions(BaseModel):
     max_error_retries: int = Field(default=0, ge=0, le=20)
     # s3: the agent commits to S3; ebs: to the task's managed EBS volume, which SpotGuard snapshots
     # when the task stops and gives to the next attempt (the task definition needs a volume
-    # `configuredAtLaunch`).
-    checkpoint_mode: Literal["s3", "ebs"] = "s3"
+    # `configuredAtLaunch`). None: ebs when the task definition has such a volume that the checkpoint
+    # container mounts and the request does not configure it, else s3.
+    checkpoint_mode: Literal["s3", "ebs"] | None = None
     ebs: EbsOptions | None = None
     deadline: AwareDatetime | None = None
     # After an interruption the next attempt stays off the instance for good, and off its spot pool

@@ -137,7 +137,11 @@ class JobService:
                 f"{td.arn} ({', '.join(td.containers)})",
             )
         ebs_volume, checkpoint_uri = None, self._default_uri(job_id)
-        if cmd.options.checkpoint_mode == "ebs":
+        if cmd.options.checkpoint_mode == "ebs" or (
+            cmd.options.checkpoint_mode is None
+            and _mounted_at_launch(cmd, td)
+            and not cmd.request.volumeConfigurations
+        ):
             ebs_volume, checkpoint_uri = self._ebs_volume(cmd, td)
         now = self.clock()
         job = Job(
@@ -729,6 +733,11 @@ def _vanished(job: Job, attempt: Attempt, now: datetime) -> TaskEvent:
         stopped_at=now,
         time=now,
     )
+
+
+def _mounted_at_launch(cmd: Submit, td: TaskDefinitionInfo) -> bool:
+    container = cmd.options.checkpoint_container or (td.containers[0] if td.containers else "")
+    return any(v in td.mounts.get(container, {}) for v in td.volumes_at_launch)
 
 
 def _tag(task: dict[str, Any], key: str) -> str | None:
