@@ -2,8 +2,10 @@
 
 - `deploy`: translate template.yaml with aws-sam-translator, upload each code folder as a zip, create the
   stack in moto's CloudFormation. moto creates every resource but AWS::SQS::QueuePolicy,
-  AWS::S3::BucketPolicy and AWS::CloudWatch::Alarm, which it accepts and skips: locally nothing
-  enforces access policies, and no alarm fires (the dead-letter queues themselves are real).
+  AWS::S3::BucketPolicy and AWS::CloudWatch::Alarm, which it accepts and skips: `deploy` creates the
+  queue policies (moto stores them without enforcing them) and the dead-letter alarms directly; not
+  the bucket policy, which moto's S3 would enforce, and which denies every request without TLS. It
+  also puts the bucket's EventBridge notification configuration, which moto's CloudFormation drops.
 - `FunctionHost`: imports a function's app.py with exactly the environment the stack gave the function
   (moto cannot run Lambda code without Docker, so the handler runs in-process).
 - `QueuePoller`: plays Lambda's SQS event source mapping: batch size, partial batch responses (only the
@@ -17,6 +19,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -40,6 +43,7 @@ class LocalStack:
     region: str
     outputs: dict[str, str]
     functions: dict[str, FunctionConfig] = field(default_factory=dict)
+    created_directly: list[str] = field(default_factory=list)  # what moto's CloudFormation skips
 
     def client(self, service: str) -> Any:
         return boto3.client(service, endpoint_url=self.endpoint, region_name=self.region, **_creds())
@@ -116,6 +120,7 @@ def deploy(
         for r in cf.describe_stack_resources(StackName=STACK)["StackResources"]
         if "LogicalResourceId" in r
     }
+    stack.created_directly = _what_moto_skips(stack, cfn, physical)
     lam = stack.client("lambda")
     mappings = lam.list_event_source_mappings()["EventSourceMappings"]
     for logical_id, folder in folders.items():
@@ -139,6 +144,91 @@ def deploy(
                 lam.update_event_source_mapping(UUID=m["UUID"], Enabled=False)
         stack.functions[logical_id] = fn
     return stack
+
+
+class _Resolver:
+    """Resolves the intrinsics the skipped resources use (Ref, Fn::GetAtt, Fn::Sub, Fn::If on a
+    condition's default) against what moto created."""
+
+    def __init__(self, stack: LocalStack, cfn: dict[str, Any], physical: dict[str, str]) -> None:
+        self.stack, self.cfn, self.physical = stack, cfn, physical
+
+    def arn(self, logical: str) -> str:
+        kind = self.cfn["Resources"][logical]["Type"]
+        pid = self.physical[logical]
+        if kind == "AWS::SQS::Queue":
+            sqs = self.stack.client("sqs")
+            return str(
+                sqs.get_queue_attributes(QueueUrl=pid, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            )
+        if kind == "AWS::Events::Rule":
+            return (
+                pid
+                if pid.startswith("arn:")
+                else str(self.stack.client("events").describe_rule(Name=pid)["Arn"])
+            )
+        if kind == "AWS::S3::Bucket":
+            return f"arn:aws:s3:::{pid}"
+        return pid
+
+    def value(self, v: Any) -> Any:
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        if not isinstance(v, dict):
+            return v
+        if "Ref" in v:
+            return {"AWS::AccountId": self.stack.account, "AWS::Region": self.stack.region}.get(
+                v["Ref"], self.physical.get(v["Ref"], v["Ref"])
+            )
+        if "Fn::GetAtt" in v:
+            logical, attr = v["Fn::GetAtt"]
+            if attr == "QueueName":
+                return self.physical[logical].rsplit("/", 1)[-1]
+            return self.arn(logical)
+        if "Fn::Sub" in v:
+            text = v["Fn::Sub"] if isinstance(v["Fn::Sub"], str) else v["Fn::Sub"][0]
+            return re.sub(
+                r"\$\{([\w:]+)(?:\.(\w+))?\}",
+                lambda m: str(self.value({"Fn::GetAtt": [m[1], m[2]]} if m[2] else {"Ref": m[1]})),
+                text,
+            )
+        if "Fn::If" in v:  # the stack is deployed with the conditions' defaults: the bucket is created
+            return self.value(v["Fn::If"][1])
+        return {k: self.value(x) for k, x in v.items()}
+
+
+def _what_moto_skips(stack: LocalStack, cfn: dict[str, Any], physical: dict[str, str]) -> list[str]:
+    """moto's CloudFormation accepts AWS::SQS::QueuePolicy, AWS::S3::BucketPolicy and
+    AWS::CloudWatch::Alarm but creates nothing for them: create the queue policies and the alarms
+    directly. The bucket policy is left out: moto's S3 enforces it, and its only statement denies
+    requests without TLS, which every request to moto on 127.0.0.1 is."""
+    r = _Resolver(stack, cfn, physical)
+    done = []
+    for logical, res in cfn["Resources"].items():
+        props = res.get("Properties", {})
+        if res["Type"] == "AWS::SQS::QueuePolicy":
+            policy = json.dumps(r.value(props["PolicyDocument"]))
+            for url in r.value(props["Queues"]):
+                stack.client("sqs").set_queue_attributes(QueueUrl=url, Attributes={"Policy": policy})
+        elif res["Type"] == "AWS::CloudWatch::Alarm":
+            stack.client("cloudwatch").put_metric_alarm(
+                AlarmName=f"{STACK}-{logical}",
+                AlarmDescription=props.get("AlarmDescription", ""),
+                Namespace=props["Namespace"],
+                MetricName=props["MetricName"],
+                Dimensions=r.value(props.get("Dimensions", [])),
+                Statistic=props["Statistic"],
+                Period=int(props["Period"]),
+                EvaluationPeriods=int(props["EvaluationPeriods"]),
+                Threshold=float(props["Threshold"]),
+                ComparisonOperator=props["ComparisonOperator"],
+                TreatMissingData=props.get("TreatMissingData", "missing"),
+                AlarmActions=r.value(props.get("AlarmActions", [])),
+            )
+        else:
+            continue
+        done.append(logical)
+    return done
 
 
 def _bucket_notifications(stack: LocalStack, cf: Any, cfn: dict[str, Any]) -> None:
