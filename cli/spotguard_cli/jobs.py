@@ -255,6 +255,10 @@ def render(answer: dict[str, Any]) -> str:
                 f"\n{len(cps)} checkpoint(s); newest #{newest['sequence']} at step {newest['step']} "
                 f"({newest['progress']:.0%}) from attempt {newest['attempt']}"
             )
+        if job.get("snapshots"):
+            lines.append(
+                f"EBS snapshots: {', '.join(job['snapshots'])} (the next attempt starts from the last)"
+            )
         spend = job.get("spend") or {}
         if spend:
             money = ""

@@ -93,6 +93,7 @@ def test_an_interrupted_ebs_job_resumes_from_the_snapshot_of_its_volume(jobs: Jo
     assert {t["value"] for t in _volume(second)["tagSpecifications"][0]["tags"]} == {"ebs-job", "2"}
     status = jobs.status("ebs-job")
     assert status["state"] == "running" and status["attempts"][0]["snapshot_id"] == snap["SnapshotId"]
+    assert status["snapshots"] == [snap["SnapshotId"]]
     volumes = jobs.stack.client("ec2").describe_volumes()["Volumes"]
     assert jobs.scheduler.volumes[0] not in {v["VolumeId"] for v in volumes}  # the old volume is deleted
     # the notification arriving afterwards (at least once) changes nothing

@@ -222,6 +222,7 @@ class JobService:
             "options": job.options.model_dump(mode="json"),
             "attempts": [a.model_dump(mode="json", exclude_none=True) for a in job.attempts],
             "checkpoints": [r.model_dump(mode="json", exclude_none=True) for r in refs],
+            "snapshots": job.snapshots,  # EBS mode: the volumes' snapshots, oldest first
             "spend": spend(job, by_attempt, self.clock()).model_dump(mode="json"),
             "avoiding": {
                 "instances": job.avoid_instances,
