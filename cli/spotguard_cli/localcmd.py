@@ -46,7 +46,10 @@ def add_parser(sub: Any) -> None:
     u.set_defaults(run=run_up)
     i = actions.add_parser("inject", help="send a notice into a running `spotguard local up`")
     i.add_argument(
-        "kind", choices=sorted(k for k in KINDS if k not in ("checkpoint-manifest", "task-state-change"))
+        "kind",
+        choices=sorted(
+            k for k in KINDS if k not in ("checkpoint-manifest", "task-state-change", "ebs-snapshot")
+        ),
     )
     i.add_argument("--instance", required=True, help="the EC2 instance id (see `spotguard local up`)")
     i.set_defaults(run=run_inject)
