@@ -82,15 +82,10 @@ def _steps_done(log: Path) -> list[int]:
 
 def _reference_run(system: Any, out: Path, steps: int, log: Path) -> subprocess.Popen[bytes]:
     """The same training, never interrupted, with a checkpoint prefix of its own."""
-    from spotguard_cli.motoserver import FAKE_CREDENTIALS
+    from spotguard_cli.runner import local_environment
 
     env = {
-        **{k: v for k, v in __import__("os").environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")},
-        **FAKE_CREDENTIALS,
-        "AWS_ENDPOINT_URL": system.stack.endpoint,
-        "AWS_DEFAULT_REGION": system.stack.region,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "SPOTGUARD_WATCH_METADATA": "false",
+        **local_environment(system.stack.endpoint, system.stack.region),
         "SPOTGUARD_CHECKPOINT_URI": f"s3://{system.stack.outputs['CheckpointBucketName']}/reference/",
         "SPOTGUARD_JOB_ID": "reference",
     }

@@ -172,15 +172,9 @@ class TaskRunner:
             self.on_change(f"  task {_short(arn)} has no command to run locally: left PENDING")
             return
         env = {
-            **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "TMPDIR")},
             **{e["name"]: e.get("value", "") for e in container.get("environment") or []},
             **{e["name"]: e.get("value", "") for e in override.get("environment") or []},
-            **FAKE_CREDENTIALS,
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "SPOTGUARD_WATCH_METADATA": "false",  # no instance metadata here: SpotGuard's signals only
-            "PYTHONUNBUFFERED": "1",
+            **local_environment(self.endpoint, self.region),
         }
         log_path = self.log_dir / f"task-{_short(arn)}.log"
         log: IO[bytes] | None = None
@@ -266,6 +260,20 @@ class TaskRunner:
         resp = self.events.put_events(Entries=[put_entry(event)])
         if resp.get("FailedEntryCount"):
             raise RuntimeError(f"EventBridge refused a task event: {json.dumps(resp['Entries'])}")
+
+
+def local_environment(endpoint: str, region: str) -> dict[str, str]:
+    """What a process run as a task here gets besides its own environment: the local AWS endpoint and
+    fake credentials, and no instance metadata (SpotGuard's signals only)."""
+    return {
+        **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "TMPDIR")},
+        **FAKE_CREDENTIALS,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_DEFAULT_REGION": region,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "SPOTGUARD_WATCH_METADATA": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _short(arn: str) -> str:

@@ -212,10 +212,3 @@ class EcsAdapter:
                 for c in containers
             },
         )
-
-    def container_instance(self, cluster: str, container_instance_arn: str) -> dict[str, Any] | None:
-        resp = self.client.describe_container_instances(
-            cluster=cluster, containerInstances=[container_instance_arn]
-        )
-        found = resp.get("containerInstances") or []
-        return dict(found[0]) if found else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -101,8 +102,19 @@ def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings)
         return TaskMessage(
             outcome="ignore", reason=f"cluster {d.clusterArn} is not watched", event_id=event.id
         )
-    task = TaskEvent(
-        event_id=event.id,
+    task = _task_event(d, event.id, event.time)
+    return TaskMessage(outcome="act", reason=f"task {d.lastStatus}", event_id=event.id, task=task)
+
+
+def task_event_from(task: Mapping[str, Any], time: datetime, event_id: str = "") -> TaskEvent:
+    """An ECS task as the state machine reads it, from an event's detail or a DescribeTasks entry
+    (they share their field names). Raises ValidationError on a task that is not one."""
+    return _task_event(TaskDetail.model_validate(task), event_id, time)
+
+
+def _task_event(d: TaskDetail, event_id: str, time: datetime) -> TaskEvent:
+    return TaskEvent(
+        event_id=event_id,
         task_arn=d.taskArn,
         cluster_arn=d.clusterArn,
         version=d.version,
@@ -123,9 +135,8 @@ def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings)
         containers=tuple(d.containers),
         overrides=d.overrides,
         enable_execute_command=d.enableExecuteCommand,
-        time=event.time,
+        time=time,
     )
-    return TaskMessage(outcome="act", reason=f"task {d.lastStatus}", event_id=event.id, task=task)
 
 
 def _launch_due(event: EventBridgeModel) -> TaskMessage:

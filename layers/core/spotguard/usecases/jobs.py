@@ -53,7 +53,7 @@ from spotguard.domain.jobs import (
 from spotguard.domain.notices import Settings
 from spotguard.domain.prices import task_share
 from spotguard.domain.stops import VANISHED_REASON, classify_stop
-from spotguard.domain.task_events import indexed_info
+from spotguard.domain.task_events import indexed_info, task_event_from
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, ManageMode, TaskInfo
 from spotguard.ports import (
     Hosts,
@@ -298,7 +298,7 @@ class JobService:
                 if last.snapshot_id is None:
                     self._snapshot(job, last.number)  # the snapshot was never taken
                 elif state != "pending":
-                    self.on_snapshot(last.snapshot_id, state == "completed")
+                    self._settle_snapshot(job.job_id, last.snapshot_id, state == "completed")
                 counts["snapshots_settled"] += 1
         live: dict[str, list[tuple[Job, Attempt]]] = {}
         for job in self.store.list(JobState.RUNNING, limit):
@@ -402,7 +402,7 @@ class JobService:
         if snap is not None:
             state = self.volumes.snapshot_state(snap)
             if state in ("completed", "error", None):
-                self.on_snapshot(snap, state == "completed")
+                self._settle_snapshot(job.job_id, snap, state == "completed")
 
     def on_snapshot(self, snapshot_id: str, ok: bool) -> str:
         """An EBS Snapshot Notification (or reconcile's look at the snapshot): the job waiting for
@@ -411,9 +411,12 @@ class JobService:
         owner = self.volumes.snapshot_owner(snapshot_id)
         if owner is None:
             return "not a SpotGuard snapshot"
-        job = self.store.get(owner[0])
+        return self._settle_snapshot(owner[0], snapshot_id, ok)
+
+    def _settle_snapshot(self, job_id: str, snapshot_id: str, ok: bool) -> str:
+        job = self.store.get(job_id)
         if job is None:
-            return f"job {owner[0]} is not in the ledger"
+            return f"job {job_id} is not in the ledger"
         job, note = self._apply(
             job.job_id, lambda j: snapshot_finished(j, snapshot_id, ok, self.clock()), current=job
         )
@@ -696,28 +699,7 @@ def _aws_message(exc: Exception) -> str:
 def _event_of(task: dict[str, Any], now: datetime, at_least: int) -> TaskEvent:
     """A stopped task's description as the event ECS would have sent for it. Its `version` when it has
     one; STOPPED is final, so it is never older than what was seen."""
-    return TaskEvent(
-        task_arn=task["taskArn"],
-        cluster_arn=task["clusterArn"],
-        version=max(int(task.get("version") or 0), at_least),
-        last_status=task.get("lastStatus", ""),
-        desired_status=task.get("desiredStatus", ""),
-        started_by=task.get("startedBy", "") or "",
-        task_definition_arn=task.get("taskDefinitionArn", ""),
-        container_instance_arn=task.get("containerInstanceArn"),
-        availability_zone=task.get("availabilityZone"),
-        capacity_provider=task.get("capacityProviderName"),
-        launch_type=task.get("launchType"),
-        started_at=task.get("startedAt"),
-        stopped_at=task.get("stoppedAt"),
-        stop_code=task.get("stopCode"),
-        stopped_reason=task.get("stoppedReason"),
-        containers=tuple(
-            {"name": c.get("name"), "exitCode": c.get("exitCode"), "reason": c.get("reason")}
-            for c in task.get("containers") or []
-        ),
-        time=now,
-    )
+    return task_event_from({**task, "version": max(int(task.get("version") or 0), at_least)}, now)
 
 
 def _vanished(job: Job, attempt: Attempt, now: datetime) -> TaskEvent:
