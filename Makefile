@@ -13,7 +13,7 @@ SAM_VENV := .venv-sam
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo test test-py313 lint bench bench-load sam events clean
+.PHONY: setup demo test test-py313 lint bench bench-load bench-capacity sam events clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ bench: setup
 	$(BIN)/python bench/interruptions.py
 	$(BIN)/python bench/jobs.py
 	$(BIN)/python bench/checkpoint.py
+
+# Capacity policies on the Can't Be Late traces (../shared/traces): Table 3, a deadline sweep, two pools
+# at once. Long: the omniscient bound and SpotGuard's planner solve a dynamic programme per run.
+bench-capacity: setup
+	$(BIN)/python bench/capacity.py
 
 # The local stack under load: 200 instances x 4 tasks interrupted at once (several minutes).
 bench-load: setup

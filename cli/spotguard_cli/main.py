@@ -3,6 +3,7 @@
 spotguard explain EVENT_FILE...   what SpotGuard would do with each event (no AWS needed)
 spotguard jobs ACTION ...         submit, resubmit, cancel, status, list (calls the deployed stack)
 spotguard local demo|up|inject    the whole system on this machine, tasks as local processes
+spotguard simulate ...            capacity policies on spot availability traces (cost, deadline misses)
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from spotguard_cli import explain, jobs, localcmd
+from spotguard_cli import explain, jobs, localcmd, simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_parser(sub)
     jobs.add_parser(sub)
     localcmd.add_parser(sub)
+    simulate.add_parser(sub)
     return parser
 
 

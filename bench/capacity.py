@@ -1,0 +1,120 @@
+"""Capacity policies on the "Can't Be Late" traces (../shared/traces): the issue #5 benchmark.
+
+1. All five policies on the eight traces, first 13 days, 300 starts each, C=48 h, R=60 h, d=0.2 h: the
+   paper's Table 3 (greedy 30.8, uniform progress 25.1, omniscient 20.7 on-demand hours), and how much
+   of uniform progress's gap to omniscient SpotGuard closes.
+2. The deadline swept from 52 to 96 hours (fewer starts: the planner's work grows with the slack).
+3. us-west-2a and us-west-2b V100 (1 GPU) as pools at once, against uniform progress on any pool and on
+   the best single pool.
+
+    .venv/bin/python bench/capacity.py [--samples 300] [--sweep-samples 40] [--seed 1]
+                                       [--only table|sweep|multi]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from spotguard_cli.simulate import draw_starts, summarise
+from spotguard_cli.simulator import Job, Prices, load_trace
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "cant-be-late-2022-10"
+POLICIES = ("on-demand", "greedy", "uniform-progress", "spotguard", "omniscient")
+PRICES = Prices()
+
+
+def closed(sg: float, up: float, omni: float) -> str:
+    return f"{(up - sg) / (up - omni):.1%}" if up > omni else "n/a"
+
+
+def table(traces, samples: int, seed: int) -> None:
+    job = Job(48.0, 60.0, 0.2)
+    runs = draw_starts(traces, job, samples, seed, multi_pool=False)
+    print(f"## Table 3: 8 traces x {samples} starts, C=48 R=60 d=0.2 (seed {seed})")
+    print(
+        f"{'policy':18} {'OD h':>6} {'spot h':>6} {'cost $':>8} {'misses':>6} {'launches':>8} {'seconds':>8}"
+    )
+    res = {}
+    for p in POLICIES:
+        r = res[p] = summarise(p, traces, runs, job, PRICES)
+        print(
+            f"{p:18} {r['mean_ondemand_hours']:6.2f} {r['mean_spot_hours']:6.2f} {r['mean_cost']:8.2f} "
+            f"{r['deadline_misses']:6d} {r['mean_launches']:8.1f} {r['seconds']:8.1f}",
+            flush=True,
+        )
+    up, omni, sg = (res[p]["mean_cost"] for p in ("uniform-progress", "omniscient", "spotguard"))
+    print(f"spotguard closes {closed(sg, up, omni)} of uniform progress's gap to omniscient (goal: 50%)")
+    print("per trace, mean cost: uniform-progress / spotguard / omniscient (closed)")
+    for a, b, c in zip(
+        *(res[p]["pools"] for p in ("uniform-progress", "spotguard", "omniscient")), strict=True
+    ):
+        print(
+            f"  {a['traces'][0]:22} {a['mean_cost']:8.2f} {b['mean_cost']:8.2f} {c['mean_cost']:8.2f}"
+            f"  ({closed(b['mean_cost'], a['mean_cost'], c['mean_cost'])})"
+        )
+
+
+def sweep(traces, samples: int, seed: int) -> None:
+    print(f"\n## Deadline sweep: 8 traces x {samples} starts, C=48 d=0.2, mean cost $ (misses)")
+    print(f"{'R':>4} " + " ".join(f"{p:>18}" for p in POLICIES) + "   closed")
+    for r_hours in (52, 56, 60, 66, 72, 84, 96):
+        job = Job(48.0, float(r_hours), 0.2)
+        runs = draw_starts(traces, job, samples, seed, multi_pool=False)
+        res = {p: summarise(p, traces, runs, job, PRICES) for p in POLICIES}
+        cells = " ".join(f"{res[p]['mean_cost']:12.2f} ({res[p]['deadline_misses']:3d})" for p in POLICIES)
+        up, omni, sg = (res[p]["mean_cost"] for p in ("uniform-progress", "omniscient", "spotguard"))
+        print(f"{r_hours:4d} {cells}   {closed(sg, up, omni)}", flush=True)
+
+
+def multi(samples: int, seed: int) -> None:
+    names = ("us-west-2a_v100_1", "us-west-2b_v100_1")
+    traces = [load_trace(TRACES / f"{n}.json").head(13 * 24) for n in names]
+    job = Job(48.0, 60.0, 0.2)
+    runs = draw_starts(traces, job, samples, seed, multi_pool=True)
+    print(f"\n## Two pools at once ({', '.join(names)}), {samples} starts, C=48 R=60 d=0.2")
+    res = {
+        p: summarise(p, traces, runs, job, PRICES) for p in ("uniform-progress", "spotguard", "omniscient")
+    }
+    for p, r in res.items():
+        print(
+            f"{p + ' (any pool)':30} cost {r['mean_cost']:7.2f}  OD h {r['mean_ondemand_hours']:5.2f}"
+            f"  misses {r['deadline_misses']}"
+        )
+    singles = []
+    for i, t in enumerate(traces):
+        one = [type(run)((0,), run.start) for run in runs]  # the same start times, one pool
+        r = summarise("uniform-progress", [t], one, job, PRICES)
+        singles.append(r["mean_cost"])
+        print(f"{'uniform-progress on ' + names[i]:30} cost {r['mean_cost']:7.2f}")
+    up, omni, sg = (res[p]["mean_cost"] for p in ("uniform-progress", "omniscient", "spotguard"))
+    best = min(singles)
+    print(
+        f"spotguard closes {closed(sg, up, omni)} of the gap (goal 50%); {1 - sg / best:.1%} cheaper than "
+        f"uniform progress on the best single pool (goal 10%)"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--samples", type=int, default=300)
+    ap.add_argument("--sweep-samples", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", choices=("table", "sweep", "multi"))
+    args = ap.parse_args()
+    if not TRACES.is_dir():
+        print(f"no traces at {TRACES}", file=sys.stderr)
+        return 2
+    traces = [load_trace(p).head(13 * 24) for p in sorted(TRACES.glob("*.json"))]
+    if args.only in (None, "table"):
+        table(traces, args.samples, args.seed)
+    if args.only in (None, "sweep"):
+        sweep(traces, args.sweep_samples, args.seed)
+    if args.only in (None, "multi"):
+        multi(args.samples, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""`spotguard simulate`: run capacity policies on real spot availability traces.
+
+Without --multi-pool each trace is a pool of its own and N start times are drawn in each; with it the
+traces are simultaneous alternatives (cut to the shortest) and N start times are drawn once. The
+spotguard policy is given each pool's availability before the start as its history (as if SpotGuard had
+been watching the pool); the others ignore it. Runs are spread over the machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from spotguard.domain.capacity import (
+    CapacityPolicy,
+    GreedyPolicy,
+    OnDemandPolicy,
+    UniformProgressPolicy,
+)
+from spotguard_cli.simulator import (
+    Job,
+    Prices,
+    RunResult,
+    Trace,
+    TraceError,
+    check_job,
+    load_trace,
+    omniscient,
+    simulate,
+)
+
+POLICIES = ("on-demand", "greedy", "uniform-progress", "spotguard", "omniscient")
+
+
+def make_policy(name: str, prices: Prices) -> CapacityPolicy:
+    if name == "on-demand":
+        return OnDemandPolicy()
+    if name == "greedy":
+        return GreedyPolicy()
+    if name == "uniform-progress":
+        return UniformProgressPolicy()
+    if name == "spotguard":
+        from spotguard.domain.planner import SpotGuardPolicy  # numpy: loaded only when asked for
+
+        return SpotGuardPolicy(spot_price=prices.spot, on_demand_price=prices.on_demand)
+    raise ValueError(f"unknown policy {name!r}")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulated job: which pools (trace indexes), from which tick."""
+
+    pools: tuple[int, ...]
+    start: int
+
+
+def draw_starts(traces: Sequence[Trace], job: Job, samples: int, seed: int, multi_pool: bool) -> list[Run]:
+    """N start times per trace (or once for all pools), each leaving room for the whole deadline."""
+    check_job(job, traces)
+    ticks = math.ceil(job.deadline_hours / traces[0].gap_hours - 1e-9)
+    rng = random.Random(seed)
+    groups = [tuple(range(len(traces)))] if multi_pool else [(i,) for i in range(len(traces))]
+    runs = []
+    for group in groups:
+        length = min(len(traces[i].available) for i in group)
+        if length < ticks:
+            names = ", ".join(traces[i].name for i in group)
+            raise TraceError(
+                f"{names}: {length * traces[0].gap_hours:g} h of trace, "
+                f"the deadline needs {job.deadline_hours:g} h"
+            )
+        runs += [Run(group, rng.randrange(0, length - ticks + 1)) for _ in range(samples)]
+    return runs
+
+
+def run_one(policy: str, traces: Sequence[Trace], run: Run, job: Job, prices: Prices) -> RunResult:
+    pools = [traces[i] for i in run.pools]
+    if policy == "omniscient":
+        return omniscient(pools, run.start, job, prices)
+    p = make_policy(policy, prices)
+    remember = getattr(p, "remember", None)
+    if remember is not None:
+        remember([t.available[: run.start] for t in pools])
+    return simulate(p, pools, run.start, job, prices)
+
+
+def _worker(args: tuple[str, Sequence[Trace], Run, Job, Prices]) -> tuple[float, float, float, int, bool]:
+    r = run_one(*args)
+    return r.cost, r.ondemand_hours, r.spot_hours, r.launches, r.missed
+
+
+def summarise(
+    policy: str,
+    traces: Sequence[Trace],
+    runs: Sequence[Run],
+    job: Job,
+    prices: Prices,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Run `policy` on every run and return the figures of the JSON contract (and per-trace ones)."""
+    t0 = time.monotonic()
+    tasks = [(policy, traces, r, job, prices) for r in runs]
+    workers = workers or min(os.cpu_count() or 1, 8)
+    if workers > 1 and len(tasks) > 8:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(_worker, tasks, chunksize=max(1, len(tasks) // (workers * 8))))
+    else:
+        results = [_worker(t) for t in tasks]
+    all_on_demand = prices.on_demand * (job.hours + job.restart_hours)
+
+    def figures(rows: Sequence[tuple[float, float, float, int, bool]]) -> dict[str, Any]:
+        n = len(rows)
+        cost = sum(r[0] for r in rows) / n
+        return {
+            "runs": n,
+            "deadline_misses": sum(1 for r in rows if r[4]),
+            "mean_cost": round(cost, 4),
+            "mean_ondemand_hours": round(sum(r[1] for r in rows) / n, 4),
+            "mean_spot_hours": round(sum(r[2] for r in rows) / n, 4),
+            "mean_launches": round(sum(r[3] for r in rows) / n, 3),
+            "cost_vs_ondemand": round(cost / all_on_demand, 4),
+        }
+
+    by_pools: dict[tuple[int, ...], list[tuple[float, float, float, int, bool]]] = {}
+    for run, row in zip(runs, results, strict=True):
+        by_pools.setdefault(run.pools, []).append(row)
+    return {
+        "policy": policy,
+        **figures(results),
+        "seconds": round(time.monotonic() - t0, 2),
+        "pools": [
+            {"traces": [traces[i].name for i in key], **figures(rows)} for key, rows in by_pools.items()
+        ],
+    }
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def _positive(kind: str, strict: bool = True) -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < 0 or (strict and value == 0):
+            raise argparse.ArgumentTypeError(f"{kind} must be {'> 0' if strict else '>= 0'}, not {text}")
+        return value
+
+    return parse
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="run capacity policies on spot availability traces",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--policy", action="append", choices=POLICIES, required=True, help="repeat to compare")
+    p.add_argument("--trace", action="append", required=True, metavar="FILE", help="repeat for more traces")
+    p.add_argument("--multi-pool", action="store_true", help="the traces are simultaneous alternative pools")
+    p.add_argument("--job-hours", type=_positive("--job-hours"), required=True, metavar="C")
+    p.add_argument("--deadline-hours", type=_positive("--deadline-hours"), required=True, metavar="R")
+    p.add_argument(
+        "--restart-hours", type=_positive("--restart-hours", strict=False), required=True, metavar="D"
+    )
+    p.add_argument("--samples", type=_count, required=True, metavar="N", help="start times per trace")
+    p.add_argument("--seed", type=_seed, required=True, metavar="S")
+    p.add_argument("--spot-price", type=_positive("--spot-price"), default=Prices.spot, metavar="P")
+    p.add_argument(
+        "--ondemand-price", type=_positive("--ondemand-price"), default=Prices.on_demand, metavar="Q"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object (a list for several policies)")
+    p.add_argument(
+        "--plot", metavar="PNG", help="draw mean cost against the deadline for the chosen policies"
+    )
+    p.set_defaults(run=run)
+
+    def one_line_error(message: str) -> None:
+        print(f"spotguard simulate: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    p.error = one_line_error  # type: ignore[method-assign]
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (TraceError, ValueError) as exc:
+        print(f"spotguard simulate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    traces = [load_trace(path) for path in args.trace]
+    if len({t.gap_hours for t in traces}) > 1:
+        raise TraceError("the traces have different gap_seconds")
+    if args.spot_price > args.ondemand_price:
+        raise ValueError("--spot-price is above --ondemand-price")
+    job = Job(args.job_hours, args.deadline_hours, args.restart_hours)
+    prices = Prices(args.spot_price, args.ondemand_price)
+    policies = list(dict.fromkeys(args.policy))
+    runs = draw_starts(traces, job, args.samples, args.seed, args.multi_pool)
+    results = [summarise(p, traces, runs, job, prices) for p in policies]
+    if args.json:
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+    else:
+        print(render_table(results, job, args.multi_pool))
+    if args.plot:
+        plot(args.plot, policies, traces, job, prices, args.samples, args.seed, args.multi_pool)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def render_table(results: Sequence[dict[str, Any]], job: Job, multi_pool: bool) -> str:
+    head = (
+        f"C={job.hours:g} h, R={job.deadline_hours:g} h, d={job.restart_hours:g} h"
+        f"{', pools together' if multi_pool else ''}"
+    )
+    lines = [
+        head,
+        f"{'policy':18} {'runs':>5} {'misses':>6} {'cost $':>8} {'OD h':>6} {'spot h':>6} {'vs OD':>6}",
+    ]
+    for r in results:
+        lines.append(
+            f"{r['policy']:18} {r['runs']:5d} {r['deadline_misses']:6d} {r['mean_cost']:8.2f} "
+            f"{r['mean_ondemand_hours']:6.2f} {r['mean_spot_hours']:6.2f} {r['cost_vs_ondemand']:6.3f}"
+        )
+    return "\n".join(lines)
+
+
+def deadline_points(job: Job, traces: Sequence[Trace]) -> list[float]:
+    """Deadlines to plot: from tight to twice the job, with the one asked for, within the traces."""
+    longest = min(len(t.available) for t in traces) * traces[0].gap_hours
+    tight = job.hours + job.restart_hours + 2 * traces[0].gap_hours
+    points = {round(job.deadline_hours, 3)} | {
+        round(job.hours * f, 3) for f in (1.1, 1.25, 1.5, 1.75, 2.0) if job.hours * f >= tight
+    }
+    return sorted(p for p in points if p <= longest)
+
+
+def plot(
+    path: str,
+    policies: Sequence[str],
+    traces: Sequence[Trace],
+    job: Job,
+    prices: Prices,
+    samples: int,
+    seed: int,
+    multi_pool: bool,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    deadlines = deadline_points(job, traces)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for policy in policies:
+        costs = []
+        for r in deadlines:
+            j = Job(job.hours, r, job.restart_hours)
+            costs.append(
+                summarise(policy, traces, draw_starts(traces, j, samples, seed, multi_pool), j, prices)[
+                    "mean_cost"
+                ]
+            )
+        ax.plot(deadlines, costs, marker="o", label=policy)
+    ax.set_xlabel("deadline (hours)")
+    ax.set_ylabel("mean cost ($)")
+    ax.set_title(f"{job.hours:g} h job, {job.restart_hours:g} h restart, {len(traces)} trace(s)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,317 @@
+"""SpotGuard's own capacity policy: plan the cheapest way to the deadline from what each pool has done.
+
+Each pool's availability is modelled as alternating runs (spot available / not) whose chance of ending
+depends on how long the run has lasted so far (a semi-Markov model: "hazard by age"). The hazards come
+from the pool's own history, decayed so that old behaviour counts less, and smoothed towards a prior
+while there is little history. Given the model, the job's work left, the time left and the restart
+overhead, `Plan` solves exactly, by dynamic programming over (ticks left, slack left), which action
+minimises the expected cost of finishing in time: wait, spot, or on-demand. That one computation weighs
+everything the simpler rules cannot: a spot run that is likely to end before its restart overhead is
+paid back, an outage that is likely to last (go on-demand now rather than later), how much slack the
+rest of the job needs, and the prices. The shared safety net (`on_demand_needed`) still has the last word,
+so a wrong model can cost money but never a deadline that on-demand could meet.
+
+With several pools, the plan runs on "any pool available" and the job takes, among the available pools,
+the one it holds, else the one whose current run is expected to last longest.
+
+numpy is needed here (and only here in the core package).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from spotguard.domain.capacity import EPS, Choice, Placement, Situation, on_demand_needed
+
+# Run ages (ticks, the current one included) at which the hazard bins start. Bin b covers
+# [AGE_BINS[b], AGE_BINS[b+1]); the last is open. Narrow at first, where runs end most often.
+AGE_BINS = (1, 2, 3, 4, 5, 6, 8, 10, 13, 17, 22, 29, 38, 50, 66, 88)
+NB = len(AGE_BINS)
+_WIDTH = np.array([AGE_BINS[i + 1] - AGE_BINS[i] for i in range(NB - 1)] + [0], dtype=float)
+ADVANCE = np.where(_WIDTH > 0, 1.0 / np.maximum(_WIDTH, 1.0), 0.0)  # chance per tick to reach the next bin
+NEXT_BIN = np.minimum(np.arange(NB) + 1, NB - 1)
+INF = 1e12
+
+
+def age_bin(age: int) -> int:
+    b = 0
+    while b + 1 < NB and age >= AGE_BINS[b + 1]:
+        b += 1
+    return b
+
+
+class AvailabilityHistory:
+    """One pool's availability, tick by tick, as decayed counts of how long runs last.
+
+    `exposure[s, b]` counts ticks spent in a run of state s (0 unavailable, 1 available) at age bin b;
+    `ends[s, b]` counts runs that ended there. The hazard of bin b is ends / exposure, smoothed towards
+    the prior (a run of state s ends with chance 1/prior_mean_ticks[s] per tick) with weight `prior_ticks`.
+    """
+
+    def __init__(
+        self,
+        tick_hours: float,
+        half_life_hours: float = 168.0,
+        prior_mean_hours: tuple[float, float] = (1.0, 2.0),
+        prior_ticks: float = 3.0,
+    ) -> None:
+        if tick_hours <= 0 or half_life_hours <= 0:
+            raise ValueError("tick and half-life must be positive")
+        self.tick_hours = tick_hours
+        self.decay = 0.5 ** (tick_hours / half_life_hours)
+        self.prior = np.array([tick_hours / max(h, tick_hours) for h in prior_mean_hours])
+        self.prior_ticks = prior_ticks
+        self.exposure = np.zeros((2, NB))
+        self.ends = np.zeros((2, NB))
+        self.state: int | None = None
+        self.age = 0
+
+    def observe(self, available: bool) -> None:
+        a = int(bool(available))
+        self.exposure *= self.decay
+        self.ends *= self.decay
+        if self.state is None:
+            self.state, self.age = a, 1
+        elif a == self.state:
+            self.age += 1
+        else:
+            self.ends[self.state, age_bin(self.age)] += 1.0
+            self.state, self.age = a, 1
+        self.exposure[a, age_bin(self.age)] += 1.0
+
+    def observe_all(self, ticks: Sequence[bool]) -> None:
+        for a in ticks:
+            self.observe(a)
+
+    def gap(self) -> None:
+        """Observation stopped for a while: the current run's age is no longer known."""
+        self.state, self.age = None, 0
+
+    def hazards(self) -> np.ndarray:
+        k = self.prior_ticks
+        seen = self.exposure + k
+        prior = np.broadcast_to(self.prior[:, None], seen.shape)
+        h = np.where(seen > 0, (self.ends + k * prior) / np.maximum(seen, 1e-12), prior)
+        return np.clip(h, 1e-4, 0.98)
+
+    def expected_run_left_ticks(self) -> float:
+        """Expected ticks the current run lasts after this one (from the hazards)."""
+        if self.state is None:
+            return 0.0
+        h = self.hazards()[self.state]
+        total, survive, age = 0.0, 1.0, self.age
+        for _ in range(400):
+            survive *= 1.0 - h[age_bin(age)]
+            total += survive
+            age += 1
+            if survive < 1e-4:
+                break
+        return total
+
+
+def _shift(x: np.ndarray, k: int) -> np.ndarray:
+    """out[..., s] = x[..., s - k]: spending k units of slack; below zero is out of reach."""
+    if k == 0:
+        return x
+    out = np.full_like(x, INF)
+    out[..., k:] = x[..., :-k]
+    return out
+
+
+class Plan:
+    """The optimal action for every (ticks left, slack, instance held, availability, run age), for one
+    hazard model, by backward induction. Slack (time left minus work left) is counted in units of
+    u = tick / K, chosen so that the restart overhead is a whole number D of units. An idle tick spends
+    K units of slack; a launch spends D (at most K per tick). Costs are in $ at the given prices."""
+
+    def __init__(
+        self,
+        hazards: np.ndarray,
+        ticks: int,
+        slack_units: int,
+        k: int,
+        d: int,
+        spot_price: float,
+        on_demand_price: float,
+        tick_hours: float,
+    ) -> None:
+        self.k, self.d = k, d
+        # Overhead still to pay at a tick boundary after a launch: D - jK while positive, else 0.
+        self.rests = sorted({max(0, d - j * k) for j in range(1, d // k + 2)} | {0})
+        nr = len(self.rests)
+        self.spot_class = {r: 1 + i for i, r in enumerate(self.rests)}
+        self.od_class = {r: 1 + nr + i for i, r in enumerate(self.rests)}
+        n_classes = 1 + 2 * nr
+        size = slack_units + 1
+        u = tick_hours / k
+        sigma = np.arange(size)
+        hazards = hazards.astype(np.float32)
+        hh = hazards[None, :, :, None]  # (1, 2, NB, 1)
+        adv = ADVANCE.astype(np.float32)[None, None, :, None]
+        value = np.full((n_classes, 2, NB, size), INF, dtype=np.float32)
+        self.actions = np.zeros((ticks, n_classes, 2, NB, size), dtype=np.int8)
+        overheads = sorted(set(self.rests) | {d})
+        for n in range(1, ticks + 1):
+            work = n * k - sigma  # units of work left
+            # Expected value of each (class, availability now) over next tick's availability.
+            flip = value[:, ::-1, 0:1, :]
+            ev = hh * flip + (1 - hh) * (adv * value[:, :, NEXT_BIN, :] + (1 - adv) * value)
+            # On spot, losing availability loses the instance: the next tick starts with nothing held.
+            h1 = hazards[1][:, None]
+            a1 = adv[0, 0]
+            spot_next = {
+                r: h1 * value[0, 0, 0][None, :]
+                + (1 - h1) * (a1 * value[c, 1][NEXT_BIN] + (1 - a1) * value[c, 1])
+                for r, c in self.spot_class.items()
+            }
+            idle = _shift(ev[0], k)  # (2, NB, S)
+            q_od: dict[int, np.ndarray] = {}
+            q_spot: dict[int, np.ndarray] = {}
+            for o in overheads:
+                paid = min(o, k)
+                rest = o - paid if (o - paid) in self.rests else 0
+                done_now = (work <= k - paid)[None, None, :]
+                cost_done = (paid + np.maximum(work, 0)) * u
+                q_od[o] = np.where(
+                    done_now,
+                    on_demand_price * cost_done,
+                    on_demand_price * k * u + _shift(ev[self.od_class[rest]], paid),
+                )
+                q_spot[o] = np.where(
+                    done_now[0],
+                    spot_price * cost_done,
+                    spot_price * k * u + _shift(spot_next[rest], paid),
+                )
+            new = np.empty_like(value)
+            act = self.actions[n - 1]
+            best_cache: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+            for cls, od_o, spot_o in (
+                [(0, d, d)]
+                + [(c, d, r) for r, c in self.spot_class.items()]
+                + [(c, r, d) for r, c in self.od_class.items()]
+            ):
+                for a in (0, 1):
+                    key = (a, od_o, spot_o if a else d)
+                    if key not in best_cache:
+                        q = q_od[od_o][a]
+                        best = np.minimum(idle[a], q)
+                        choice = (q < idle[a]).astype(np.int8)
+                        if a == 1:
+                            qs = q_spot[spot_o]
+                            choice = np.where(qs < best, np.int8(2), choice)
+                            best = np.minimum(best, qs)
+                        best_cache[key] = (best, choice)
+                    new[cls, a], act[cls, a] = best_cache[key]
+            value = new
+        self.value = value
+
+    def choose(self, ticks: int, cls: int, available: int, bin_: int, slack: int) -> int:
+        """0 wait, 1 on-demand, 2 spot."""
+        slack = max(0, min(slack, self.actions.shape[-1] - 1))
+        ticks = max(1, min(ticks, self.actions.shape[0]))
+        return int(self.actions[ticks - 1, cls, available, bin_, slack])
+
+
+def slack_grid(tick_hours: float, restart_hours: float) -> int:
+    """Units per tick (K) such that the restart overhead is a whole number of units."""
+    for k in range(1, 121):
+        units = restart_hours * k / tick_hours
+        if abs(units - round(units)) < 1e-6:
+            return k
+    return 120
+
+
+class SpotGuardPolicy:
+    """The planner above as a `CapacityPolicy`, for the simulator and for the Lambdas' decisions."""
+
+    name = "spotguard"
+
+    def __init__(
+        self,
+        spot_price: float = 0.9731,
+        on_demand_price: float = 3.06,
+        half_life_hours: float = 168.0,
+        replan_hours: float = 12.0,
+    ) -> None:
+        self.spot_price, self.on_demand_price = spot_price, on_demand_price
+        self.half_life_hours, self.replan_hours = half_life_hours, replan_hours
+        self.past: Sequence[Sequence[bool]] = ()
+
+    def remember(self, past: Sequence[Sequence[bool]]) -> None:
+        """Each pool's availability before the job started (oldest first), if it was being watched."""
+        self.past = past
+
+    def reset(self, job_hours: float, deadline_hours: float, restart_hours: float) -> None:
+        self.committed = False
+        self.pools: list[AvailabilityHistory] = []
+        self.any_pool: AvailabilityHistory | None = None
+        self.plan: Plan | None = None
+        self.planned_at = -math.inf
+
+    def _start(self, s: Situation) -> None:
+        n = len(s.spot_available)
+        self.pools = [AvailabilityHistory(s.tick_hours, self.half_life_hours) for _ in range(n)]
+        self.any_pool = AvailabilityHistory(s.tick_hours, self.half_life_hours)
+        past = [list(p) for p in self.past]
+        span = min((len(p) for p in past), default=0)
+        if len(past) != n or span == 0:
+            return
+        past = [p[len(p) - span :] for p in past]  # the same recent stretch for every pool
+        for ticks, hist in zip(past, self.pools, strict=True):
+            hist.observe_all(ticks)
+            hist.gap()
+        self.any_pool.observe_all([any(column) for column in zip(*past, strict=True)])
+        self.any_pool.gap()
+
+    def decide(self, s: Situation) -> Choice:
+        if self.any_pool is None:
+            self._start(s)
+        assert self.any_pool is not None
+        for hist, a in zip(self.pools, s.spot_available, strict=True):
+            hist.observe(a)
+        available = any(s.spot_available)
+        self.any_pool.observe(available)
+        if self.committed or on_demand_needed(s):
+            self.committed = True
+            return Choice(Placement.ON_DEMAND, None, "the deadline needs on-demand from here on")
+        k = slack_grid(s.tick_hours, s.restart_hours)
+        unit = s.tick_hours / k
+        ticks = round(s.time_left_hours / s.tick_hours)
+        slack = math.floor((s.time_left_hours - s.work_left_hours) / unit + 1e-6)
+        if self.plan is None or s.elapsed_hours - self.planned_at >= self.replan_hours - EPS:
+            self.plan = Plan(
+                self.any_pool.hazards(),
+                ticks,
+                slack,
+                k,
+                round(s.restart_hours / unit),
+                self.spot_price,
+                self.on_demand_price,
+                s.tick_hours,
+            )
+            self.planned_at = s.elapsed_hours
+        plan = self.plan
+        rest = round(s.overhead_left_hours / unit)
+        if s.placement is Placement.SPOT:
+            cls = plan.spot_class.get(rest, plan.spot_class[0])
+        elif s.placement is Placement.ON_DEMAND:
+            cls = plan.od_class.get(rest, plan.od_class[0])
+        else:
+            cls = 0
+        action = plan.choose(ticks, cls, int(available), age_bin(self.any_pool.age), slack)
+        if action == 2:
+            if s.placement is Placement.SPOT and s.pool is not None and s.spot_available[s.pool]:
+                return Choice(Placement.SPOT, s.pool, "keep spot: the plan expects it to pay")
+            pool = max(
+                (i for i, a in enumerate(s.spot_available) if a),
+                key=lambda i: (self.pools[i].expected_run_left_ticks(), -i),
+            )
+            return Choice(Placement.SPOT, pool, "spot: expected to last long enough to pay its restart")
+        if action == 1:
+            return Choice(
+                Placement.ON_DEMAND, None, "on-demand: the plan expects spot too scarce for the deadline"
+            )
+        return Choice(Placement.NONE, None, "wait: spot is expected back in time")

@@ -1,0 +1,134 @@
+"""SpotGuard's own capacity policy: the pool history it learns from, the plan it makes, and that it never
+misses a deadline on-demand could meet. Hand-made traces with 1-hour ticks keep the figures checkable."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from spotguard.domain.capacity import Placement, Situation
+from spotguard.domain.planner import NB, AvailabilityHistory, Plan, SpotGuardPolicy, age_bin
+from spotguard_cli.simulator import Job, Prices, Trace, simulate
+
+PRICES = Prices(spot=1.0, on_demand=3.0)
+
+
+def trace(*bits: int, name: str = "t") -> Trace:
+    return Trace(name, 1.0, tuple(bool(b) for b in bits))
+
+
+def test_history_counts_runs_by_age():
+    h = AvailabilityHistory(tick_hours=1.0, half_life_hours=1e9, prior_ticks=0.0)
+    h.observe_all([1, 1, 1, 0, 0, 1])
+    # a 3-tick available run ended at age 3; an unavailable run ended at age 2; a new run is at age 1
+    assert (h.state, h.age) == (1, 1)
+    assert h.ends[1, age_bin(3)] == pytest.approx(1) and h.ends[0, age_bin(2)] == pytest.approx(1)
+    assert h.exposure[1, age_bin(1)] == pytest.approx(2) and h.exposure[1, age_bin(2)] == pytest.approx(1)
+    hz = h.hazards()
+    assert hz[0, age_bin(2)] == pytest.approx(0.98)  # every unavailable run seen ended at 2 (clipped)
+    assert hz[1, age_bin(1)] == pytest.approx(1e-4)  # none ended at age 1
+
+
+def test_history_decays_and_falls_back_to_the_prior():
+    fresh = AvailabilityHistory(tick_hours=1.0, prior_mean_hours=(4.0, 10.0))
+    assert fresh.hazards()[0] == pytest.approx(np.full(NB, 0.25))
+    assert fresh.hazards()[1] == pytest.approx(np.full(NB, 0.1))
+    h = AvailabilityHistory(tick_hours=1.0, half_life_hours=1.0, prior_ticks=0.0)
+    h.observe_all([0, 1, 1])
+    assert h.exposure[1, age_bin(1)] == pytest.approx(1.0 * 0.5 + 0)  # observed one tick ago: half weight
+    h.gap()
+    assert h.state is None and h.expected_run_left_ticks() == 0.0
+
+
+def test_a_long_lived_pool_is_expected_to_last():
+    steady = AvailabilityHistory(tick_hours=1.0)
+    steady.observe_all([1] * 200)
+    choppy = AvailabilityHistory(tick_hours=1.0)
+    choppy.observe_all([1, 0] * 100 + [1])
+    assert steady.expected_run_left_ticks() > 10 * choppy.expected_run_left_ticks()
+
+
+def plan_for(hazard_off: float, hazard_on: float, ticks: int, slack_units: int) -> Plan:
+    hz = np.array([[hazard_off] * NB, [hazard_on] * NB])
+    return Plan(hz, ticks, slack_units, k=2, d=1, spot_price=1.0, on_demand_price=3.0, tick_hours=1.0)
+
+
+def test_the_plan_takes_spot_that_lasts_and_waits_for_spot_that_comes_back():
+    plan = plan_for(hazard_off=0.9, hazard_on=0.01, ticks=10, slack_units=10)
+    # 10 ticks left, 5 h of slack (units of half an hour): nothing held, spot available -> spot
+    assert plan.choose(10, 0, 1, 0, 10) == 2
+    # spot unavailable but it comes back almost surely next tick -> wait
+    assert plan.choose(10, 0, 0, 0, 10) == 0
+
+
+def test_the_plan_goes_on_demand_when_spot_stays_away_and_slack_is_short():
+    plan = plan_for(hazard_off=0.01, hazard_on=0.5, ticks=10, slack_units=4)
+    assert plan.choose(10, 0, 0, 0, 2) == 1
+
+
+def test_the_plan_keeps_on_demand_rather_than_a_spot_blip():
+    # Spot runs last one tick: switching from on-demand would pay the overhead and lose it again.
+    plan = plan_for(hazard_off=0.3, hazard_on=0.98, ticks=12, slack_units=4)
+    assert plan.choose(12, plan.od_class[0], 1, 0, 4) == 1
+
+
+def test_spot_all_the_way_when_it_never_goes():
+    r = simulate(SpotGuardPolicy(1.0, 3.0), [trace(*[1] * 8)], 0, Job(3.0, 6.0, 0.5), PRICES)
+    assert (r.spot_hours, r.ondemand_hours, r.cost, r.launches) == (3.0, 0.0, 3.5, 1)
+
+
+def test_no_spot_at_all_is_on_demand_in_time():
+    r = simulate(SpotGuardPolicy(1.0, 3.0), [trace(*[0] * 8)], 0, Job(3.0, 6.0, 0.5), PRICES)
+    assert not r.missed and r.ondemand_hours == 3.0 and r.spot_hours == 0.0
+    assert r.cost == pytest.approx(3.0 * 3.5)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_never_misses_a_deadline_on_demand_could_meet(seed):
+    rng = random.Random(seed)
+    gap = rng.choice([1.0, 0.5, 1 / 6])
+    n = 240
+    p_stay = rng.uniform(0.5, 0.98)
+    bits, a = [], 1
+    for _ in range(n):
+        a = a if rng.random() < p_stay else 1 - a
+        bits.append(a)
+    pools = [Trace("t", gap, tuple(bool(b) for b in bits))]
+    if rng.random() < 0.5:
+        pools.append(Trace("u", gap, tuple(rng.random() < 0.4 for _ in range(n))))
+    restart = rng.choice([0.0, gap / 2, 0.2])
+    hours = rng.uniform(2.0, 10.0)
+    job = Job(hours, hours + restart + rng.uniform(0.0, 8.0), restart)
+    policy = SpotGuardPolicy(1.0, 3.0)
+    policy.remember([t.available[:40] for t in pools])
+    r = simulate(policy, pools, 40, job, PRICES)
+    assert not r.missed
+    assert r.spot_hours + r.ondemand_hours == pytest.approx(hours)
+
+
+def test_with_two_pools_it_takes_the_one_that_lasts():
+    steady = trace(*[1] * 30, name="steady")
+    choppy = trace(*[1, 0] * 15, name="choppy")
+    policy = SpotGuardPolicy(1.0, 3.0)
+    policy.remember([choppy.available[:20], steady.available[:20]])
+    r = simulate(policy, [choppy, steady], 20, Job(4.0, 8.0, 0.5), PRICES)
+    assert {pool for placement, pool in r.placements if placement is Placement.SPOT} == {1}
+
+
+def test_the_safety_net_has_the_last_word():
+    policy = SpotGuardPolicy(1.0, 3.0)
+    policy.reset(4.0, 5.0, 0.5)
+    s = Situation(
+        elapsed_hours=0.0,
+        work_left_hours=4.0,
+        time_left_hours=5.0,
+        placement=Placement.NONE,
+        pool=None,
+        overhead_left_hours=0.0,
+        spot_available=(False,),
+        tick_hours=1.0,
+        restart_hours=0.5,
+    )
+    assert policy.decide(s).placement is Placement.ON_DEMAND
