@@ -32,9 +32,14 @@ def test_history_counts_runs_by_age():
 
 
 def test_history_decays_and_falls_back_to_the_prior():
-    fresh = AvailabilityHistory(tick_hours=1.0, prior_mean_hours=(4.0, 10.0))
-    assert fresh.hazards()[0] == pytest.approx(np.full(NB, 0.25))
-    assert fresh.hazards()[1] == pytest.approx(np.full(NB, 0.1))
+    flat = AvailabilityHistory(tick_hours=1.0, prior_mean_hours=(4.0, 10.0), heavy_tailed_prior=False)
+    assert flat.hazards()[0] == pytest.approx(np.full(NB, 0.25))
+    assert flat.hazards()[1] == pytest.approx(np.full(NB, 0.1))
+    heavy = AvailabilityHistory(tick_hours=1.0, prior_mean_hours=(4.0, 10.0)).hazards()
+    assert heavy[0, 0] == pytest.approx(1 / 5) and heavy[1, 0] == pytest.approx(1 / 11)
+    assert all(np.diff(heavy[0]) < 0) and all(
+        np.diff(heavy[1]) < 0
+    )  # the longer it lasted, the likelier it lasts
     h = AvailabilityHistory(tick_hours=1.0, half_life_hours=1.0, prior_ticks=0.0)
     h.observe_all([0, 1, 1])
     assert h.exposure[1, age_bin(1)] == pytest.approx(1.0 * 0.5 + 0)  # observed one tick ago: half weight

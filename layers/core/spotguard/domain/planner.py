@@ -57,12 +57,23 @@ class AvailabilityHistory:
         half_life_hours: float = 168.0,
         prior_mean_hours: tuple[float, float] = (1.0, 2.0),
         prior_ticks: float = 3.0,
+        heavy_tailed_prior: bool = True,
     ) -> None:
         if tick_hours <= 0 or half_life_hours <= 0:
             raise ValueError("tick and half-life must be positive")
         self.tick_hours = tick_hours
         self.decay = 0.5 ** (tick_hours / half_life_hours)
-        self.prior = np.array([tick_hours / max(h, tick_hours) for h in prior_mean_hours])
+        # The prior: heavy-tailed runs (the longer a run has lasted, the longer it is likely to last), a
+        # hazard of 1 / (age + scale) per tick, the scale set so that a fresh run has the prior mean.
+        ages = np.array(AGE_BINS, dtype=float) + (_WIDTH - 1).clip(0) / 2
+        self.prior = np.stack(
+            [
+                np.full(NB, tick_hours / max(h, tick_hours))
+                if not heavy_tailed_prior
+                else 1.0 / (ages + max(h / tick_hours, 1.0))
+                for h in prior_mean_hours
+            ]
+        )
         self.prior_ticks = prior_ticks
         self.exposure = np.zeros((2, NB))
         self.ends = np.zeros((2, NB))
@@ -93,7 +104,7 @@ class AvailabilityHistory:
     def hazards(self) -> np.ndarray:
         k = self.prior_ticks
         seen = self.exposure + k
-        prior = np.broadcast_to(self.prior[:, None], seen.shape)
+        prior = self.prior
         h = np.where(seen > 0, (self.ends + k * prior) / np.maximum(seen, 1e-12), prior)
         return np.clip(h, 1e-4, 0.98)
 
@@ -239,10 +250,13 @@ class SpotGuardPolicy:
         self.spot_price, self.on_demand_price = spot_price, on_demand_price
         self.half_life_hours, self.replan_hours = half_life_hours, replan_hours
         self.past: Sequence[Sequence[bool]] = ()
+        self.past_is_recent = False
 
-    def remember(self, past: Sequence[Sequence[bool]]) -> None:
-        """Each pool's availability before the job started (oldest first), if it was being watched."""
-        self.past = past
+    def remember(self, past: Sequence[Sequence[bool]], recent: bool = True) -> None:
+        """Each pool's availability before the job started (oldest first), if it was being watched.
+        `recent`: the last tick given is the one just before the job's first, so the current run's age
+        is known; otherwise the history only teaches how long runs last."""
+        self.past, self.past_is_recent = past, recent
 
     def reset(self, job_hours: float, deadline_hours: float, restart_hours: float) -> None:
         self.committed = False
@@ -262,9 +276,10 @@ class SpotGuardPolicy:
         past = [p[len(p) - span :] for p in past]  # the same recent stretch for every pool
         for ticks, hist in zip(past, self.pools, strict=True):
             hist.observe_all(ticks)
-            hist.gap()
         self.any_pool.observe_all([any(column) for column in zip(*past, strict=True)])
-        self.any_pool.gap()
+        if not self.past_is_recent:
+            for hist in [*self.pools, self.any_pool]:
+                hist.gap()
 
     def decide(self, s: Situation) -> Choice:
         if self.any_pool is None:
