@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 
 from spotguard.domain.capacity import Placement, Situation
-from spotguard.domain.planner import NB, AvailabilityHistory, Plan, SpotGuardPolicy, age_bin
+from spotguard.domain.planner import (
+    NB,
+    AvailabilityHistory,
+    JobNeeds,
+    Plan,
+    PoolOption,
+    SpotGuardPolicy,
+    age_bin,
+    choose_capacity,
+)
 from spotguard_cli.simulator import Job, Prices, Trace, simulate
 
 PRICES = Prices(spot=1.0, on_demand=3.0)
@@ -137,3 +146,65 @@ def test_the_safety_net_has_the_last_word():
         restart_hours=0.5,
     )
     assert policy.decide(s).placement is Placement.ON_DEMAND
+
+
+# ------------------------------------------------------------------ one decision, as the Lambdas will ask
+
+
+def pool(name: str, available: bool, pattern: list[int] | None = None, **kw) -> PoolOption:
+    history = None
+    if pattern is not None:
+        history = AvailabilityHistory(1 / 6)
+        history.observe_all([bool(b) for b in pattern])
+    fields = {"gpus_per_instance": 1, "spot_price": 1.0, "on_demand_price": 3.0, **kw}
+    return PoolOption(name, available=available, history=history, **fields)
+
+
+STEADY = [1] * 300 + [0] * 3 + [1] * 300
+CHOPPY = [1, 1, 0, 0] * 150 + [1]
+
+
+def test_without_deadline_the_cheapest_spot_per_hour_of_work():
+    job = JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=None)
+    d = choose_capacity(job, [pool("choppy", True, CHOPPY, spot_price=0.8), pool("steady", True, STEADY)])
+    # the choppy pool is cheaper per hour but pays a restart every 20 minutes
+    assert (d.placement, d.pool) == (Placement.SPOT, "steady")
+
+
+def test_without_deadline_a_bounded_wait_then_on_demand():
+    pools = [
+        pool("small", False, gpus_per_instance=1, on_demand_price=3.0),
+        pool("big", False, gpus_per_instance=8, on_demand_price=20.0),
+    ]
+    job = JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=None, max_wait_hours=1.0)
+    waiting = choose_capacity(job, pools)
+    assert waiting.placement is Placement.NONE and "0 of 1 h" in waiting.reason
+    late = choose_capacity(
+        JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=None, waited_hours=1.0), pools
+    )
+    assert (late.placement, late.instance_pool) == (Placement.ON_DEMAND, "big")  # 2.5 $ per GPU-hour
+
+
+def test_a_job_needs_a_pool_with_its_gpus():
+    with pytest.raises(ValueError, match="no candidate pool has 4 GPUs"):
+        choose_capacity(
+            JobNeeds(gpus=4, work_left_hours=1, restart_hours=0.1, time_left_hours=None), [pool("a", True)]
+        )
+
+
+def test_with_a_deadline_spot_that_lasts():
+    job = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
+    d = choose_capacity(job, [pool("steady", True, STEADY)])
+    assert (d.placement, d.pool) == (Placement.SPOT, "steady")
+
+
+def test_with_a_deadline_wait_out_a_short_outage_but_not_the_deadline():
+    short_outages = [1] * 30 + ([0] * 2 + [1] * 30) * 20 + [0]
+    job = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
+    assert choose_capacity(job, [pool("a", False, short_outages)]).placement is Placement.NONE
+    tight = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=6.3)
+    d = choose_capacity(tight, [pool("a", False, short_outages)])
+    assert d.placement is Placement.ON_DEMAND and "deadline" in d.reason
+    late = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=5)
+    assert "cannot be met" in choose_capacity(late, [pool("a", True)]).reason
+

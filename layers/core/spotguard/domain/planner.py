@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -148,8 +149,13 @@ class Plan:
         spot_price: float,
         on_demand_price: float,
         tick_hours: float,
+        keep_all: bool = True,
     ) -> None:
+        """`keep_all`: keep the actions of every tick (a simulated run looks them up as it goes); without
+        it only the first tick's are kept, which is all a single decision needs, in a fraction of the
+        memory."""
         self.k, self.d = k, d
+        self.first_tick = ticks
         # Overhead still to pay at a tick boundary after a launch: D - jK while positive, else 0.
         self.rests = sorted({max(0, d - j * k) for j in range(1, d // k + 2)} | {0})
         nr = len(self.rests)
@@ -163,7 +169,7 @@ class Plan:
         hh = hazards[None, :, :, None]  # (1, 2, NB, 1)
         adv = ADVANCE.astype(np.float32)[None, None, :, None]
         value = np.full((n_classes, 2, NB, size), INF, dtype=np.float32)
-        self.actions = np.zeros((ticks, n_classes, 2, NB, size), dtype=np.int8)
+        self.actions = np.zeros((ticks if keep_all else 1, n_classes, 2, NB, size), dtype=np.int8)
         overheads = sorted(set(self.rests) | {d})
         for n in range(1, ticks + 1):
             work = n * k - sigma  # units of work left
@@ -197,7 +203,7 @@ class Plan:
                     spot_price * k * u + _shift(spot_next[rest], paid),
                 )
             new = np.empty_like(value)
-            act = self.actions[n - 1]
+            act = self.actions[n - 1 if keep_all else 0]
             best_cache: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
             for cls, od_o, spot_o in (
                 [(0, d, d)]
@@ -222,6 +228,10 @@ class Plan:
     def choose(self, ticks: int, cls: int, available: int, bin_: int, slack: int) -> int:
         """0 wait, 1 on-demand, 2 spot."""
         slack = max(0, min(slack, self.actions.shape[-1] - 1))
+        if self.actions.shape[0] == 1:
+            if ticks != self.first_tick:
+                raise ValueError("this plan kept only its first tick's actions")
+            return int(self.actions[0, cls, available, bin_, slack])
         ticks = max(1, min(ticks, self.actions.shape[0]))
         return int(self.actions[ticks - 1, cls, available, bin_, slack])
 
@@ -330,3 +340,160 @@ class SpotGuardPolicy:
                 Placement.ON_DEMAND, None, "on-demand: the plan expects spot too scarce for the deadline"
             )
         return Choice(Placement.NONE, None, "wait: spot is expected back in time")
+
+
+# ------------------------------------------------------------------------- one decision, for the Lambdas
+
+
+@dataclass(frozen=True, slots=True)
+class PoolOption:
+    """A spot pool the job could run in: one instance type in one availability zone."""
+
+    name: str
+    gpus_per_instance: int
+    spot_price: float  # $/h per instance
+    on_demand_price: float  # $/h per instance of the same type
+    available: bool  # spot can be had there now (the latest launch or capacity answer)
+    history: AvailabilityHistory | None = None  # SpotGuard's own record of the pool
+    placement_score: int | None = None  # EC2 spot placement score, 1 (unlikely) to 10 (likely)
+
+
+@dataclass(frozen=True, slots=True)
+class JobNeeds:
+    gpus: int
+    work_left_hours: float  # from the newest checkpoint's progress
+    restart_hours: float  # measured: launch to the first step after a restore
+    time_left_hours: float | None  # to the deadline; None: no deadline
+    placement: Placement = Placement.NONE
+    pool: str | None = None  # the spot pool it runs in, on spot
+    overhead_left_hours: float = 0.0
+    waited_hours: float = 0.0  # since it last ran
+    max_wait_hours: float = 1.0  # without a deadline: how long to wait for spot before on-demand
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityDecision:
+    placement: Placement
+    pool: str | None  # the spot pool, on spot
+    instance_pool: str  # the pool whose instance type to use (for on-demand too)
+    reason: str
+
+
+def expected_run_hours(pool: PoolOption, tick_hours: float) -> float:
+    """How long spot in `pool` is expected to last from now: from its history, else from the prior,
+    scaled by the placement score (5 is neutral) when there is one."""
+    history = pool.history or AvailabilityHistory(tick_hours)
+    if history.state != 1:  # no record of the current run: a fresh one
+        fresh = AvailabilityHistory(tick_hours)
+        fresh.exposure, fresh.ends = history.exposure, history.ends
+        fresh.observe(True)
+        history = fresh
+    hours = history.expected_run_left_ticks() * tick_hours + tick_hours
+    if pool.history is None and pool.placement_score is not None:
+        hours *= max(1, min(pool.placement_score, 10)) / 5
+    return hours
+
+
+def spot_cost_per_work_hour(pool: PoolOption, restart_hours: float, tick_hours: float) -> float:
+    """The spot price per hour of progress: each run pays its restart overhead before it makes any."""
+    run = expected_run_hours(pool, tick_hours)
+    return pool.spot_price * (run + restart_hours) / max(run, tick_hours)
+
+
+def choose_capacity(
+    job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float = 1 / 6
+) -> CapacityDecision:
+    """Where the job should run now: spot in which pool, on-demand, or wait. With a deadline the plan
+    decides (and the safety net keeps any deadline on-demand can meet); without one, the cheapest spot
+    now, else a bounded wait, then on-demand."""
+    if job.gpus < 1 or job.work_left_hours <= 0 or job.restart_hours < 0 or tick_hours <= 0:
+        raise ValueError("a job needs at least 1 GPU, work left > 0 and a restart overhead >= 0")
+    fits = [p for p in pools if p.gpus_per_instance >= job.gpus]
+    if not fits:
+        raise ValueError(f"no candidate pool has {job.gpus} GPUs per instance")
+    on_demand = min(fits, key=lambda p: (p.on_demand_price / p.gpus_per_instance, p.name))
+    spot = sorted(
+        (p for p in fits if p.available),
+        key=lambda p: (
+            spot_cost_per_work_hour(p, job.restart_hours, tick_hours),
+            -(p.placement_score or 0),
+            p.name,
+        ),
+    )
+    held = next((p for p in spot if job.placement is Placement.SPOT and p.name == job.pool), None)
+    best = held or (spot[0] if spot else None)
+
+    def run_spot(reason: str) -> CapacityDecision:
+        assert best is not None
+        return CapacityDecision(Placement.SPOT, best.name, best.name, reason)
+
+    def run_on_demand(reason: str) -> CapacityDecision:
+        return CapacityDecision(Placement.ON_DEMAND, None, on_demand.name, reason)
+
+    if job.time_left_hours is None:
+        if best is not None and (
+            job.placement is not Placement.ON_DEMAND
+            or spot_cost_per_work_hour(best, job.restart_hours, tick_hours) < on_demand.on_demand_price
+        ):
+            return run_spot(f"no deadline: spot in {best.name} is the cheapest now")
+        if job.placement is Placement.ON_DEMAND:
+            return run_on_demand("no deadline: on-demand until spot is worth its restart")
+        if job.waited_hours < job.max_wait_hours - EPS:
+            return CapacityDecision(
+                Placement.NONE,
+                None,
+                on_demand.name,
+                f"no deadline: wait for spot ({job.waited_hours:g} of {job.max_wait_hours:g} h waited)",
+            )
+        return run_on_demand(f"no deadline: no spot after {job.max_wait_hours:g} h of waiting")
+
+    situation = Situation(
+        elapsed_hours=0.0,
+        work_left_hours=job.work_left_hours,
+        time_left_hours=job.time_left_hours,
+        placement=job.placement,
+        pool=0 if held is not None else None,
+        overhead_left_hours=job.overhead_left_hours,
+        spot_available=(best is not None,),
+        tick_hours=tick_hours,
+        restart_hours=job.restart_hours,
+    )
+    if job.time_left_hours < job.work_left_hours + job.restart_hours - EPS:
+        return run_on_demand("the deadline cannot be met any more: on-demand, to finish as soon as possible")
+    if on_demand_needed(situation):
+        return run_on_demand("the deadline needs on-demand from here on")
+    model = (best or min(fits, key=lambda p: -expected_run_hours(p, tick_hours))).history
+    model = model or AvailabilityHistory(tick_hours)
+    k = slack_grid(tick_hours, job.restart_hours)
+    unit = tick_hours / k
+    spot_price = best.spot_price if best is not None else min(p.spot_price for p in fits)
+    ticks = max(1, round(job.time_left_hours / tick_hours))
+    slack = max(0, math.floor((job.time_left_hours - job.work_left_hours) / unit + 1e-6))
+    plan = Plan(
+        model.hazards(),
+        ticks,
+        slack,
+        k,
+        round(job.restart_hours / unit),
+        spot_price,
+        on_demand.on_demand_price,
+        tick_hours,
+        keep_all=False,
+    )
+    rest = round(job.overhead_left_hours / unit)
+    if held is not None:
+        cls = plan.spot_class.get(rest, plan.spot_class[0])
+    elif job.placement is Placement.ON_DEMAND:
+        cls = plan.od_class.get(rest, plan.od_class[0])
+    else:
+        cls = 0
+    current = model.state if model.state is not None else int(best is not None)
+    run_bin = age_bin(model.age) if current == int(best is not None) else 0
+    action = plan.choose(ticks, cls, int(best is not None), run_bin, slack)
+    if action == 2:
+        return run_spot(
+            f"spot in {best.name if best else '?'}: expected to last long enough to pay its restart"
+        )
+    if action == 1:
+        return run_on_demand("on-demand: the plan expects spot too scarce for the deadline")
+    return CapacityDecision(Placement.NONE, None, on_demand.name, "wait: spot is expected back in time")
