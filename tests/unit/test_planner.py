@@ -207,4 +207,3 @@ def test_with_a_deadline_wait_out_a_short_outage_but_not_the_deadline():
     assert d.placement is Placement.ON_DEMAND and "deadline" in d.reason
     late = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=5)
     assert "cannot be met" in choose_capacity(late, [pool("a", True)]).reason
-
