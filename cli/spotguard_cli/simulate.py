@@ -220,8 +220,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     traces = [load_trace(path) for path in args.trace]
-    if len({t.gap_hours for t in traces}) > 1:
-        raise TraceError("the traces have different gap_seconds")
     if args.spot_price > args.ondemand_price:
         raise ValueError("--spot-price is above --ondemand-price")
     job = Job(args.job_hours, args.deadline_hours, args.restart_hours)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spotguard.domain.capacity import EPS, CapacityPolicy, Placement, Situation
+from spotguard.domain.capacity import EPS, CapacityPolicy, Placement, Situation, slack_grid
 
 
 class TraceError(ValueError):
@@ -165,15 +165,6 @@ def simulate(
 # ------------------------------------------------------------------------------------------ omniscient
 
 
-def _grid(gap: float, restart: float) -> int:
-    """Sub-ticks per tick, so that the restart overhead is a whole number of sub-ticks."""
-    for k in range(1, 121):
-        units = restart * k / gap
-        if abs(units - round(units)) < 1e-6:
-            return k
-    return 120  # the overhead is then rounded to 1/120 of a tick
-
-
 def omniscient(pools: Sequence[Trace], start: int, job: Job, prices: Prices = Prices()) -> RunResult:
     """The cheapest run that knows the whole trace: exact dynamic programming over (tick, work left,
     instance and pool, restart overhead left), on a grid of sub-ticks in which the overhead is whole
@@ -181,7 +172,7 @@ def omniscient(pools: Sequence[Trace], start: int, job: Job, prices: Prices = Pr
     against."""
     check_job(job, pools)
     gap = pools[0].gap_hours
-    k = _grid(gap, job.restart_hours)
+    k = slack_grid(gap, job.restart_hours)
     unit = gap / k
     d = round(job.restart_hours / unit)
     work = math.ceil(job.hours / unit - 1e-6)

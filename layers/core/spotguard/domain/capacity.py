@@ -63,6 +63,16 @@ def on_demand_needed(s: Situation) -> bool:
     return s.time_left_hours - s.tick_hours < s.work_left_hours - best + s.restart_hours - EPS
 
 
+def slack_grid(tick_hours: float, restart_hours: float) -> int:
+    """Units per tick (K) such that the restart overhead is a whole number of units (at most 120; past
+    that the overhead is rounded to 1/120 of a tick). The exact planners count time in these units."""
+    for k in range(1, 121):
+        units = restart_hours * k / tick_hours
+        if abs(units - round(units)) < 1e-6:
+            return k
+    return 120
+
+
 class CapacityPolicy(Protocol):
     name: str
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spotguard.domain.capacity import EPS, Choice, Placement, Situation, on_demand_needed
+from spotguard.domain.capacity import EPS, Choice, Placement, Situation, on_demand_needed, slack_grid
 
 # Run ages (ticks, the current one included) at which the hazard bins start. Bin b covers
 # [AGE_BINS[b], AGE_BINS[b+1]); the last is open. Narrow at first, where runs end most often.
@@ -225,6 +225,15 @@ class Plan:
             value = new
         self.value = value
 
+    def holding(self, placement: Placement, overhead_left_hours: float, unit_hours: float) -> int:
+        """The plan's class for what the job holds now (on spot only while that spot is available)."""
+        rest = round(overhead_left_hours / unit_hours)
+        if placement is Placement.SPOT:
+            return self.spot_class.get(rest, self.spot_class[0])
+        if placement is Placement.ON_DEMAND:
+            return self.od_class.get(rest, self.od_class[0])
+        return 0
+
     def choose(self, ticks: int, cls: int, available: int, bin_: int, slack: int) -> int:
         """0 wait, 1 on-demand, 2 spot."""
         slack = max(0, min(slack, self.actions.shape[-1] - 1))
@@ -234,15 +243,6 @@ class Plan:
             return int(self.actions[0, cls, available, bin_, slack])
         ticks = max(1, min(ticks, self.actions.shape[0]))
         return int(self.actions[ticks - 1, cls, available, bin_, slack])
-
-
-def slack_grid(tick_hours: float, restart_hours: float) -> int:
-    """Units per tick (K) such that the restart overhead is a whole number of units."""
-    for k in range(1, 121):
-        units = restart_hours * k / tick_hours
-        if abs(units - round(units)) < 1e-6:
-            return k
-    return 120
 
 
 class SpotGuardPolicy:
@@ -319,13 +319,7 @@ class SpotGuardPolicy:
             )
             self.planned_at = s.elapsed_hours
         plan = self.plan
-        rest = round(s.overhead_left_hours / unit)
-        if s.placement is Placement.SPOT:
-            cls = plan.spot_class.get(rest, plan.spot_class[0])
-        elif s.placement is Placement.ON_DEMAND:
-            cls = plan.od_class.get(rest, plan.od_class[0])
-        else:
-            cls = 0
+        cls = plan.holding(s.placement, s.overhead_left_hours, unit)
         action = plan.choose(ticks, cls, int(available), age_bin(self.any_pool.age), slack)
         if action == 2:
             if s.placement is Placement.SPOT and s.pool is not None and s.spot_available[s.pool]:
@@ -480,13 +474,10 @@ def choose_capacity(
         tick_hours,
         keep_all=False,
     )
-    rest = round(job.overhead_left_hours / unit)
-    if held is not None:
-        cls = plan.spot_class.get(rest, plan.spot_class[0])
-    elif job.placement is Placement.ON_DEMAND:
-        cls = plan.od_class.get(rest, plan.od_class[0])
-    else:
-        cls = 0
+    holds = Placement.SPOT if held is not None else Placement.NONE
+    if job.placement is Placement.ON_DEMAND:
+        holds = Placement.ON_DEMAND
+    cls = plan.holding(holds, job.overhead_left_hours, unit)
     current = model.state if model.state is not None else int(best is not None)
     run_bin = age_bin(model.age) if current == int(best is not None) else 0
     action = plan.choose(ticks, cls, int(best is not None), run_bin, slack)
