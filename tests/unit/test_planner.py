@@ -11,8 +11,10 @@ import pytest
 from spotguard.domain.capacity import Placement, Situation
 from spotguard.domain.planner import (
     NB,
+    NC,
     AvailabilityHistory,
     JobNeeds,
+    JointPlan,
     Plan,
     PoolOption,
     SpotGuardPolicy,
@@ -129,6 +131,51 @@ def test_with_two_pools_it_takes_the_one_that_lasts():
     policy.remember([choppy.available[:20], steady.available[:20]])
     r = simulate(policy, [choppy, steady], 20, Job(4.0, 8.0, 0.5), PRICES)
     assert {pool for placement, pool in r.placements if placement is Placement.SPOT} == {1}
+
+
+def joint_for(hazards: list[tuple[float, float]], ticks: int, slack_units: int) -> JointPlan:
+    """Two pools, each (hazard of an outage ending, hazard of a spot run ending), the same at every age."""
+    hz = [np.array([[off] * NC, [on] * NC]) for off, on in hazards]
+    return JointPlan(hz, ticks, slack_units, 2, 1, (1.0, 1.0), 3.0, 1.0, keep_ticks=ticks)
+
+
+def state(available: int, coarse_bin: int = 0) -> int:
+    return available * NC + coarse_bin
+
+
+def test_the_joint_plan_takes_the_pool_that_has_spot():
+    plan = joint_for([(0.5, 0.05), (0.5, 0.05)], ticks=10, slack_units=10)
+    assert plan.choose(10, 0, [state(0), state(1)], 10) == 3  # spot in pool 1
+    assert plan.choose(10, 0, [state(1), state(0)], 10) == 2  # spot in pool 0
+
+
+def test_the_joint_plan_keeps_the_pool_it_holds_rather_than_pay_a_restart():
+    plan = joint_for([(0.5, 0.05), (0.5, 0.05)], ticks=10, slack_units=10)
+    held = plan.holding(Placement.SPOT, 0, 0.0, 0.5)
+    assert plan.choose(10, held, [state(1), state(1)], 10) == 2
+    held = plan.holding(Placement.SPOT, 1, 0.0, 0.5)
+    assert plan.choose(10, held, [state(1), state(1)], 10) == 3
+
+
+def test_the_joint_plan_prefers_the_pool_whose_runs_last():
+    # Pool 0's runs end almost every tick (each launch pays the overhead and is lost); pool 1's last.
+    plan = joint_for([(0.5, 0.9), (0.5, 0.02)], ticks=12, slack_units=8)
+    assert plan.choose(12, 0, [state(1), state(1)], 8) == 3
+
+
+def test_the_joint_plan_moves_from_on_demand_to_spot_that_lasts_but_not_to_a_blip():
+    # Pool 0's spot lasts a tick; pool 1's outages and runs both last.
+    plan = joint_for([(0.5, 0.98), (0.01, 0.01)], ticks=12, slack_units=6)
+    on_demand = plan.holding(Placement.ON_DEMAND, None, 0.0, 0.5)
+    assert plan.choose(12, on_demand, [state(1), state(0)], 6) == 1
+    assert plan.choose(12, on_demand, [state(0), state(1)], 6) == 3
+
+
+def test_the_joint_plan_keeps_only_the_ticks_it_was_asked_for():
+    plan = JointPlan([np.full((2, NC), 0.1)] * 2, 10, 4, 2, 1, (1.0, 1.0), 3.0, 1.0, keep_ticks=3)
+    assert plan.choose(8, 0, [state(1), state(1)], 4) in (0, 1, 2, 3)
+    with pytest.raises(ValueError):
+        plan.choose(7, 0, [state(1), state(1)], 4)
 
 
 def test_the_safety_net_has_the_last_word():

@@ -11,8 +11,11 @@ paid back, an outage that is likely to last (go on-demand now rather than later)
 rest of the job needs, and the prices. The shared safety net (`on_demand_needed`) still has the last word,
 so a wrong model can cost money but never a deadline that on-demand could meet.
 
-With several pools, the plan runs on "any pool available" and the job takes, among the available pools,
-the one it holds, else the one whose current run is expected to last longest.
+With two pools, `JointPlan` solves the same problem over both pools' states at once (each pool its own
+runs, on coarser age bins to keep it fast): it knows that losing spot in one pool means a restart, in the
+other pool if that one has spot then, and when moving pools is worth it. With more pools, the plan runs
+on "any pool available" and the job takes, among the available pools, the one it holds, else the one
+whose current run is expected to last longest.
 
 numpy is needed here (and only here in the core package).
 """
@@ -245,6 +248,153 @@ class Plan:
         return int(self.actions[ticks - 1, cls, available, bin_, slack])
 
 
+# The joint plan's coarse age bins: unions of the fine ones above (so the same counts serve both).
+COARSE = ((0,), (1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11), (12, 13, 14, 15))
+NC = len(COARSE)
+_CWIDTH = [AGE_BINS[COARSE[i + 1][0]] - AGE_BINS[COARSE[i][0]] for i in range(NC - 1)] + [0]
+COARSE_ADVANCE = np.array([1.0 / w if w else 0.0 for w in _CWIDTH])
+COARSE_NEXT = np.minimum(np.arange(NC) + 1, NC - 1)
+COARSE_OF = np.array([next(c for c, g in enumerate(COARSE) if f in g) for f in range(NB)])
+
+
+def coarse_hazards(history: AvailabilityHistory) -> np.ndarray:
+    """(2, NC): the history's hazards on the coarse bins, from the same decayed counts and prior."""
+    k = history.prior_ticks
+    out = np.zeros((2, NC))
+    for c, group in enumerate(COARSE):
+        g = list(group)
+        ends = history.ends[:, g].sum(1) + k * history.prior[:, g].mean(1)
+        out[:, c] = ends / (history.exposure[:, g].sum(1) + k)
+    return np.clip(out, 1e-4, 0.98)
+
+
+def coarse_transitions(hazards: np.ndarray) -> np.ndarray:
+    """(2NC, 2NC): one pool's chance to go from (available, coarse bin) to the next tick's."""
+    n = 2 * NC
+    p = np.zeros((n, n))
+    for a in (0, 1):
+        for b in range(NC):
+            s, h = a * NC + b, hazards[a, b]
+            p[s, (1 - a) * NC] += h
+            p[s, a * NC + COARSE_NEXT[b]] += (1 - h) * COARSE_ADVANCE[b]
+            p[s, a * NC + b] += (1 - h) * (1 - COARSE_ADVANCE[b])
+    return p
+
+
+class JointPlan:
+    """`Plan` for two pools at once, pools independent. The state is both pools' (availability, coarse
+    bin) and the slack; the classes are: nothing held (0), on-demand with overhead rest i (1 + i), spot in
+    pool p with rest i (1 + nr + p * nr + i). Actions: 0 wait, 1 on-demand, 2 spot in pool 0, 3 spot in
+    pool 1. Spot in a pool is lost when that pool's run ends: the job then holds nothing, whatever the
+    other pool has. Only the first `keep_ticks` ticks' actions are kept (until the next replan)."""
+
+    def __init__(
+        self,
+        hazards: Sequence[np.ndarray],  # per pool, (2, NC)
+        ticks: int,
+        slack_units: int,
+        k: int,
+        d: int,
+        spot_prices: Sequence[float],
+        on_demand_price: float,
+        tick_hours: float,
+        keep_ticks: int,
+    ) -> None:
+        if len(hazards) != 2 or len(spot_prices) != 2:
+            raise ValueError("a joint plan is for two pools")
+        self.rests = sorted({max(0, d - j * k) for j in range(1, d // k + 2)} | {0})
+        nr = self.nr = len(self.rests)
+        rest_index = {r: i for i, r in enumerate(self.rests)}
+        self.rest_index = rest_index
+        n_classes, n, size = 1 + 3 * nr, 2 * NC, slack_units + 1
+        u = tick_hours / k
+        sigma = np.arange(size)
+        f32 = np.float32
+        pa, pb = (coarse_transitions(h).astype(f32) for h in hazards)
+        value = np.full((n_classes, n, n, size), INF, dtype=f32)
+        self.first_tick = ticks
+        self.keep = max(1, min(keep_ticks, ticks))
+        self.actions = np.zeros((self.keep, n_classes, n, n, size), dtype=np.int8)
+        available = (np.zeros((n, 1, 1), bool), np.zeros((1, n, 1), bool))
+        available[0][NC:] = True
+        available[1][:, NC:] = True
+        overheads = sorted(set(self.rests) | {d})
+
+        def expect(x: np.ndarray) -> np.ndarray:  # (m, n, n, S): expected over the next joint state
+            m = x.shape[0]
+            y = np.matmul(pa, x.reshape(m, n, n * size)).reshape(m, n, n, size).transpose(0, 2, 1, 3)
+            y = np.matmul(pb, y.reshape(m, n, n * size)).reshape(m, n, n, size)
+            return y.transpose(0, 2, 1, 3)
+
+        for t in range(1, ticks + 1):
+            work = t * k - sigma
+            # What the next tick is worth from each class; on spot, a pool whose run ends leaves nothing.
+            spot_values = [
+                np.where(available[p], value[1 + nr + p * nr + i], value[0])
+                for p in (0, 1)
+                for i in range(nr)
+            ]
+            ev = expect(np.concatenate([value[: 1 + nr], np.stack(spot_values)]))
+            idle = _shift(ev[0], k)
+            q_od: dict[int, np.ndarray] = {}
+            q_spot: dict[tuple[int, int], np.ndarray] = {}
+            for o in overheads:
+                paid = min(o, k)
+                rest = rest_index.get(o - paid, 0)
+                done_now = work <= k - paid
+                cost_done = (paid + np.maximum(work, 0)) * u
+                q_od[o] = np.where(
+                    done_now,
+                    on_demand_price * cost_done,
+                    on_demand_price * k * u + _shift(ev[1 + rest], paid),
+                )
+                for p in (0, 1):
+                    q = np.where(
+                        done_now,
+                        spot_prices[p] * cost_done,
+                        spot_prices[p] * k * u + _shift(ev[1 + nr + p * nr + rest], paid),
+                    )
+                    q_spot[p, o] = np.where(available[p], q, INF)
+            new = np.empty_like(value)
+            keep = t > ticks - self.keep
+            for cls in range(n_classes):
+                od_o, spot_o = d, [d, d]
+                if 1 <= cls <= nr:
+                    od_o = self.rests[cls - 1]
+                elif cls > nr:
+                    p, i = divmod(cls - 1 - nr, nr)
+                    spot_o[p] = self.rests[i]
+                best = np.minimum(idle, q_od[od_o])
+                act = (q_od[od_o] < idle).astype(np.int8) if keep else None
+                for p in (0, 1):
+                    q = q_spot[p, spot_o[p]]
+                    if act is not None:
+                        act[q < best] = 2 + p
+                    np.minimum(best, q, out=best)
+                new[cls] = best
+                if act is not None:
+                    self.actions[ticks - t, cls] = act
+            value = new
+
+    def holding(
+        self, placement: Placement, pool: int | None, overhead_left_hours: float, unit_hours: float
+    ) -> int:
+        i = self.rest_index.get(round(overhead_left_hours / unit_hours), self.rest_index[0])
+        if placement is Placement.SPOT and pool is not None:
+            return 1 + self.nr + pool * self.nr + i
+        if placement is Placement.ON_DEMAND:
+            return 1 + i
+        return 0
+
+    def choose(self, ticks: int, cls: int, states: Sequence[int], slack: int) -> int:
+        """`states`: each pool's available * NC + coarse bin. 0 wait, 1 on-demand, 2 + p spot in pool p."""
+        j = self.first_tick - ticks
+        if not 0 <= j < self.keep:
+            raise ValueError("this plan kept only its first ticks' actions")
+        slack = max(0, min(slack, self.actions.shape[-1] - 1))
+        return int(self.actions[j, cls, states[0], states[1], slack])
+
+
 class SpotGuardPolicy:
     """The planner above as a `CapacityPolicy`, for the simulator and for the Lambdas' decisions."""
 
@@ -273,6 +423,7 @@ class SpotGuardPolicy:
         self.pools: list[AvailabilityHistory] = []
         self.any_pool: AvailabilityHistory | None = None
         self.plan: Plan | None = None
+        self.joint: JointPlan | None = None
         self.planned_at = -math.inf
 
     def _start(self, s: Situation) -> None:
@@ -306,6 +457,8 @@ class SpotGuardPolicy:
         unit = s.tick_hours / k
         ticks = round(s.time_left_hours / s.tick_hours)
         slack = math.floor((s.time_left_hours - s.work_left_hours) / unit + 1e-6)
+        if len(self.pools) == 2:
+            return self._decide_joint(s, k, ticks, slack)
         if self.plan is None or s.elapsed_hours - self.planned_at >= self.replan_hours - EPS:
             self.plan = Plan(
                 self.any_pool.hazards(),
@@ -329,6 +482,37 @@ class SpotGuardPolicy:
                 key=lambda i: (self.pools[i].expected_run_left_ticks(), -i),
             )
             return Choice(Placement.SPOT, pool, "spot: expected to last long enough to pay its restart")
+        if action == 1:
+            return Choice(
+                Placement.ON_DEMAND, None, "on-demand: the plan expects spot too scarce for the deadline"
+            )
+        return Choice(Placement.NONE, None, "wait: spot is expected back in time")
+
+    def _decide_joint(self, s: Situation, k: int, ticks: int, slack: int) -> Choice:
+        unit = s.tick_hours / k
+        if self.joint is None or s.elapsed_hours - self.planned_at >= self.replan_hours - EPS:
+            self.joint = JointPlan(
+                [coarse_hazards(h) for h in self.pools],
+                ticks,
+                slack,
+                k,
+                round(s.restart_hours / unit),
+                (self.spot_price, self.spot_price),
+                self.on_demand_price,
+                s.tick_hours,
+                keep_ticks=math.ceil(self.replan_hours / s.tick_hours - EPS) + 1,
+            )
+            self.planned_at = s.elapsed_hours
+        cls = self.joint.holding(s.placement, s.pool, s.overhead_left_hours, unit)
+        states = [
+            int(a) * NC + COARSE_OF[age_bin(h.age)] for h, a in zip(self.pools, s.spot_available, strict=True)
+        ]
+        action = self.joint.choose(ticks, cls, states, slack)
+        if action >= 2:
+            pool = action - 2
+            if s.placement is Placement.SPOT and s.pool == pool:
+                return Choice(Placement.SPOT, pool, "keep spot: the plan expects it to pay")
+            return Choice(Placement.SPOT, pool, "spot: the pool expected to pay its restart best")
         if action == 1:
             return Choice(
                 Placement.ON_DEMAND, None, "on-demand: the plan expects spot too scarce for the deadline"
