@@ -254,3 +254,47 @@ def test_with_a_deadline_wait_out_a_short_outage_but_not_the_deadline():
     assert d.placement is Placement.ON_DEMAND and "deadline" in d.reason
     late = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=5)
     assert "cannot be met" in choose_capacity(late, [pool("a", True)]).reason
+
+
+SHORT_OUTAGES = [1] * 30 + ([0] * 2 + [1] * 30) * 20 + [0]
+
+
+def test_with_a_deadline_and_two_pools_the_joint_plan_picks_the_pool_that_lasts():
+    job = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
+    pools = [pool("choppy", True, CHOPPY, spot_price=0.8), pool("steady", True, STEADY)]
+    d = choose_capacity(job, pools)
+    assert (d.placement, d.pool) == (Placement.SPOT, "steady")
+    assert "choppy" in d.reason and "steady" in d.reason
+
+
+def test_with_a_deadline_and_two_pools_down_wait_or_on_demand():
+    pools = [pool("a", False, SHORT_OUTAGES), pool("b", False, SHORT_OUTAGES)]
+    roomy = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
+    assert choose_capacity(roomy, pools).placement is Placement.NONE
+    tight = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=6.3)
+    assert choose_capacity(tight, pools).placement is Placement.ON_DEMAND
+
+
+def test_with_a_deadline_the_job_moves_pools_only_when_the_restart_pays():
+    def decide(cheap_price: float):
+        pools = [
+            pool("held", True, STEADY, spot_price=1.2),
+            pool("cheap", True, STEADY, spot_price=cheap_price),
+            pool("dear", True, STEADY, spot_price=1.5),
+        ]
+        job = JobNeeds(
+            gpus=1,
+            work_left_hours=6,
+            restart_hours=0.2,
+            time_left_hours=9,
+            placement=Placement.SPOT,
+            pool="held",
+        )
+        return choose_capacity(job, pools)
+
+    # 0.01 $/h less for 6 hours does not pay a 0.2 h restart; 0.7 $/h less does
+    stay = decide(1.19)
+    assert (stay.placement, stay.pool) == (Placement.SPOT, "held")
+    assert "cheap" in stay.reason and "dear" not in stay.reason
+    move = decide(0.5)
+    assert (move.placement, move.pool) == (Placement.SPOT, "cheap")

@@ -582,8 +582,9 @@ def choose_capacity(
     job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float = 1 / 6
 ) -> CapacityDecision:
     """Where the job should run now: spot in which pool, on-demand, or wait. With a deadline the plan
-    decides (and the safety net keeps any deadline on-demand can meet); without one, the cheapest spot
-    now, else a bounded wait, then on-demand."""
+    decides (and the safety net keeps any deadline on-demand can meet): with several pools, the joint
+    plan over the pool the job holds and the cheapest per hour of work (or the two cheapest); without a
+    deadline, the cheapest spot now, else a bounded wait, then on-demand."""
     if job.gpus < 1 or job.work_left_hours <= 0 or job.restart_hours < 0 or tick_hours <= 0:
         raise ValueError("a job needs at least 1 GPU, work left > 0 and a restart overhead >= 0")
     fits = [p for p in pools if p.gpus_per_instance >= job.gpus]
@@ -640,13 +641,15 @@ def choose_capacity(
         return run_on_demand("the deadline cannot be met any more: on-demand, to finish as soon as possible")
     if on_demand_needed(situation):
         return run_on_demand("the deadline needs on-demand from here on")
-    model = (best or min(fits, key=lambda p: -expected_run_hours(p, tick_hours))).history
-    model = model or AvailabilityHistory(tick_hours)
     k = slack_grid(tick_hours, job.restart_hours)
     unit = tick_hours / k
-    spot_price = best.spot_price if best is not None else min(p.spot_price for p in fits)
     ticks = max(1, round(job.time_left_hours / tick_hours))
     slack = max(0, math.floor((job.time_left_hours - job.work_left_hours) / unit + 1e-6))
+    if len(fits) >= 2:
+        return _choose_between_two(job, fits, held, on_demand, tick_hours, k, ticks, slack)
+    model = (best or min(fits, key=lambda p: -expected_run_hours(p, tick_hours))).history
+    model = model or AvailabilityHistory(tick_hours)
+    spot_price = best.spot_price if best is not None else min(p.spot_price for p in fits)
     plan = Plan(
         model.hazards(),
         ticks,
@@ -671,4 +674,59 @@ def choose_capacity(
         )
     if action == 1:
         return run_on_demand("on-demand: the plan expects spot too scarce for the deadline")
+    return CapacityDecision(Placement.NONE, None, on_demand.name, "wait: spot is expected back in time")
+
+
+def _choose_between_two(
+    job: JobNeeds,
+    fits: Sequence[PoolOption],
+    held: PoolOption | None,
+    on_demand: PoolOption,
+    tick_hours: float,
+    k: int,
+    ticks: int,
+    slack: int,
+) -> CapacityDecision:
+    """With a deadline and several pools: the joint plan over the two that matter most, the one the job
+    holds and the cheapest per hour of work (available now or not: an outage may end soon)."""
+    ranked = sorted(fits, key=lambda p: (spot_cost_per_work_hour(p, job.restart_hours, tick_hours), p.name))
+    two = [held] if held is not None else []
+    two += [p for p in ranked if p is not held][: 2 - len(two)]
+    histories = [p.history or AvailabilityHistory(tick_hours) for p in two]
+    states = [
+        int(p.available) * NC + (COARSE_OF[age_bin(h.age)] if h.state == int(p.available) else 0)
+        for p, h in zip(two, histories, strict=True)
+    ]
+    unit = tick_hours / k
+    plan = JointPlan(
+        [coarse_hazards(h) for h in histories],
+        ticks,
+        slack,
+        k,
+        round(job.restart_hours / unit),
+        [p.spot_price for p in two],
+        on_demand.on_demand_price,
+        tick_hours,
+        keep_ticks=1,
+    )
+    holds = job.placement if job.placement is Placement.ON_DEMAND else Placement.NONE
+    if held is not None:
+        holds = Placement.SPOT
+    cls = plan.holding(holds, 0 if held is not None else None, job.overhead_left_hours, unit)
+    action = plan.choose(ticks, cls, states, slack)
+    if action >= 2:
+        chosen = two[action - 2]
+        return CapacityDecision(
+            Placement.SPOT,
+            chosen.name,
+            chosen.name,
+            f"spot in {chosen.name}: the plan over {two[0].name} and {two[1].name} expects it to pay best",
+        )
+    if action == 1:
+        return CapacityDecision(
+            Placement.ON_DEMAND,
+            None,
+            on_demand.name,
+            "on-demand: the plan expects spot too scarce for the deadline",
+        )
     return CapacityDecision(Placement.NONE, None, on_demand.name, "wait: spot is expected back in time")
