@@ -101,6 +101,10 @@ class AvailabilityHistory:
         for a in ticks:
             self.observe(a)
 
+    def bin_if(self, available: bool) -> int:
+        """The age bin of the current run if it is in state `available`, else 0: a run just starting."""
+        return age_bin(self.age) if self.state == int(available) else 0
+
     def gap(self) -> None:
         """Observation stopped for a while: the current run's age is no longer known."""
         self.state, self.age = None, 0
@@ -125,6 +129,12 @@ class AvailabilityHistory:
             if survive < 1e-4:
                 break
         return total
+
+
+def overhead_rests(d: int, k: int) -> list[int]:
+    """Overhead still to pay at a tick boundary after a launch (D units, K per tick): D - jK while
+    positive, and 0."""
+    return sorted({max(0, d - j * k) for j in range(1, d // k + 2)} | {0})
 
 
 def _shift(x: np.ndarray, k: int) -> np.ndarray:
@@ -159,8 +169,7 @@ class Plan:
         memory."""
         self.k, self.d = k, d
         self.first_tick = ticks
-        # Overhead still to pay at a tick boundary after a launch: D - jK while positive, else 0.
-        self.rests = sorted({max(0, d - j * k) for j in range(1, d // k + 2)} | {0})
+        self.rests = overhead_rests(d, k)
         nr = len(self.rests)
         self.spot_class = {r: 1 + i for i, r in enumerate(self.rests)}
         self.od_class = {r: 1 + nr + i for i, r in enumerate(self.rests)}
@@ -281,6 +290,11 @@ def coarse_transitions(hazards: np.ndarray) -> np.ndarray:
     return p
 
 
+def joint_state(history: AvailabilityHistory, available: bool) -> int:
+    """A pool's state in the joint plan: availability and the coarse bin of its current run."""
+    return int(available) * NC + COARSE_OF[history.bin_if(available)]
+
+
 class JointPlan:
     """`Plan` for two pools at once, pools independent. The state is both pools' (availability, coarse
     bin) and the slack; the classes are: nothing held (0), on-demand with overhead rest i (1 + i), spot in
@@ -302,7 +316,7 @@ class JointPlan:
     ) -> None:
         if len(hazards) != 2 or len(spot_prices) != 2:
             raise ValueError("a joint plan is for two pools")
-        self.rests = sorted({max(0, d - j * k) for j in range(1, d // k + 2)} | {0})
+        self.rests = overhead_rests(d, k)
         nr = self.nr = len(self.rests)
         rest_index = {r: i for i, r in enumerate(self.rests)}
         self.rest_index = rest_index
@@ -474,19 +488,28 @@ class SpotGuardPolicy:
         plan = self.plan
         cls = plan.holding(s.placement, s.overhead_left_hours, unit)
         action = plan.choose(ticks, cls, int(available), age_bin(self.any_pool.age), slack)
-        if action == 2:
-            if s.placement is Placement.SPOT and s.pool is not None and s.spot_available[s.pool]:
-                return Choice(Placement.SPOT, s.pool, "keep spot: the plan expects it to pay")
-            pool = max(
-                (i for i, a in enumerate(s.spot_available) if a),
-                key=lambda i: (self.pools[i].expected_run_left_ticks(), -i),
-            )
-            return Choice(Placement.SPOT, pool, "spot: expected to last long enough to pay its restart")
+        if action != 2:
+            return self._choice(s, action, None)
+        if s.placement is Placement.SPOT and s.pool is not None and s.spot_available[s.pool]:
+            return self._choice(s, action, s.pool)
+        pool = max(
+            (i for i, a in enumerate(s.spot_available) if a),
+            key=lambda i: (self.pools[i].expected_run_left_ticks(), -i),
+        )
+        return self._choice(s, action, pool)
+
+    @staticmethod
+    def _choice(s: Situation, action: int, pool: int | None) -> Choice:
+        """A plan's action (0 wait, 1 on-demand, else spot in `pool`) as the policy's choice."""
+        if action == 0:
+            return Choice(Placement.NONE, None, "wait: spot is expected back in time")
         if action == 1:
             return Choice(
                 Placement.ON_DEMAND, None, "on-demand: the plan expects spot too scarce for the deadline"
             )
-        return Choice(Placement.NONE, None, "wait: spot is expected back in time")
+        if s.placement is Placement.SPOT and s.pool == pool:
+            return Choice(Placement.SPOT, pool, "keep spot: the plan expects it to pay")
+        return Choice(Placement.SPOT, pool, "spot: expected to last long enough to pay its restart")
 
     def _decide_joint(self, s: Situation, k: int, ticks: int, slack: int) -> Choice:
         unit = s.tick_hours / k
@@ -504,20 +527,9 @@ class SpotGuardPolicy:
             )
             self.planned_at = s.elapsed_hours
         cls = self.joint.holding(s.placement, s.pool, s.overhead_left_hours, unit)
-        states = [
-            int(a) * NC + COARSE_OF[age_bin(h.age)] for h, a in zip(self.pools, s.spot_available, strict=True)
-        ]
+        states = [joint_state(h, a) for h, a in zip(self.pools, s.spot_available, strict=True)]
         action = self.joint.choose(ticks, cls, states, slack)
-        if action >= 2:
-            pool = action - 2
-            if s.placement is Placement.SPOT and s.pool == pool:
-                return Choice(Placement.SPOT, pool, "keep spot: the plan expects it to pay")
-            return Choice(Placement.SPOT, pool, "spot: the pool expected to pay its restart best")
-        if action == 1:
-            return Choice(
-                Placement.ON_DEMAND, None, "on-demand: the plan expects spot too scarce for the deadline"
-            )
-        return Choice(Placement.NONE, None, "wait: spot is expected back in time")
+        return self._choice(s, action, action - 2 if action >= 2 else None)
 
 
 # ------------------------------------------------------------------------- one decision, for the Lambdas
@@ -591,30 +603,26 @@ def choose_capacity(
     if not fits:
         raise ValueError(f"no candidate pool has {job.gpus} GPUs per instance")
     on_demand = min(fits, key=lambda p: (p.on_demand_price / p.gpus_per_instance, p.name))
+    per_work_hour = {p: spot_cost_per_work_hour(p, job.restart_hours, tick_hours) for p in fits}
+
     spot = sorted(
         (p for p in fits if p.available),
-        key=lambda p: (
-            spot_cost_per_work_hour(p, job.restart_hours, tick_hours),
-            -(p.placement_score or 0),
-            p.name,
-        ),
+        key=lambda p: (per_work_hour[p], -(p.placement_score or 0), p.name),
     )
     held = next((p for p in spot if job.placement is Placement.SPOT and p.name == job.pool), None)
     best = held or (spot[0] if spot else None)
 
-    def run_spot(reason: str) -> CapacityDecision:
-        assert best is not None
-        return CapacityDecision(Placement.SPOT, best.name, best.name, reason)
+    def run_spot(pool: PoolOption, reason: str) -> CapacityDecision:
+        return CapacityDecision(Placement.SPOT, pool.name, pool.name, reason)
 
     def run_on_demand(reason: str) -> CapacityDecision:
         return CapacityDecision(Placement.ON_DEMAND, None, on_demand.name, reason)
 
     if job.time_left_hours is None:
         if best is not None and (
-            job.placement is not Placement.ON_DEMAND
-            or spot_cost_per_work_hour(best, job.restart_hours, tick_hours) < on_demand.on_demand_price
+            job.placement is not Placement.ON_DEMAND or per_work_hour[best] < on_demand.on_demand_price
         ):
-            return run_spot(f"no deadline: spot in {best.name} is the cheapest now")
+            return run_spot(best, f"no deadline: spot in {best.name} is the cheapest now")
         if job.placement is Placement.ON_DEMAND:
             return run_on_demand("no deadline: on-demand until spot is worth its restart")
         if job.waited_hours < job.max_wait_hours - EPS:
@@ -645,88 +653,53 @@ def choose_capacity(
     unit = tick_hours / k
     ticks = max(1, round(job.time_left_hours / tick_hours))
     slack = max(0, math.floor((job.time_left_hours - job.work_left_hours) / unit + 1e-6))
-    if len(fits) >= 2:
-        return _choose_between_two(job, fits, held, on_demand, tick_hours, k, ticks, slack)
-    model = (best or min(fits, key=lambda p: -expected_run_hours(p, tick_hours))).history
-    model = model or AvailabilityHistory(tick_hours)
-    spot_price = best.spot_price if best is not None else min(p.spot_price for p in fits)
-    plan = Plan(
-        model.hazards(),
-        ticks,
-        slack,
-        k,
-        round(job.restart_hours / unit),
-        spot_price,
-        on_demand.on_demand_price,
-        tick_hours,
-        keep_all=False,
-    )
     holds = Placement.SPOT if held is not None else Placement.NONE
     if job.placement is Placement.ON_DEMAND:
         holds = Placement.ON_DEMAND
-    cls = plan.holding(holds, job.overhead_left_hours, unit)
-    current = model.state if model.state is not None else int(best is not None)
-    run_bin = age_bin(model.age) if current == int(best is not None) else 0
-    action = plan.choose(ticks, cls, int(best is not None), run_bin, slack)
-    if action == 2:
-        return run_spot(
-            f"spot in {best.name if best else '?'}: expected to last long enough to pay its restart"
+    d = round(job.restart_hours / unit)
+    if len(fits) >= 2:
+        # The joint plan over the two pools that matter most: the one the job holds and the cheapest
+        # per hour of work (available now or not: an outage may end soon).
+        ranked = sorted(fits, key=lambda p: (per_work_hour[p], p.name))
+        two = [held] if held is not None else []
+        two += [p for p in ranked if p is not held][: 2 - len(two)]
+        histories = [p.history or AvailabilityHistory(tick_hours) for p in two]
+        joint = JointPlan(
+            [coarse_hazards(h) for h in histories],
+            ticks,
+            slack,
+            k,
+            d,
+            [p.spot_price for p in two],
+            on_demand.on_demand_price,
+            tick_hours,
+            keep_ticks=1,
         )
+        cls = joint.holding(holds, 0 if held is not None else None, job.overhead_left_hours, unit)
+        states = [joint_state(h, p.available) for p, h in zip(two, histories, strict=True)]
+        action = joint.choose(ticks, cls, states, slack)
+        chosen = two[action - 2] if action >= 2 else None
+        spot_reason = f"the plan over {two[0].name} and {two[1].name} expects it to pay best"
+    else:
+        model = (best or fits[0]).history or AvailabilityHistory(tick_hours)
+        spot_price = best.spot_price if best is not None else fits[0].spot_price
+        plan = Plan(
+            model.hazards(),
+            ticks,
+            slack,
+            k,
+            d,
+            spot_price,
+            on_demand.on_demand_price,
+            tick_hours,
+            keep_all=False,
+        )
+        cls = plan.holding(holds, job.overhead_left_hours, unit)
+        action = plan.choose(ticks, cls, int(best is not None), model.bin_if(best is not None), slack)
+        chosen = best if action == 2 else None
+        spot_reason = "expected to last long enough to pay its restart"
+    if chosen is not None:
+        return run_spot(chosen, f"spot in {chosen.name}: {spot_reason}")
     if action == 1:
         return run_on_demand("on-demand: the plan expects spot too scarce for the deadline")
-    return CapacityDecision(Placement.NONE, None, on_demand.name, "wait: spot is expected back in time")
-
-
-def _choose_between_two(
-    job: JobNeeds,
-    fits: Sequence[PoolOption],
-    held: PoolOption | None,
-    on_demand: PoolOption,
-    tick_hours: float,
-    k: int,
-    ticks: int,
-    slack: int,
-) -> CapacityDecision:
-    """With a deadline and several pools: the joint plan over the two that matter most, the one the job
-    holds and the cheapest per hour of work (available now or not: an outage may end soon)."""
-    ranked = sorted(fits, key=lambda p: (spot_cost_per_work_hour(p, job.restart_hours, tick_hours), p.name))
-    two = [held] if held is not None else []
-    two += [p for p in ranked if p is not held][: 2 - len(two)]
-    histories = [p.history or AvailabilityHistory(tick_hours) for p in two]
-    states = [
-        int(p.available) * NC + (COARSE_OF[age_bin(h.age)] if h.state == int(p.available) else 0)
-        for p, h in zip(two, histories, strict=True)
-    ]
-    unit = tick_hours / k
-    plan = JointPlan(
-        [coarse_hazards(h) for h in histories],
-        ticks,
-        slack,
-        k,
-        round(job.restart_hours / unit),
-        [p.spot_price for p in two],
-        on_demand.on_demand_price,
-        tick_hours,
-        keep_ticks=1,
-    )
-    holds = job.placement if job.placement is Placement.ON_DEMAND else Placement.NONE
-    if held is not None:
-        holds = Placement.SPOT
-    cls = plan.holding(holds, 0 if held is not None else None, job.overhead_left_hours, unit)
-    action = plan.choose(ticks, cls, states, slack)
-    if action >= 2:
-        chosen = two[action - 2]
-        return CapacityDecision(
-            Placement.SPOT,
-            chosen.name,
-            chosen.name,
-            f"spot in {chosen.name}: the plan over {two[0].name} and {two[1].name} expects it to pay best",
-        )
-    if action == 1:
-        return CapacityDecision(
-            Placement.ON_DEMAND,
-            None,
-            on_demand.name,
-            "on-demand: the plan expects spot too scarce for the deadline",
-        )
     return CapacityDecision(Placement.NONE, None, on_demand.name, "wait: spot is expected back in time")
