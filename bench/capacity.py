@@ -5,7 +5,8 @@
    of uniform progress's gap to omniscient SpotGuard closes.
 2. The deadline swept from 52 to 96 hours (fewer starts: the planner's work grows with the slack).
 3. us-west-2a and us-west-2b V100 (1 GPU) as pools at once, against uniform progress on any pool and on
-   the best single pool.
+   the best single pool; then with us-west-2b K80 (1 GPU) as a third pool (the policy plans over two
+   of the three at a time).
 
     .venv/bin/python bench/capacity.py [--samples 300] [--sweep-samples 40] [--seed 1]
                                        [--only table|sweep|multi]
@@ -68,12 +69,11 @@ def sweep(traces, samples: int, seed: int) -> None:
         print(f"{r_hours:4d} {cells}   {closed(sg, up, omni)}", flush=True)
 
 
-def multi(samples: int, seed: int) -> None:
-    names = ("us-west-2a_v100_1", "us-west-2b_v100_1")
+def multi(samples: int, seed: int, names: tuple[str, ...]) -> None:
     traces = [load_trace(TRACES / f"{n}.json").head(13 * 24) for n in names]
     job = Job(48.0, 60.0, 0.2)
     runs = draw_starts(traces, job, samples, seed, multi_pool=True)
-    print(f"\n## Two pools at once ({', '.join(names)}), {samples} starts, C=48 R=60 d=0.2")
+    print(f"\n## {len(names)} pools at once ({', '.join(names)}), {samples} starts, C=48 R=60 d=0.2")
     res = {
         p: summarise(p, traces, runs, job, PRICES) for p in ("uniform-progress", "spotguard", "omniscient")
     }
@@ -112,7 +112,8 @@ def main() -> int:
     if args.only in (None, "sweep"):
         sweep(traces, args.sweep_samples, args.seed)
     if args.only in (None, "multi"):
-        multi(args.samples, args.seed)
+        multi(args.samples, args.seed, ("us-west-2a_v100_1", "us-west-2b_v100_1"))
+        multi(args.samples, args.seed, ("us-west-2a_v100_1", "us-west-2b_v100_1", "us-west-2b_k80_1"))
     return 0
 
 

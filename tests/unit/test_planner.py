@@ -20,6 +20,7 @@ from spotguard.domain.planner import (
     SpotGuardPolicy,
     age_bin,
     choose_capacity,
+    pick_two,
 )
 from spotguard_cli.simulator import Job, Prices, Trace, simulate
 
@@ -112,8 +113,8 @@ def test_never_misses_a_deadline_on_demand_could_meet(seed):
         a = a if rng.random() < p_stay else 1 - a
         bits.append(a)
     pools = [Trace("t", gap, tuple(bool(b) for b in bits))]
-    if rng.random() < 0.5:
-        pools.append(Trace("u", gap, tuple(rng.random() < 0.4 for _ in range(n))))
+    for name in rng.choice([(), ("u",), ("u", "v")]):  # one, two or three pools
+        pools.append(Trace(name, gap, tuple(rng.random() < 0.4 for _ in range(n))))
     restart = rng.choice([0.0, gap / 2, 0.2])
     hours = rng.uniform(2.0, 10.0)
     job = Job(hours, hours + restart + rng.uniform(0.0, 8.0), restart)
@@ -131,6 +132,38 @@ def test_with_two_pools_it_takes_the_one_that_lasts():
     policy.remember([choppy.available[:20], steady.available[:20]])
     r = simulate(policy, [choppy, steady], 20, Job(4.0, 8.0, 0.5), PRICES)
     assert {pool for placement, pool in r.placements if placement is Placement.SPOT} == {1}
+
+
+def test_pick_two_holds_on_then_takes_the_cheapest():
+    costs, up = [3.0, 1.0, 2.0, 1.5], [True, False, True, True]
+    assert pick_two(costs, up, held=0) == [0, 1]  # the held pool, then the cheapest of the rest
+    assert pick_two(costs, up, held=None) == [3, 1]  # the cheapest with spot now, then the cheapest
+    assert pick_two(costs, [False] * 4, held=None) == [1, 3]  # none has spot: the two cheapest
+    with pytest.raises(ValueError):
+        pick_two([1.0], [True], None)
+
+
+def test_with_three_pools_it_takes_spot_outside_the_planned_pair():
+    # Pools 0 and 1 lasted before the job but are down during it; pool 2 was choppy before, and is up
+    # from the job's third hour: the plan made at the start covered pools 0 and 1 only.
+    before = 40
+    good = [1] * before + [0] * 20
+    late = [1, 0] * (before // 2) + [0, 0] + [1] * 18
+    pools = [trace(*good, name="a"), trace(*good, name="b"), trace(*late, name="c")]
+    policy = SpotGuardPolicy(1.0, 3.0)
+    policy.remember([t.available[:before] for t in pools])
+    r = simulate(policy, pools, before, Job(6.0, 12.0, 0.5), PRICES)
+    assert not r.missed and r.spot_hours > 0
+    assert {pool for placement, pool in r.placements if placement is Placement.SPOT} == {2}
+
+
+def test_judging_a_pool_leaves_its_history_as_it_was():
+    history = AvailabilityHistory(1 / 6)
+    history.observe_all([True] * 20 + [False] * 5)
+    exposure, ends = history.exposure.copy(), history.ends.copy()
+    job = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
+    choose_capacity(job, [PoolOption("a", 1, 1.0, 3.0, False, history), pool("b", True, STEADY)])
+    assert np.array_equal(history.exposure, exposure) and np.array_equal(history.ends, ends)
 
 
 def joint_for(hazards: list[tuple[float, float]], ticks: int, slack_units: int) -> JointPlan:

@@ -11,11 +11,12 @@ paid back, an outage that is likely to last (go on-demand now rather than later)
 rest of the job needs, and the prices. The shared safety net (`on_demand_needed`) still has the last word,
 so a wrong model can cost money but never a deadline that on-demand could meet.
 
-With two pools, `JointPlan` solves the same problem over both pools' states at once (each pool its own
-runs, on coarser age bins to keep it fast): it knows that losing spot in one pool means a restart, in the
-other pool if that one has spot then, and when moving pools is worth it. With more pools, the plan runs
-on "any pool available" and the job takes, among the available pools, the one it holds, else the one
-whose current run is expected to last longest.
+With several pools, `JointPlan` solves the same problem over two pools' states at once (each pool its
+own runs, on coarser age bins to keep it fast): it knows that losing spot in one pool means a restart, in
+the other pool if that one has spot then, and when moving pools is worth it. The two are picked by
+`pick_two`: the pool the job holds (else the cheapest per hour of work that has spot now), and the
+cheapest per hour of work of the rest. The simulator's policy and the Lambdas' `choose_capacity` use the
+same rule.
 
 numpy is needed here (and only here in the core package).
 """
@@ -295,6 +296,16 @@ def joint_state(history: AvailabilityHistory, available: bool) -> int:
     return int(available) * NC + COARSE_OF[history.bin_if(available)]
 
 
+def pick_two(costs: Sequence[float], available: Sequence[bool], held: int | None) -> list[int]:
+    """The two pools (indices) a joint plan covers: the one the job holds, else the cheapest that has spot
+    now, else the cheapest; then the cheapest of the rest. `costs`: spot $ per hour of work, by pool."""
+    if len(costs) < 2 or len(available) != len(costs):
+        raise ValueError("a joint plan needs two pools or more, each with its availability")
+    order = sorted(range(len(costs)), key=lambda i: (costs[i], i))
+    first = held if held is not None else next((i for i in order if available[i]), order[0])
+    return [first, next(i for i in order if i != first)]
+
+
 class JointPlan:
     """`Plan` for two pools at once, pools independent. The state is both pools' (availability, coarse
     bin) and the slack; the classes are: nothing held (0), on-demand with overhead rest i (1 + i), spot in
@@ -409,8 +420,38 @@ class JointPlan:
         return int(self.actions[j, cls, states[0], states[1], slack])
 
 
+def expected_run_hours(
+    history: AvailabilityHistory | None, tick_hours: float, placement_score: int | None = None
+) -> float:
+    """How long spot in a pool is expected to last from now: from its history, else from the prior,
+    scaled by the placement score (5 is neutral) when there is one."""
+    known = history or AvailabilityHistory(tick_hours)
+    if known.state != 1:  # no record of the current run: a fresh one
+        fresh = AvailabilityHistory(tick_hours)
+        fresh.exposure, fresh.ends = known.exposure.copy(), known.ends.copy()  # leave the pool's as they are
+        fresh.observe(True)
+        known = fresh
+    hours = known.expected_run_left_ticks() * tick_hours + tick_hours
+    if history is None and placement_score is not None:
+        hours *= max(1, min(placement_score, 10)) / 5
+    return hours
+
+
+def spot_cost_per_work_hour(
+    spot_price: float,
+    history: AvailabilityHistory | None,
+    restart_hours: float,
+    tick_hours: float,
+    placement_score: int | None = None,
+) -> float:
+    """The spot price per hour of progress: each run pays its restart overhead before it makes any."""
+    run = expected_run_hours(history, tick_hours, placement_score)
+    return spot_price * (run + restart_hours) / max(run, tick_hours)
+
+
 class SpotGuardPolicy:
-    """The planner above as a `CapacityPolicy`, for the simulator and for the Lambdas' decisions."""
+    """The planner above as a `CapacityPolicy`, for the simulator and for the Lambdas' decisions: `Plan`
+    for one pool, `JointPlan` over the two pools `pick_two` picks for several."""
 
     name = "spotguard"
 
@@ -435,35 +476,28 @@ class SpotGuardPolicy:
     def reset(self, job_hours: float, deadline_hours: float, restart_hours: float) -> None:
         self.committed = False
         self.pools: list[AvailabilityHistory] = []
-        self.any_pool: AvailabilityHistory | None = None
         self.plan: Plan | None = None
         self.joint: JointPlan | None = None
+        self.pair: list[int] = []  # the pools the joint plan covers
         self.planned_at = -math.inf
 
     def _start(self, s: Situation) -> None:
         n = len(s.spot_available)
         self.pools = [AvailabilityHistory(s.tick_hours, self.half_life_hours) for _ in range(n)]
-        self.any_pool = AvailabilityHistory(s.tick_hours, self.half_life_hours)
         past = [list(p) for p in self.past]
         span = min((len(p) for p in past), default=0)
         if len(past) != n or span == 0:
             return
-        past = [p[len(p) - span :] for p in past]  # the same recent stretch for every pool
         for ticks, hist in zip(past, self.pools, strict=True):
-            hist.observe_all(ticks)
-        self.any_pool.observe_all([any(column) for column in zip(*past, strict=True)])
-        if not self.past_is_recent:
-            for hist in [*self.pools, self.any_pool]:
+            hist.observe_all(ticks[len(ticks) - span :])  # the same recent stretch for every pool
+            if not self.past_is_recent:
                 hist.gap()
 
     def decide(self, s: Situation) -> Choice:
-        if self.any_pool is None:
+        if not self.pools:
             self._start(s)
-        assert self.any_pool is not None
         for hist, a in zip(self.pools, s.spot_available, strict=True):
             hist.observe(a)
-        available = any(s.spot_available)
-        self.any_pool.observe(available)
         if self.committed or on_demand_needed(s):
             self.committed = True
             return Choice(Placement.ON_DEMAND, None, "the deadline needs on-demand from here on")
@@ -471,11 +505,12 @@ class SpotGuardPolicy:
         unit = s.tick_hours / k
         ticks = round(s.time_left_hours / s.tick_hours)
         slack = math.floor((s.time_left_hours - s.work_left_hours) / unit + 1e-6)
-        if len(self.pools) == 2:
-            return self._decide_joint(s, k, ticks, slack)
-        if self.plan is None or s.elapsed_hours - self.planned_at >= self.replan_hours - EPS:
+        due = s.elapsed_hours - self.planned_at >= self.replan_hours - EPS
+        if len(self.pools) >= 2:
+            return self._decide_joint(s, k, ticks, slack, due)
+        if self.plan is None or due:
             self.plan = Plan(
-                self.any_pool.hazards(),
+                self.pools[0].hazards(),
                 ticks,
                 slack,
                 k,
@@ -485,18 +520,10 @@ class SpotGuardPolicy:
                 s.tick_hours,
             )
             self.planned_at = s.elapsed_hours
-        plan = self.plan
-        cls = plan.holding(s.placement, s.overhead_left_hours, unit)
-        action = plan.choose(ticks, cls, int(available), age_bin(self.any_pool.age), slack)
-        if action != 2:
-            return self._choice(s, action, None)
-        if s.placement is Placement.SPOT and s.pool is not None and s.spot_available[s.pool]:
-            return self._choice(s, action, s.pool)
-        pool = max(
-            (i for i, a in enumerate(s.spot_available) if a),
-            key=lambda i: (self.pools[i].expected_run_left_ticks(), -i),
-        )
-        return self._choice(s, action, pool)
+        cls = self.plan.holding(s.placement, s.overhead_left_hours, unit)
+        available = s.spot_available[0]
+        action = self.plan.choose(ticks, cls, int(available), self.pools[0].bin_if(available), slack)
+        return self._choice(s, action, 0 if action == 2 else None)
 
     @staticmethod
     def _choice(s: Situation, action: int, pool: int | None) -> Choice:
@@ -511,11 +538,21 @@ class SpotGuardPolicy:
             return Choice(Placement.SPOT, pool, "keep spot: the plan expects it to pay")
         return Choice(Placement.SPOT, pool, "spot: expected to last long enough to pay its restart")
 
-    def _decide_joint(self, s: Situation, k: int, ticks: int, slack: int) -> Choice:
+    def _decide_joint(self, s: Situation, k: int, ticks: int, slack: int, due: bool) -> Choice:
         unit = s.tick_hours / k
-        if self.joint is None or s.elapsed_hours - self.planned_at >= self.replan_hours - EPS:
+        held = s.pool if s.placement is Placement.SPOT and s.pool is not None else None
+        # With more than two pools, a pool outside the pair that has spot while the pair has none (and
+        # the job holds no spot) is worth a new plan now rather than at the next replan.
+        idle_elsewhere = (
+            held is None and not any(s.spot_available[i] for i in self.pair) and any(s.spot_available)
+        )
+        if self.joint is None or due or idle_elsewhere or (held is not None and held not in self.pair):
+            costs = [
+                spot_cost_per_work_hour(self.spot_price, h, s.restart_hours, s.tick_hours) for h in self.pools
+            ]
+            self.pair = sorted(pick_two(costs, s.spot_available, held))  # the plan is symmetric
             self.joint = JointPlan(
-                [coarse_hazards(h) for h in self.pools],
+                [coarse_hazards(self.pools[i]) for i in self.pair],
                 ticks,
                 slack,
                 k,
@@ -526,10 +563,11 @@ class SpotGuardPolicy:
                 keep_ticks=math.ceil(self.replan_hours / s.tick_hours - EPS) + 1,
             )
             self.planned_at = s.elapsed_hours
-        cls = self.joint.holding(s.placement, s.pool, s.overhead_left_hours, unit)
-        states = [joint_state(h, a) for h, a in zip(self.pools, s.spot_available, strict=True)]
+        pool = self.pair.index(held) if held is not None else None
+        cls = self.joint.holding(s.placement, pool, s.overhead_left_hours, unit)
+        states = [joint_state(self.pools[i], s.spot_available[i]) for i in self.pair]
         action = self.joint.choose(ticks, cls, states, slack)
-        return self._choice(s, action, action - 2 if action >= 2 else None)
+        return self._choice(s, action, self.pair[action - 2] if action >= 2 else None)
 
 
 # ------------------------------------------------------------------------- one decision, for the Lambdas
@@ -569,27 +607,6 @@ class CapacityDecision:
     reason: str
 
 
-def expected_run_hours(pool: PoolOption, tick_hours: float) -> float:
-    """How long spot in `pool` is expected to last from now: from its history, else from the prior,
-    scaled by the placement score (5 is neutral) when there is one."""
-    history = pool.history or AvailabilityHistory(tick_hours)
-    if history.state != 1:  # no record of the current run: a fresh one
-        fresh = AvailabilityHistory(tick_hours)
-        fresh.exposure, fresh.ends = history.exposure, history.ends
-        fresh.observe(True)
-        history = fresh
-    hours = history.expected_run_left_ticks() * tick_hours + tick_hours
-    if pool.history is None and pool.placement_score is not None:
-        hours *= max(1, min(pool.placement_score, 10)) / 5
-    return hours
-
-
-def spot_cost_per_work_hour(pool: PoolOption, restart_hours: float, tick_hours: float) -> float:
-    """The spot price per hour of progress: each run pays its restart overhead before it makes any."""
-    run = expected_run_hours(pool, tick_hours)
-    return pool.spot_price * (run + restart_hours) / max(run, tick_hours)
-
-
 def choose_capacity(
     job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float = 1 / 6
 ) -> CapacityDecision:
@@ -603,7 +620,10 @@ def choose_capacity(
     if not fits:
         raise ValueError(f"no candidate pool has {job.gpus} GPUs per instance")
     on_demand = min(fits, key=lambda p: (p.on_demand_price / p.gpus_per_instance, p.name))
-    per_work_hour = {p: spot_cost_per_work_hour(p, job.restart_hours, tick_hours) for p in fits}
+    per_work_hour = {
+        p: spot_cost_per_work_hour(p.spot_price, p.history, job.restart_hours, tick_hours, p.placement_score)
+        for p in fits
+    }
 
     spot = sorted(
         (p for p in fits if p.available),
@@ -658,11 +678,16 @@ def choose_capacity(
         holds = Placement.ON_DEMAND
     d = round(job.restart_hours / unit)
     if len(fits) >= 2:
-        # The joint plan over the two pools that matter most: the one the job holds and the cheapest
-        # per hour of work (available now or not: an outage may end soon).
-        ranked = sorted(fits, key=lambda p: (per_work_hour[p], p.name))
-        two = [held] if held is not None else []
-        two += [p for p in ranked if p is not held][: 2 - len(two)]
+        # The joint plan over the two pools that matter most (the rule the simulated policy follows).
+        ranked = sorted(fits, key=lambda p: p.name)
+        two = [
+            ranked[i]
+            for i in pick_two(
+                [per_work_hour[p] for p in ranked],
+                [p.available for p in ranked],
+                ranked.index(held) if held is not None else None,
+            )
+        ]
         histories = [p.history or AvailabilityHistory(tick_hours) for p in two]
         joint = JointPlan(
             [coarse_hazards(h) for h in histories],
