@@ -7,19 +7,26 @@
 3. us-west-2a and us-west-2b V100 (1 GPU) as pools at once, against uniform progress on any pool and on
    the best single pool; then with us-west-2b K80 (1 GPU) as a third pool (the policy plans over two
    of the three at a time).
+4. How far the policy's model can go: the same plan, but with each job's history replaced by the
+   trace of the job's own 60 hours (undecayed). That is an oracle, not a policy: it knows how long runs
+   will last over the job, though not when each starts. What it closes bounds what better estimates of
+   this model (hazards by run age) could close; the rest needs a model that sees more.
 
-    .venv/bin/python bench/capacity.py [--samples 300] [--sweep-samples 40] [--seed 1]
-                                       [--only table|sweep|multi]
+    .venv/bin/python bench/capacity.py [--samples 300] [--sweep-samples 40] [--ceiling-samples 40]
+                                       [--seed 1] [--only table|sweep|multi|ceiling]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from spotguard.domain.planner import SpotGuardPolicy
 from spotguard_cli.simulate import draw_starts, summarise
-from spotguard_cli.simulator import Job, Prices, load_trace
+from spotguard_cli.simulator import Job, Prices, Trace, load_trace, simulate
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "cant-be-late-2022-10"
 POLICIES = ("on-demand", "greedy", "uniform-progress", "spotguard", "omniscient")
@@ -96,12 +103,37 @@ def multi(samples: int, seed: int, names: tuple[str, ...]) -> None:
     )
 
 
+def _window_oracle_cost(args: tuple[Trace, int, Job]) -> float:
+    trace, start, job = args
+    policy = SpotGuardPolicy(PRICES.spot, PRICES.on_demand, half_life_hours=1e9)
+    window = trace.available[start : start + round(job.deadline_hours / trace.gap_hours)]
+    policy.remember([window], recent=False)  # run lengths only: the current run's age is not given
+    return simulate(policy, [trace], start, job, PRICES).cost
+
+
+def ceiling(traces, samples: int, seed: int) -> None:
+    job = Job(48.0, 60.0, 0.2)
+    runs = draw_starts(traces, job, samples, seed, multi_pool=False)
+    print(f"\n## How far the model can go: 8 traces x {samples} starts, C=48 R=60 d=0.2 (seed {seed})")
+    res = {
+        p: summarise(p, traces, runs, job, PRICES)["mean_cost"]
+        for p in ("uniform-progress", "spotguard", "omniscient")
+    }
+    with ProcessPoolExecutor(min(os.cpu_count() or 1, 8)) as pool:
+        costs = list(pool.map(_window_oracle_cost, [(traces[r.pools[0]], r.start, job) for r in runs]))
+    res["spotguard, model from the job's own window (oracle)"] = sum(costs) / len(costs)
+    up, omni = res["uniform-progress"], res["omniscient"]
+    for name, cost in res.items():
+        print(f"{name:52} cost {cost:7.2f}  closed {closed(cost, up, omni)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=300)
     ap.add_argument("--sweep-samples", type=int, default=40)
+    ap.add_argument("--ceiling-samples", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", choices=("table", "sweep", "multi"))
+    ap.add_argument("--only", choices=("table", "sweep", "multi", "ceiling"))
     args = ap.parse_args()
     if not TRACES.is_dir():
         print(f"no traces at {TRACES}", file=sys.stderr)
@@ -114,6 +146,8 @@ def main() -> int:
     if args.only in (None, "multi"):
         multi(args.samples, args.seed, ("us-west-2a_v100_1", "us-west-2b_v100_1"))
         multi(args.samples, args.seed, ("us-west-2a_v100_1", "us-west-2b_v100_1", "us-west-2b_k80_1"))
+    if args.only in (None, "ceiling"):
+        ceiling(traces, args.ceiling_samples, args.seed)
     return 0
 
 
