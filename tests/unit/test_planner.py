@@ -56,7 +56,7 @@ def test_history_decays_and_falls_back_to_the_prior():
     h.observe_all([0, 1, 1])
     assert h.exposure[1, age_bin(1)] == pytest.approx(1.0 * 0.5 + 0)  # observed one tick ago: half weight
     h.gap()
-    assert h.state is None and h.expected_run_left_ticks() == 0.0
+    assert h.state is None and h.bin_if(True) == 0  # the current run's age is forgotten
 
 
 def test_a_long_lived_pool_is_expected_to_last():
@@ -64,7 +64,12 @@ def test_a_long_lived_pool_is_expected_to_last():
     steady.observe_all([1] * 200)
     choppy = AvailabilityHistory(tick_hours=1.0)
     choppy.observe_all([1, 0] * 100 + [1])
-    assert steady.expected_run_left_ticks() > 10 * choppy.expected_run_left_ticks()
+    assert steady.expected_spot_ticks() > 10 * choppy.expected_spot_ticks()
+    # Spot is not available now: a fresh run's expected length, the same whatever the outage's age.
+    steady.observe(False)
+    fresh = steady.expected_spot_ticks()
+    steady.observe_all([False] * 5)
+    assert fresh > 10 and steady.expected_spot_ticks() == pytest.approx(fresh, rel=0.05)
 
 
 def plan_for(hazard_off: float, hazard_on: float, ticks: int, slack_units: int) -> Plan:

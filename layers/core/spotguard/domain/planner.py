@@ -117,12 +117,12 @@ class AvailabilityHistory:
         h = np.where(seen > 0, (self.ends + k * prior) / np.maximum(seen, 1e-12), prior)
         return np.clip(h, 1e-4, 0.98)
 
-    def expected_run_left_ticks(self) -> float:
-        """Expected ticks the current run lasts after this one (from the hazards)."""
-        if self.state is None:
-            return 0.0
-        h = self.hazards()[self.state]
-        total, survive, age = 0.0, 1.0, self.age
+    def expected_spot_ticks(self) -> float:
+        """Expected ticks spot lasts from now, this one included (from the hazards): the rest of the
+        current run if it is an available one, else a whole fresh run."""
+        h = self.hazards()[1]
+        age = self.age if self.state == 1 else 1
+        total, survive = 1.0, 1.0
         for _ in range(400):
             survive *= 1.0 - h[age_bin(age)]
             total += survive
@@ -425,13 +425,7 @@ def expected_run_hours(
 ) -> float:
     """How long spot in a pool is expected to last from now: from its history, else from the prior,
     scaled by the placement score (5 is neutral) when there is one."""
-    known = history or AvailabilityHistory(tick_hours)
-    if known.state != 1:  # no record of the current run: a fresh one
-        fresh = AvailabilityHistory(tick_hours)
-        fresh.exposure, fresh.ends = known.exposure.copy(), known.ends.copy()  # leave the pool's as they are
-        fresh.observe(True)
-        known = fresh
-    hours = known.expected_run_left_ticks() * tick_hours + tick_hours
+    hours = (history or AvailabilityHistory(tick_hours)).expected_spot_ticks() * tick_hours
     if history is None and placement_score is not None:
         hours *= max(1, min(placement_score, 10)) / 5
     return hours
