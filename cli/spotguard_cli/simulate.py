@@ -293,7 +293,13 @@ def plot(
         ax.plot(deadlines, costs, marker="o", label=policy)
     ax.set_xlabel("deadline (hours)")
     ax.set_ylabel("mean cost ($)")
-    ax.set_title(f"{job.hours:g} h job, {job.restart_hours:g} h restart, {len(traces)} trace(s)")
+    n = len(traces)
+    where = (
+        f"{n} pools at once, {samples} starts"
+        if multi_pool
+        else f"{n} trace{'s' if n > 1 else ''}, {samples} starts each"
+    )
+    ax.set_title(f"{job.hours:g} h job, {job.restart_hours:g} h restart, {where}")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
