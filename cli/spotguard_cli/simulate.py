@@ -63,22 +63,33 @@ class Run:
     start: int
 
 
-def draw_starts(traces: Sequence[Trace], job: Job, samples: int, seed: int, multi_pool: bool) -> list[Run]:
-    """N start times per trace (or once for all pools), each leaving room for the whole deadline."""
+def draw_starts(
+    traces: Sequence[Trace],
+    job: Job,
+    samples: int,
+    seed: int,
+    multi_pool: bool,
+    earliest_hours: float = 0.0,
+) -> list[Run]:
+    """N start times per trace (or once for all pools), each leaving room for the whole deadline, none
+    before `earliest_hours` (the trace before that is only history: a benchmark on a later stretch)."""
     check_job(job, traces)
-    ticks = math.ceil(job.deadline_hours / traces[0].gap_hours - 1e-9)
+    gap = traces[0].gap_hours
+    ticks = math.ceil(job.deadline_hours / gap - 1e-9)
+    first = math.ceil(earliest_hours / gap - 1e-9)
     rng = random.Random(seed)
     groups = [tuple(range(len(traces)))] if multi_pool else [(i,) for i in range(len(traces))]
     runs = []
     for group in groups:
         length = min(len(traces[i].available) for i in group)
-        if length < ticks:
+        if length < first + ticks:
             names = ", ".join(traces[i].name for i in group)
-            raise TraceError(
-                f"{names}: {length * traces[0].gap_hours:g} h of trace, "
-                f"the deadline needs {job.deadline_hours:g} h"
-            )
-        runs += [Run(group, rng.randrange(0, length - ticks + 1)) for _ in range(samples)]
+            need = f"the deadline needs {job.deadline_hours:g} h"
+            if first:
+                total = earliest_hours + job.deadline_hours
+                need = f"a start after {earliest_hours:g} h and the deadline need {total:g} h"
+            raise TraceError(f"{names}: {length * gap:g} h of trace, {need}")
+        runs += [Run(group, first + rng.randrange(0, length - first - ticks + 1)) for _ in range(samples)]
     return runs
 
 

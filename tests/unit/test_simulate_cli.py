@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from spotguard_cli.main import main
+from spotguard_cli.simulate import draw_starts
+from spotguard_cli.simulator import Job, TraceError, load_trace
 
 
 def write(path: Path, data: list[int], gap: int = 3600) -> str:
@@ -178,3 +180,19 @@ def test_traces_with_different_ticks_are_refused(tmp_path, traces, capsys):
     other = write(tmp_path / "c.json", [1] * 100, gap=600)
     assert main(["simulate", "--policy", "greedy", "--trace", traces[0], "--trace", other, *ARGS]) == 2
     assert "different gap_seconds" in capsys.readouterr().err
+
+
+def test_starts_can_be_kept_after_a_stretch_of_history(traces):
+    """A benchmark on a later stretch: every start after `earliest_hours`, with room for the deadline."""
+    loaded = [load_trace(t) for t in traces]  # 48 one-hour ticks each
+    job = Job(4.0, 8.0, 0.5)
+    late = draw_starts(loaded, job, 50, 7, multi_pool=False, earliest_hours=30)
+    assert all(30 <= r.start <= 48 - 8 for r in late) and len(late) == 100
+    assert len({r.start for r in late}) > 5
+    whole = draw_starts(loaded, job, 50, 7, multi_pool=False)
+    assert all(0 <= r.start <= 40 for r in whole) and min(r.start for r in whole) < 30
+    assert draw_starts(loaded, job, 50, 7, multi_pool=True, earliest_hours=40)[0].start == 40
+    with pytest.raises(
+        TraceError, match=r"^a: 48 h of trace, a start after 41 h and the deadline need 49 h$"
+    ):
+        draw_starts(loaded, job, 1, 7, multi_pool=False, earliest_hours=41)
