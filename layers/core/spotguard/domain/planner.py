@@ -400,6 +400,7 @@ class JointPlan:
                 if act is not None:
                     self.actions[ticks - t, cls] = act
             value = new
+        self.value = value  # the expected cost from the first tick, by (class, states, slack)
 
     def holding(
         self, placement: Placement, pool: int | None, overhead_left_hours: float, unit_hours: float
