@@ -9,6 +9,7 @@ The draws come from a fixed seed; the tolerance is four standard errors of the s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -50,7 +51,8 @@ class Follow:
 
     name = "follow"
 
-    def __init__(self, choose, unit: float, ticks: int) -> None:
+    def __init__(self, choose: Callable[[int, int, Situation, int], int], unit: float, ticks: int) -> None:
+        """`choose(tick, ticks left, situation, slack units)`: the plan's action for that tick."""
         self.choose, self.unit, self.ticks = choose, unit, ticks
 
     def reset(self, job_hours: float, deadline_hours: float, restart_hours: float) -> None:
