@@ -13,11 +13,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from spotguard.adapters.ledger import conditional_failed
+from spotguard.adapters.dynamo import key, marshal, plain, written
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.jobs import Job, JobState
+from spotguard.domain.jobs.model import Job, JobState
 
 BY_STATE_INDEX = "ByState"
 JOB_RETENTION_DAYS = 90
@@ -25,7 +23,7 @@ UNMANAGED_MEMORY_DAYS = 7
 
 
 def _job_key(job_id: str) -> dict[str, Any]:
-    return {"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}}
+    return key(f"JOB#{job_id}", "JOB")
 
 
 class DynamoJobs:
@@ -34,96 +32,89 @@ class DynamoJobs:
         self.table = table
 
     def get(self, job_id: str) -> Job | None:
-        item = self.client.get_item(TableName=self.table, Key=_job_key(job_id), ConsistentRead=True).get(
-            "Item"
+        item = plain(
+            self.client.get_item(TableName=self.table, Key=_job_key(job_id), ConsistentRead=True).get("Item")
         )
-        return Job.model_validate_json(item["doc"]["S"]) if item else None
+        return Job.model_validate_json(item["doc"]) if item else None
 
     def _item(self, job: Job) -> dict[str, Any]:
         item: dict[str, Any] = {
-            **_job_key(job.job_id),
-            "doc": {"S": job.model_dump_json(exclude_defaults=False)},
-            "rev": {"N": str(job.rev)},
-            "job_state": {"S": str(job.state)},
-            "updated_at": {"S": job.updated_at.isoformat()},
+            "pk": f"JOB#{job.job_id}",
+            "sk": "JOB",
+            "doc": job.model_dump_json(exclude_defaults=False),
+            "rev": job.rev,
+            "job_state": str(job.state),
+            "updated_at": job.updated_at.isoformat(),
         }
         if job.state.terminal:
-            item["expires_at"] = {
-                "N": str(int((job.updated_at + timedelta(days=JOB_RETENTION_DAYS)).timestamp()))
-            }
-        return item
+            item["expires_at"] = int((job.updated_at + timedelta(days=JOB_RETENTION_DAYS)).timestamp())
+        return marshal(item)
 
     def create(self, job: Job) -> bool:
         """Store a new job; False when a job with its id exists already."""
-        try:
-            self.client.put_item(
-                TableName=self.table, Item=self._item(job), ConditionExpression="attribute_not_exists(pk)"
-            )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return False
-            raise
-        return True
+        return written(
+            self.client.put_item,
+            TableName=self.table,
+            Item=self._item(job),
+            ConditionExpression="attribute_not_exists(pk)",
+        )
 
     def replace(self, job: Job, expected_rev: int) -> bool:
         """Compare-and-set: write `job` only if the stored one still has `expected_rev`."""
-        try:
-            self.client.put_item(
-                TableName=self.table,
-                Item=self._item(job),
-                ConditionExpression="rev = :r",
-                ExpressionAttributeValues={":r": {"N": str(expected_rev)}},
-            )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return False
-            raise
-        return True
+        return written(
+            self.client.put_item,
+            TableName=self.table,
+            Item=self._item(job),
+            ConditionExpression="rev = :r",
+            ExpressionAttributeValues=marshal({":r": expected_rev}),
+        )
 
     def list(self, state: JobState | None, limit: int) -> list[Job]:
         """Newest first: one index query per state asked for."""
         states = [state] if state else list(JobState)
         jobs: list[Job] = []
         for s in states:
-            kwargs: dict[str, Any] = {
-                "TableName": self.table,
-                "IndexName": BY_STATE_INDEX,
-                "KeyConditionExpression": "job_state = :s",
-                "ExpressionAttributeValues": {":s": {"S": str(s)}},
-                "ScanIndexForward": False,
-                "Limit": limit,
-            }
-            resp = self.client.query(**kwargs)
-            jobs += [Job.model_validate_json(i["doc"]["S"]) for i in resp.get("Items", [])]
+            resp = self.client.query(
+                TableName=self.table,
+                IndexName=BY_STATE_INDEX,
+                KeyConditionExpression="job_state = :s",
+                ExpressionAttributeValues=marshal({":s": str(s)}),
+                ScanIndexForward=False,
+                Limit=limit,
+            )
+            jobs += [Job.model_validate_json(plain(i)["doc"]) for i in resp.get("Items", [])]
         jobs.sort(key=lambda j: j.updated_at, reverse=True)
         return jobs[:limit]
 
     # ------------------------------------------------------------------------- tasks not managed
     def known_unmanaged(self, task_arn: str) -> bool:
-        item = self.client.get_item(
-            TableName=self.table, Key={"pk": {"S": f"TASK#{task_arn}"}, "sk": {"S": "UNMANAGED"}}
-        ).get("Item")
+        item = self.client.get_item(TableName=self.table, Key=key(f"TASK#{task_arn}", "UNMANAGED")).get(
+            "Item"
+        )
         return item is not None
 
     def remember_unmanaged(self, task_arn: str, at: datetime) -> None:
         self.client.put_item(
             TableName=self.table,
-            Item={
-                "pk": {"S": f"TASK#{task_arn}"},
-                "sk": {"S": "UNMANAGED"},
-                "expires_at": {"N": str(int((at + timedelta(days=UNMANAGED_MEMORY_DAYS)).timestamp()))},
-            },
+            Item=marshal(
+                {
+                    "pk": f"TASK#{task_arn}",
+                    "sk": "UNMANAGED",
+                    "expires_at": int((at + timedelta(days=UNMANAGED_MEMORY_DAYS)).timestamp()),
+                }
+            ),
         )
 
     # ------------------------------------------------------------------------------- checkpoints
     def checkpoints(self, prefix_uri: str) -> list[CheckpointRef]:
         """Every committed checkpoint recorded for a job's prefix, oldest first."""
-        refs: list[CheckpointRef] = []
-        kwargs: dict[str, Any] = {
-            "TableName": self.table,
-            "KeyConditionExpression": "pk = :p AND begins_with(sk, :s)",
-            "ExpressionAttributeValues": {":p": {"S": f"CHECKPOINTS#{prefix_uri}"}, ":s": {"S": "SEQ#"}},
-        }
-        for page in self.client.get_paginator("query").paginate(**kwargs):
-            refs += [CheckpointRef.model_validate_json(i["ref"]["S"]) for i in page.get("Items", [])]
-        return refs
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.table,
+            KeyConditionExpression="pk = :p AND begins_with(sk, :s)",
+            ExpressionAttributeValues=marshal({":p": f"CHECKPOINTS#{prefix_uri}", ":s": "SEQ#"}),
+        )
+        return [
+            CheckpointRef.model_validate_json(plain(i)["ref"])
+            for page in pages
+            for i in page.get("Items", [])
+        ]

@@ -20,9 +20,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer
-from botocore.exceptions import ClientError
-
+from spotguard.adapters.dynamo import key, marshal, plain, refusal, written
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.notices import ContainerInstanceUpdate, Notice
 from spotguard.domain.tasks import ContainerInstanceRef, TaskInfo
@@ -31,12 +29,8 @@ RETENTION_DAYS = 30
 TOMBSTONE_HOURS = 24
 
 
-def conditional_failed(exc: ClientError) -> bool:
-    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
-
-
-def _ttl(at: datetime) -> str:
-    return str(int((at + timedelta(days=RETENTION_DAYS)).timestamp()))
+def _ttl(at: datetime) -> int:
+    return int((at + timedelta(days=RETENTION_DAYS)).timestamp())
 
 
 class DynamoLedger:
@@ -46,61 +40,58 @@ class DynamoLedger:
 
     # ---------------------------------------------------------------------------------- the index
     def container_instance(self, instance_id: str) -> ContainerInstanceRef | None:
-        item = self.client.get_item(
-            TableName=self.table,
-            Key={"pk": {"S": f"INSTANCE#{instance_id}"}, "sk": {"S": "CONTAINER_INSTANCE"}},
-        ).get("Item")
-        if not item or item.get("status", {}).get("S") in ("DEREGISTERING", "INACTIVE"):
+        item = plain(
+            self.client.get_item(
+                TableName=self.table, Key=key(f"INSTANCE#{instance_id}", "CONTAINER_INSTANCE")
+            ).get("Item")
+        )
+        if not item or item.get("status") in ("DEREGISTERING", "INACTIVE"):
             return None
         return ContainerInstanceRef(
-            cluster_arn=item["cluster_arn"]["S"],
-            container_instance_arn=item["container_instance_arn"]["S"],
+            cluster_arn=item["cluster_arn"],
+            container_instance_arn=item["container_instance_arn"],
             instance_id=instance_id,
-            status=item.get("status", {}).get("S", "ACTIVE"),
+            status=item.get("status", "ACTIVE"),
         )
 
     def index_container_instance(self, update: ContainerInstanceUpdate) -> bool:
         """Apply an ECS container instance event unless a newer one (higher version) is in already."""
-        try:
-            self.client.update_item(
-                TableName=self.table,
-                Key={"pk": {"S": f"INSTANCE#{update.instance_id}"}, "sk": {"S": "CONTAINER_INSTANCE"}},
-                UpdateExpression="SET cluster_arn = :c, container_instance_arn = :ci, #s = :s, "
-                "version = :v, updated_at = :t",
-                ConditionExpression="attribute_not_exists(version) OR version < :v",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":c": {"S": update.cluster_arn},
-                    ":ci": {"S": update.container_instance_arn},
-                    ":s": {"S": update.status},
-                    ":v": {"N": str(update.version)},
-                    ":t": {"S": update.event_time.isoformat()},
-                },
-            )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return False
-            raise
-        return True
+        return written(
+            self.client.update_item,
+            TableName=self.table,
+            Key=key(f"INSTANCE#{update.instance_id}", "CONTAINER_INSTANCE"),
+            UpdateExpression="SET cluster_arn = :c, container_instance_arn = :ci, #s = :s, "
+            "version = :v, updated_at = :t",
+            ConditionExpression="attribute_not_exists(version) OR version < :v",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues=marshal(
+                {
+                    ":c": update.cluster_arn,
+                    ":ci": update.container_instance_arn,
+                    ":s": update.status,
+                    ":v": update.version,
+                    ":t": update.event_time.isoformat(),
+                }
+            ),
+        )
 
     def remember_container_instance(self, ref: ContainerInstanceRef) -> None:
         """Store what a fallback lookup found, without overwriting anything an event wrote (version 0)."""
-        try:
-            self.client.put_item(
-                TableName=self.table,
-                Item={
-                    "pk": {"S": f"INSTANCE#{ref.instance_id}"},
-                    "sk": {"S": "CONTAINER_INSTANCE"},
-                    "cluster_arn": {"S": ref.cluster_arn},
-                    "container_instance_arn": {"S": ref.container_instance_arn},
-                    "status": {"S": ref.status},
-                    "version": {"N": "0"},
-                },
-                ConditionExpression="attribute_not_exists(pk)",
-            )
-        except ClientError as exc:
-            if not conditional_failed(exc):
-                raise
+        written(
+            self.client.put_item,
+            TableName=self.table,
+            Item=marshal(
+                {
+                    "pk": f"INSTANCE#{ref.instance_id}",
+                    "sk": "CONTAINER_INSTANCE",
+                    "cluster_arn": ref.cluster_arn,
+                    "container_instance_arn": ref.container_instance_arn,
+                    "status": ref.status,
+                    "version": 0,
+                }
+            ),
+            ConditionExpression="attribute_not_exists(pk)",
+        )
 
     # ------------------------------------------------------------------------------- the task index
     def index_task(self, info: TaskInfo, version: int, at: datetime) -> bool:
@@ -108,25 +99,22 @@ class DynamoLedger:
         assert info.container_instance_arn
         stopped = info.last_status == "STOPPED"
         expires = at + (timedelta(hours=TOMBSTONE_HOURS) if stopped else timedelta(days=RETENTION_DAYS))
-        try:
-            self.client.put_item(
-                TableName=self.table,
-                Item={
-                    "pk": {"S": f"HOST#{info.container_instance_arn}"},
-                    "sk": {"S": f"TASK#{info.task_arn}"},
-                    "info": {"S": info.model_dump_json()},
-                    "version": {"N": str(version)},
-                    "stopped": {"BOOL": stopped},
-                    "expires_at": {"N": str(int(expires.timestamp()))},
-                },
-                ConditionExpression="attribute_not_exists(version) OR version < :v",
-                ExpressionAttributeValues={":v": {"N": str(version)}},
-            )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return False
-            raise
-        return True
+        return written(
+            self.client.put_item,
+            TableName=self.table,
+            Item=marshal(
+                {
+                    "pk": f"HOST#{info.container_instance_arn}",
+                    "sk": f"TASK#{info.task_arn}",
+                    "info": info.model_dump_json(),
+                    "version": version,
+                    "stopped": stopped,
+                    "expires_at": int(expires.timestamp()),
+                }
+            ),
+            ConditionExpression="attribute_not_exists(version) OR version < :v",
+            ExpressionAttributeValues=marshal({":v": version}),
+        )
 
     def indexed_tasks(self, container_instance_arn: str) -> dict[str, TaskInfo]:
         """The tasks the index holds for a host and believes running (one query for hundreds)."""
@@ -134,13 +122,13 @@ class DynamoLedger:
         pages = self.client.get_paginator("query").paginate(
             TableName=self.table,
             KeyConditionExpression="pk = :p AND begins_with(sk, :t)",
-            ExpressionAttributeValues={":p": {"S": f"HOST#{container_instance_arn}"}, ":t": {"S": "TASK#"}},
+            ExpressionAttributeValues=marshal({":p": f"HOST#{container_instance_arn}", ":t": "TASK#"}),
             ConsistentRead=True,
         )
         for page in pages:
-            for item in page.get("Items", []):
-                if not item.get("stopped", {}).get("BOOL", False):
-                    info = TaskInfo.model_validate_json(item["info"]["S"])
+            for item in map(plain, page.get("Items", [])):
+                if not item.get("stopped", False):
+                    info = TaskInfo.model_validate_json(item["info"])
                     found[info.task_arn] = info
         return found
 
@@ -148,136 +136,108 @@ class DynamoLedger:
     def record_notice(self, notice: Notice, received: datetime) -> None:
         self.client.update_item(
             TableName=self.table,
-            Key={"pk": {"S": f"INSTANCE#{notice.instance_id}"}, "sk": {"S": f"NOTICE#{notice.key}"}},
+            Key=key(f"INSTANCE#{notice.instance_id}", f"NOTICE#{notice.key}"),
             UpdateExpression="SET kind = :k, event_id = :e, event_time = :et, deadline = :d, "
             "received_at = if_not_exists(received_at, :r), "
             "deliveries = if_not_exists(deliveries, :z) + :one, expires_at = :x",
-            ExpressionAttributeValues={
-                ":k": {"S": notice.kind},
-                ":e": {"S": notice.event_id},
-                ":et": {"S": notice.event_time.isoformat()},
-                ":d": {"S": notice.deadline.isoformat()} if notice.deadline else {"NULL": True},
-                ":r": {"S": received.isoformat()},
-                ":z": {"N": "0"},
-                ":one": {"N": "1"},
-                ":x": {"N": _ttl(received)},
-            },
+            ExpressionAttributeValues=marshal(
+                {
+                    ":k": notice.kind,
+                    ":e": notice.event_id,
+                    ":et": notice.event_time.isoformat(),
+                    ":d": notice.deadline.isoformat() if notice.deadline else None,
+                    ":r": received.isoformat(),
+                    ":z": 0,
+                    ":one": 1,
+                    ":x": _ttl(received),
+                }
+            ),
         )
 
     def claim_host(self, instance_id: str, notice_key: str, at: datetime) -> str | None:
         """Claim the right to stop the host's tasks. None = ours (new, or ours from an earlier try);
         otherwise the key of the notice that holds it."""
-        try:
-            self.client.put_item(
-                TableName=self.table,
-                Item={
-                    "pk": {"S": f"INSTANCE#{instance_id}"},
-                    "sk": {"S": "CLAIM#STOP"},
-                    "notice_key": {"S": notice_key},
-                    "claimed_at": {"S": at.isoformat()},
-                    "expires_at": {"N": _ttl(at)},
-                },
-                ConditionExpression="attribute_not_exists(pk) OR notice_key = :k",
-                ExpressionAttributeValues={":k": {"S": notice_key}},
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                old = exc.response.get("Item") or {}
-                return str(old.get("notice_key", {}).get("S", "another notice"))
-            raise
-        return None
+        holder = refusal(
+            self.client.put_item,
+            TableName=self.table,
+            Item=marshal(
+                {
+                    "pk": f"INSTANCE#{instance_id}",
+                    "sk": "CLAIM#STOP",
+                    "notice_key": notice_key,
+                    "claimed_at": at.isoformat(),
+                    "expires_at": _ttl(at),
+                }
+            ),
+            ConditionExpression="attribute_not_exists(pk) OR notice_key = :k",
+            ExpressionAttributeValues=marshal({":k": notice_key}),
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        return None if holder is None else str(holder.get("notice_key", "another notice"))
 
     def stop_claim(self, instance_id: str) -> str | None:
         """The key of the notice that stopped the host's tasks, if one did."""
-        item = self.client.get_item(
-            TableName=self.table,
-            Key={"pk": {"S": f"INSTANCE#{instance_id}"}, "sk": {"S": "CLAIM#STOP"}},
-        ).get("Item")
-        return str(item["notice_key"]["S"]) if item else None
+        item = plain(
+            self.client.get_item(TableName=self.table, Key=key(f"INSTANCE#{instance_id}", "CLAIM#STOP")).get(
+                "Item"
+            )
+        )
+        return str(item["notice_key"]) if item else None
 
     def finish_notice(self, notice: Notice, outcome: dict[str, object]) -> None:
         signalled = [str(a) for a in outcome.get("signalled") or []]  # type: ignore[union-attr]
-        values: dict[str, Any] = {
-            ":o": {"S": _json(outcome)},
-            ":tasks": {"L": [{"S": a} for a in signalled]},
-            ":c": {"S": str(outcome.get("cluster_arn") or "")},
-        }
         self.client.update_item(
             TableName=self.table,
-            Key={"pk": {"S": f"INSTANCE#{notice.instance_id}"}, "sk": {"S": f"NOTICE#{notice.key}"}},
+            Key=key(f"INSTANCE#{notice.instance_id}", f"NOTICE#{notice.key}"),
             UpdateExpression="SET outcome = :o, task_arns = :tasks, cluster_arn = :c",
-            ExpressionAttributeValues=values,
+            ExpressionAttributeValues=marshal(
+                {":o": _json(outcome), ":tasks": signalled, ":c": str(outcome.get("cluster_arn") or "")}
+            ),
         )
 
     def signalled_tasks(self, notice_key: str, instance_id: str) -> tuple[str, list[str]]:
-        item = (
+        item = plain(
             self.client.get_item(
                 TableName=self.table,
-                Key={"pk": {"S": f"INSTANCE#{instance_id}"}, "sk": {"S": f"NOTICE#{notice_key}"}},
+                Key=key(f"INSTANCE#{instance_id}", f"NOTICE#{notice_key}"),
                 ConsistentRead=True,
             ).get("Item")
-            or {}
         )
-        arns = [v["S"] for v in item.get("task_arns", {}).get("L", [])]
-        return item.get("cluster_arn", {}).get("S", ""), arns
+        return item.get("cluster_arn", ""), list(item.get("task_arns", []))
 
     # -------------------------------------------------------------------------------- checkpoints
     def record_checkpoint(self, ref: CheckpointRef) -> bool:
         """Record `ref`, and make it the newest checkpoint of its prefix unless a newer (or the same)
         one is in. Both writes are safe to repeat."""
-        self.client.put_item(
+        item = {"pk": f"CHECKPOINTS#{ref.prefix_uri}", "ref": ref.model_dump_json()}
+        self.client.put_item(TableName=self.table, Item=marshal({**item, "sk": f"SEQ#{ref.sequence:020d}"}))
+        return written(
+            self.client.put_item,
             TableName=self.table,
-            Item={
-                "pk": {"S": f"CHECKPOINTS#{ref.prefix_uri}"},
-                "sk": {"S": f"SEQ#{ref.sequence:020d}"},
-                "ref": {"S": ref.model_dump_json()},
-            },
+            Item=marshal({**item, "sk": "NEWEST", "sequence": ref.sequence}),
+            ConditionExpression="attribute_not_exists(#seq) OR #seq < :seq",
+            ExpressionAttributeNames={"#seq": "sequence"},
+            ExpressionAttributeValues=marshal({":seq": ref.sequence}),
         )
-        try:
-            self.client.put_item(
-                TableName=self.table,
-                Item={
-                    "pk": {"S": f"CHECKPOINTS#{ref.prefix_uri}"},
-                    "sk": {"S": "NEWEST"},
-                    "sequence": {"N": str(ref.sequence)},
-                    "ref": {"S": ref.model_dump_json()},
-                },
-                ConditionExpression="attribute_not_exists(#seq) OR #seq < :seq",
-                ExpressionAttributeNames={"#seq": "sequence"},
-                ExpressionAttributeValues={":seq": {"N": str(ref.sequence)}},
-            )
-        except ClientError as exc:
-            if conditional_failed(exc):
-                return False
-            raise
-        return True
 
     def newest_checkpoint(self, prefix_uri: str) -> CheckpointRef | None:
-        item = self.client.get_item(
-            TableName=self.table,
-            Key={"pk": {"S": f"CHECKPOINTS#{prefix_uri}"}, "sk": {"S": "NEWEST"}},
-            ConsistentRead=True,
-        ).get("Item")
-        return CheckpointRef.model_validate_json(item["ref"]["S"]) if item else None
+        item = plain(
+            self.client.get_item(
+                TableName=self.table, Key=key(f"CHECKPOINTS#{prefix_uri}", "NEWEST"), ConsistentRead=True
+            ).get("Item")
+        )
+        return CheckpointRef.model_validate_json(item["ref"]) if item else None
 
     def notices(self, instance_id: str) -> list[dict[str, Any]]:
         """Every notice recorded for an instance (for `status`, the demo and tests)."""
         resp = self.client.query(
             TableName=self.table,
             KeyConditionExpression="pk = :p AND begins_with(sk, :n)",
-            ExpressionAttributeValues={":p": {"S": f"INSTANCE#{instance_id}"}, ":n": {"S": "NOTICE#"}},
+            ExpressionAttributeValues=marshal({":p": f"INSTANCE#{instance_id}", ":n": "NOTICE#"}),
             ConsistentRead=True,
         )
-        return [{k: _plain(v) for k, v in item.items()} for item in resp.get("Items", [])]
-
-
-_DESERIALIZE = TypeDeserializer()
+        return [plain(item) for item in resp.get("Items", [])]
 
 
 def _json(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str)
-
-
-def _plain(v: dict[str, Any]) -> Any:
-    return _DESERIALIZE.deserialize(v)
