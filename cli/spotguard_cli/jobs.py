@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from spotguard.domain.commands import CommandError, parse_command
-from spotguard.domain.jobs import JobState
+from spotguard.domain.jobs.model import JobState
 
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
 SAMCONFIG = Path("samconfig.toml")

@@ -44,7 +44,7 @@ class JobsWorld:
     def shift_clock(self, seconds: float) -> None:
         """Make every function's clock run `seconds` ahead (time passing, without waiting for it)."""
         for host in self.hosts_of_functions:
-            host.module.runtime.service.clock = lambda: datetime.now(UTC) + timedelta(seconds=seconds)
+            host.module.runtime.clock = lambda: datetime.now(UTC) + timedelta(seconds=seconds)
 
     def invoke(self, payload: Any) -> dict[str, Any]:
         return dict(self.jobs_fn.invoke(payload))

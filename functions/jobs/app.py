@@ -27,7 +27,7 @@ from spotguard.domain.commands import (
 )
 from spotguard.observability import tracer
 from spotguard.runtime import JobsRuntime
-from spotguard.usecases.jobs import summary
+from spotguard.usecases.jobs.service import summary
 
 warnings.filterwarnings("ignore", "No application metrics to publish")
 logger = Logger()

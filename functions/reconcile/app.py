@@ -28,7 +28,7 @@ _tracer = tracer()
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
     logger.set_correlation_id(event.get("id") if isinstance(event, dict) else None)
-    counts = runtime.service.reconcile()
+    counts = runtime.reconciler.reconcile()
     for name, value in counts.items():
         if name != "checked" and value:
             metrics.add_metric(

@@ -75,12 +75,12 @@ class FakeEcs:
         self.calls.append("definition")
         return arn == "gpu-td"
 
-    def stop_task(self, t, reason):
+    def stop_task(self, cluster_arn, task_arn, reason):
         self.calls.append("stop")
-        if t.task_arn in self.fail_stop:
-            self.fail_stop.discard(t.task_arn)
+        if task_arn in self.fail_stop:
+            self.fail_stop.discard(task_arn)
             raise RuntimeError("throttled")
-        self.tasks[t.task_arn] = t.model_copy(update={"desired_status": "STOPPED"})
+        self.tasks[task_arn] = self.tasks[task_arn].model_copy(update={"desired_status": "STOPPED"})
         self.reasons = [*getattr(self, "reasons", []), reason]
 
 

@@ -8,31 +8,31 @@ import pytest
 from pydantic import ValidationError
 
 from spotguard.domain.adoption import checkpoint_uri_of, rebuild_request
-from spotguard.domain.jobs import (
+from spotguard.domain.jobs.effects import Launch, Notify, Stop
+from spotguard.domain.jobs.model import (
     Attempt,
     Job,
     JobError,
     JobOptions,
     JobState,
-    Launch,
-    Notify,
     Pool,
     RunTaskRequest,
-    Stop,
-    TaskEvent,
-    avoid_constraints,
-    begin_launch,
     client_token,
+    started_by,
+)
+from spotguard.domain.jobs.request import avoid_constraints, run_task_params
+from spotguard.domain.jobs.spend import spend
+from spotguard.domain.jobs.transitions import (
+    begin_launch,
     launch_failed,
     launch_succeeded,
     on_task_event,
     request_cancel,
     request_resubmit,
     retry_delay,
-    run_task_params,
-    spend,
-    started_by,
 )
+from spotguard.domain.task_events import described_task
+from spotguard.domain.tasks import TaskEvent
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 CLUSTER = "arn:aws:ecs:us-east-1:123456789012:cluster/gpu-spot"
@@ -313,8 +313,9 @@ def test_the_request_refuses_what_spotguard_sets(field, value, message):
 
 
 def test_adoption_rebuilds_the_request_from_a_description():
-    task = {
+    description = {
         "taskArn": TASK + "e" * 32,
+        "lastStatus": "RUNNING",
         "clusterArn": CLUSTER,
         "taskDefinitionArn": "arn:aws:ecs:us-east-1:123456789012:task-definition/train-8gpu:4",
         "capacityProviderName": "gpu-spot-cp",
@@ -337,6 +338,7 @@ def test_adoption_rebuilds_the_request_from_a_description():
             {"type": "ElasticNetworkInterface", "details": [{"name": "subnetId", "value": "subnet-0abc"}]}
         ],
     }
+    task = described_task(description)
     req = rebuild_request(task, security_groups=["sg-1"])
     assert req.capacityProviderStrategy[0].capacityProvider == "gpu-spot-cp" and req.launchType is None
     assert req.overrides == {

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.facts import HostFacts, Notification, RunResult, TaskDefinitionInfo
-from spotguard.domain.jobs import Job, JobState
-from spotguard.domain.notices import ContainerInstanceUpdate, LifecycleRef, Notice
-from spotguard.domain.tasks import ContainerInstanceRef, TaskInfo
+if TYPE_CHECKING:  # types only: the interruption function must not load the jobs domain at cold start
+    from spotguard.domain.checkpoints import CheckpointRef
+    from spotguard.domain.facts import HostFacts, Notification, RunResult, TaskDefinitionInfo
+    from spotguard.domain.jobs.model import Job, JobState
+    from spotguard.domain.notices import ContainerInstanceUpdate, LifecycleRef, Notice
+    from spotguard.domain.tasks import ContainerInstanceRef, TaskEvent, TaskInfo
 
 
 class Ecs(Protocol):
@@ -23,7 +24,7 @@ class Ecs(Protocol):
     def describe_tasks(self, cluster_arn: str, arns: Sequence[str]) -> list[TaskInfo]: ...
     def stopped(self, cluster_arn: str, task_arns: Sequence[str]) -> list[str]: ...
     def definition_has_gpu(self, task_definition_arn: str) -> bool: ...
-    def stop_task(self, task: TaskInfo, reason: str) -> None: ...
+    def stop_task(self, cluster: str, task_arn: str, reason: str) -> None: ...
 
 
 class Signaller(Protocol):
@@ -65,11 +66,11 @@ class JobStore(Protocol):
 
 class JobEcs(Protocol):
     def run_task(self, params: dict[str, Any]) -> RunResult: ...
-    def stop(self, cluster: str, task_arn: str, reason: str) -> None: ...
-    def describe_task(self, cluster: str, task_arn: str) -> dict[str, Any] | None: ...
+    def stop_task(self, cluster: str, task_arn: str, reason: str) -> None: ...
+    def describe_task(self, cluster: str, task_arn: str) -> TaskEvent | None: ...
     def describe_many(
         self, cluster: str, task_arns: Sequence[str]
-    ) -> tuple[dict[str, dict[str, Any]], list[str]]: ...
+    ) -> tuple[dict[str, TaskEvent], list[str]]: ...
     def task_definition(self, arn: str, overrides: dict[str, Any] | None = None) -> TaskDefinitionInfo: ...
 
 

@@ -28,7 +28,10 @@ from spotguard.domain.commands import Submit
 from spotguard.domain.notices import Notice
 from spotguard.usecases.checkpoints import CheckpointService
 from spotguard.usecases.interruption import InterruptionConfig, InterruptionService
-from spotguard.usecases.jobs import JobsConfig, JobService, summary
+from spotguard.usecases.jobs.ebs import EbsVolumes
+from spotguard.usecases.jobs.engine import JobEngine, JobsConfig
+from spotguard.usecases.jobs.reconcile import Reconciler
+from spotguard.usecases.jobs.service import JobService, summary
 
 NOTICE_IDEMPOTENCY_SECONDS = 24 * 3600  # a redelivered notice, even hours later, is not acted on twice
 SUBMIT_IDEMPOTENCY_SECONDS = 600  # the same submit payload again within 10 minutes: the same job
@@ -93,8 +96,9 @@ class JobsRuntime:
         self.settings = env.settings
         dynamodb, ecs, sqs = client("dynamodb"), client("ecs"), LazyClient("sqs")
         ledger = DynamoLedger(dynamodb, env.ledger_table)
-        ecs_adapter = EcsAdapter(ecs)
-        self.service = JobService(
+        self.clock = utcnow  # every part of the jobs path reads the time through `now` (tests move it)
+        volumes = EbsVolumes(EbsAdapter(LazyClient("ec2")), self.now)
+        engine = JobEngine(
             config=JobsConfig(
                 settings=env.settings,
                 manage=env.manage,
@@ -105,16 +109,17 @@ class JobsRuntime:
                 ebs_role_arn=env.ebs_role_arn or None,
             ),
             store=DynamoJobs(dynamodb, env.ledger_table),
-            ecs=ecs_adapter,
-            hosts=Ec2Hosts(ecs, LazyClient("ec2")),
+            ecs=EcsAdapter(ecs),
             checkpoints=CheckpointService(S3Checkpoints(LazyClient("s3")), ledger),
-            claims=ledger,
             notifier=Notifier(LazyClient("sns"), LazyClient("events"), env.topic_arn),
             retries=RetryQueue(sqs, env.retry_queue_url),
-            clock=utcnow,
-            index=ledger,
-            volumes=EbsAdapter(LazyClient("ec2")),
+            clock=self.now,
+            volumes=volumes,
         )
+        self.service = JobService(
+            engine, hosts=Ec2Hosts(ecs, LazyClient("ec2")), claims=ledger, index=ledger, volumes=volumes
+        )
+        self.reconciler = Reconciler(self.service)
         self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
         self.idempotency = IdempotencyConfig(expires_after_seconds=SUBMIT_IDEMPOTENCY_SECONDS)
         store = DynamoDBPersistenceLayer(table_name=env.idempotency_table, boto3_client=dynamodb)
@@ -122,6 +127,9 @@ class JobsRuntime:
         self.submit = idempotent_function(
             data_keyword_argument="cmd", persistence_store=store, config=self.idempotency
         )(self._submit)
+
+    def now(self) -> datetime:
+        return self.clock()
 
     def _submit(self, cmd: Submit) -> dict[str, Any]:
         return summary(self.service.submit(cmd))

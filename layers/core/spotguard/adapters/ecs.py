@@ -9,8 +9,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from spotguard.domain.facts import RunResult, TaskDefinitionInfo
+from spotguard.domain.task_events import described_task
 from spotguard.domain.tasks import (
     ContainerInstanceRef,
+    TaskEvent,
     TaskInfo,
     cluster_arn_of,
     container_overrides_have_gpu,
@@ -36,6 +38,9 @@ def _chunks(items: Sequence[str], size: int = PAGE) -> Iterator[list[str]]:
 
 
 def task_info(task: dict[str, Any]) -> TaskInfo:
+    """A described task as the interruption path sees it: GPU when it shows assigned GPUs or a GPU
+    override (else its definition is asked, once per revision). Lenient on purpose: the urgent path
+    reads what it needs and never rejects a task for a field it does not use."""
     containers = task.get("containers") or []
     gpu: bool | None = None
     if any(c.get("gpuIds") for c in containers) or container_overrides_have_gpu(task.get("overrides")):
@@ -140,8 +145,14 @@ class EcsAdapter:
             self._gpu_by_definition[task_definition_arn] = gpu
         return gpu
 
-    def stop_task(self, task: TaskInfo, reason: str) -> None:
-        self.client.stop_task(cluster=task.cluster_arn, task=task.task_arn, reason=reason)
+    def stop_task(self, cluster: str, task_arn: str, reason: str) -> None:
+        """StopTask (SIGTERM, then SIGKILL after the container's stopTimeout). A task ECS no longer knows
+        (InvalidParameterException) is stopped already, which is what was asked; other errors raise."""
+        try:
+            self.client.stop_task(cluster=cluster, task=task_arn, reason=reason)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidParameterException":
+                raise
 
     # ------------------------------------------------------------------------------------- jobs
     def run_task(self, params: dict[str, Any]) -> RunResult:
@@ -161,28 +172,19 @@ class EcsAdapter:
         ]
         return RunResult(no_capacity="; ".join(reasons)[:500] or "no task was placed")
 
-    def stop(self, cluster: str, task_arn: str, reason: str) -> None:
-        try:
-            self.client.stop_task(cluster=cluster, task=task_arn, reason=reason)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "InvalidParameterException":
-                raise  # InvalidParameter: the task is gone already, which is what was asked
-
-    def describe_task(self, cluster: str, task_arn: str) -> dict[str, Any] | None:
+    def describe_task(self, cluster: str, task_arn: str) -> TaskEvent | None:
         """One task with its tags (adoption reads it once)."""
         resp = self.client.describe_tasks(cluster=cluster, tasks=[task_arn], include=["TAGS"])
         tasks = resp.get("tasks") or []
-        return dict(tasks[0]) if tasks else None
+        return described_task(tasks[0]) if tasks else None
 
-    def describe_many(
-        self, cluster: str, task_arns: Sequence[str]
-    ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    def describe_many(self, cluster: str, task_arns: Sequence[str]) -> tuple[dict[str, TaskEvent], list[str]]:
         """The tasks ECS still knows (100 per call), and the ones it has forgotten (MISSING)."""
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, TaskEvent] = {}
         missing: list[str] = []
         for chunk in _chunks(task_arns):
             resp = self.client.describe_tasks(cluster=cluster, tasks=chunk)
-            found.update({t["taskArn"]: dict(t) for t in resp.get("tasks", [])})
+            found.update({t["taskArn"]: described_task(t) for t in resp.get("tasks", [])})
             failed = {f["arn"]: f.get("reason") for f in resp.get("failures", []) if "arn" in f}
             # ECS answers every ARN with a task or a failure; an ARN with neither is gone too.
             missing += [a for a in chunk if a not in found and failed.get(a, "MISSING") == "MISSING"]

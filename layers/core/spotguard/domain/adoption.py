@@ -1,18 +1,31 @@
 """Adoption: a task SpotGuard did not start, tagged spotguard:managed=true, becomes a job. Pure.
 
 Its RunTask request is rebuilt from the task's description (DescribeTasks with tags) and the stack's
-network defaults. What a description does not hold cannot be rebuilt (the README lists it): placement
-constraints and strategy, propagateTags, volume configurations, the security groups of an awsvpc task,
-and the request's clientToken or referenceId.
+network defaults; `adopted_job` makes the job, with the task as its first attempt. What a description
+does not hold cannot be rebuilt (the README lists it): placement constraints and strategy,
+propagateTags, volume configurations, the security groups of an awsvpc task, and the request's
+clientToken or referenceId.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from spotguard.domain.jobs import ATTEMPT_TAG, SPOTGUARD_ENV, RunTaskRequest
-from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG
+from spotguard.domain.facts import TaskDefinitionInfo
+from spotguard.domain.jobs.model import (
+    ATTEMPT_TAG,
+    SPOTGUARD_ENV,
+    Attempt,
+    Job,
+    JobOptions,
+    JobState,
+    RunTaskRequest,
+    adopted_job_id,
+)
+from spotguard.domain.stops import classify_stop
+from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG, TaskEvent
 
 # Container override fields a description gives back that RunTask takes again.
 _CONTAINER_OVERRIDE_FIELDS = (
@@ -28,34 +41,73 @@ _CONTAINER_OVERRIDE_FIELDS = (
 _TASK_OVERRIDE_FIELDS = ("cpu", "memory", "taskRoleArn", "executionRoleArn", "ephemeralStorage")
 
 
+def adopted_job(
+    task: TaskEvent,
+    td: TaskDefinitionInfo,
+    checkpoint_uri: str,
+    now: datetime,
+    subnets: Sequence[str] = (),
+    security_groups: Sequence[str] = (),
+) -> Job:
+    """The job an adopted task becomes: running with the task as attempt 1, or, for a stopped task (a
+    manual resubmit of it), finished as the task did so that the resubmit starts it again."""
+    stopped = task.last_status == "STOPPED"
+    attempt = Attempt(
+        number=1,
+        task_arn=task.task_arn,
+        launched_at=task.created_at or now,
+        last_status=task.last_status or "PROVISIONING",
+        started_at=task.started_at,
+        stopped_at=task.stopped_at,
+        stop_code=task.stop_code,
+        stopped_reason=task.stopped_reason,
+        container_instance_arn=task.container_instance_arn,
+        availability_zone=task.availability_zone,
+    )
+    state = JobState.RUNNING
+    if stopped:
+        verdict = classify_stop(task.detail, None, td.containers[0] if td.containers else None)
+        attempt = attempt.model_copy(update={"outcome": verdict.outcome, "outcome_reason": verdict.reason})
+        state = JobState.SUCCEEDED if attempt.outcome == "succeeded" else JobState.FAILED
+    return Job(
+        job_id=adopted_job_id(task.task_arn),
+        state=state,
+        request=rebuild_request(task, subnets, security_groups),
+        options=JobOptions(checkpoint_container=task.tags.get(CHECKPOINT_CONTAINER_TAG) or None),
+        checkpoint_uri=checkpoint_uri,
+        gpus=td.gpus,
+        containers=td.containers,
+        created_at=now,
+        updated_at=now,
+        origin="adopted",
+        attempts=[attempt],
+        last_reason="adopted" + (f"; its task had stopped: {attempt.outcome_reason}" if stopped else ""),
+    )
+
+
 def rebuild_request(
-    task: Mapping[str, Any], subnets: Sequence[str] = (), security_groups: Sequence[str] = ()
+    task: TaskEvent, subnets: Sequence[str] = (), security_groups: Sequence[str] = ()
 ) -> RunTaskRequest:
-    overrides = _overrides(task.get("overrides") or {})
-    request: dict[str, Any] = {
-        "cluster": task["clusterArn"],
-        "taskDefinition": task["taskDefinitionArn"],
-    }
+    overrides = _overrides(task.overrides or {})
+    request: dict[str, Any] = {"cluster": task.cluster_arn, "taskDefinition": task.task_definition_arn}
     if overrides:
         request["overrides"] = overrides
-    provider = task.get("capacityProviderName")
+    provider = task.capacity_provider
     if provider:
         request["capacityProviderStrategy"] = [{"capacityProvider": provider}]
-    elif task.get("launchType"):
-        request["launchType"] = task["launchType"]
-    fargate = task.get("launchType") == "FARGATE" or str(provider).startswith("FARGATE")
-    if task.get("platformVersion") and fargate:
-        request["platformVersion"] = task["platformVersion"]
-    if task.get("group"):
-        request["group"] = task["group"]
-    if task.get("enableExecuteCommand") is not None:
-        request["enableExecuteCommand"] = bool(task["enableExecuteCommand"])
+    elif task.launch_type:
+        request["launchType"] = task.launch_type
+    fargate = task.launch_type == "FARGATE" or str(provider).startswith("FARGATE")
+    if task.platform_version and fargate:
+        request["platformVersion"] = task.platform_version
+    if task.group:
+        request["group"] = task.group
+    if task.enable_execute_command is not None:
+        request["enableExecuteCommand"] = bool(task.enable_execute_command)
     tags = [
-        {"key": t["key"], "value": t.get("value", "")}
-        for t in task.get("tags") or []
-        if "key" in t
-        and not t["key"].startswith("aws:")
-        and t["key"] not in (JOB_TAG, ATTEMPT_TAG, CHECKPOINT_CONTAINER_TAG)
+        {"key": key, "value": value}
+        for key, value in task.tags.items()
+        if not key.startswith("aws:") and key not in (JOB_TAG, ATTEMPT_TAG, CHECKPOINT_CONTAINER_TAG)
     ]
     if tags:
         request["tags"] = tags
@@ -79,27 +131,21 @@ def _overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _network(
-    task: Mapping[str, Any], subnets: Sequence[str], security_groups: Sequence[str]
-) -> dict[str, Any]:
-    """awsvpc tasks carry an ENI attachment that names their subnet; their security groups are not in
-    the description, so the stack's defaults (if any) are used."""
-    eni = next((a for a in task.get("attachments") or [] if a.get("type") == "ElasticNetworkInterface"), None)
-    if eni is None:
+def _network(task: TaskEvent, subnets: Sequence[str], security_groups: Sequence[str]) -> dict[str, Any]:
+    """awsvpc tasks (those with a subnet) keep it, or take the stack's subnets; their security groups
+    are not in the description, so the stack's defaults (if any) are used."""
+    if task.subnet_id is None:
         return {}
-    details = {d.get("name"): d.get("value") for d in eni.get("details") or []}
-    chosen = list(subnets) or ([details["subnetId"]] if details.get("subnetId") else [])
-    if not chosen:
-        return {}
+    chosen = list(subnets) or [task.subnet_id]
     config: dict[str, Any] = {"subnets": chosen, "assignPublicIp": "DISABLED"}
     if security_groups:
         config["securityGroups"] = list(security_groups)
     return {"awsvpcConfiguration": config}
 
 
-def checkpoint_uri_of(task: Mapping[str, Any], definition_env: Mapping[str, Mapping[str, str]]) -> str | None:
+def checkpoint_uri_of(task: TaskEvent, definition_env: Mapping[str, Mapping[str, str]]) -> str | None:
     """The task's own SPOTGUARD_CHECKPOINT_URI (an override, else its definition), if it set one."""
-    for c in (task.get("overrides") or {}).get("containerOverrides") or []:
+    for c in (task.overrides or {}).get("containerOverrides") or []:
         for e in c.get("environment") or []:
             if e.get("name") == "SPOTGUARD_CHECKPOINT_URI" and _good_uri(e.get("value")):
                 return str(e["value"])

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from spotguard.domain.errors import one_line
-from spotguard.domain.jobs import JOB_ID, JobOptions, JobState, RunTaskRequest
+from spotguard.domain.jobs.model import JobOptions, JobState, RunTaskRequest
+from spotguard.domain.tasks import JOB_ID
 
 _JOB_ID = Field(pattern=JOB_ID.pattern, description="a job id")
 TASK_ARN = r"^arn:aws[a-z-]*:ecs:[a-z0-9-]+:\d{12}:task/[A-Za-z0-9_-]+/[0-9a-f-]{32,36}$"

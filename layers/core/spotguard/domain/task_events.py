@@ -18,9 +18,8 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from spotguard.domain.errors import one_line
-from spotguard.domain.jobs import JOB_ID, TaskEvent
 from spotguard.domain.notices import Decision, Settings, envelope
-from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, MANAGED_TAG, TaskInfo
+from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, MANAGED_TAG, TaskEvent, TaskInfo
 
 TASK_STATE_CHANGE = "ECS Task State Change"
 EBS_SNAPSHOT = "EBS Snapshot Notification"
@@ -52,6 +51,10 @@ class TaskDetail(BaseModel):
     containers: list[dict[str, Any]] = Field(default_factory=list)
     overrides: dict[str, Any] | None = None
     enableExecuteCommand: bool | None = None
+    createdAt: datetime | None = None
+    platformVersion: str | None = None
+    attachments: list[dict[str, Any]] = Field(default_factory=list)
+    tags: list[dict[str, Any]] = Field(default_factory=list)  # DescribeTasks with TAGS; not in events
 
 
 class LaunchDueDetail(BaseModel):
@@ -106,13 +109,13 @@ def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings)
     return TaskMessage(outcome="act", reason=f"task {d.lastStatus}", event_id=event.id, task=task)
 
 
-def task_event_from(task: Mapping[str, Any], time: datetime, event_id: str = "") -> TaskEvent:
-    """An ECS task as the state machine reads it, from an event's detail or a DescribeTasks entry
-    (they share their field names). Raises ValidationError on a task that is not one."""
-    return _task_event(TaskDetail.model_validate(task), event_id, time)
+def described_task(task: Mapping[str, Any]) -> TaskEvent:
+    """A DescribeTasks entry as the domain reads it (the same field names as an event's detail; a
+    description may lack `version`). Raises ValidationError on a task that is not one."""
+    return _task_event(TaskDetail.model_validate({**task, "version": task.get("version") or 0}), "", None)
 
 
-def _task_event(d: TaskDetail, event_id: str, time: datetime) -> TaskEvent:
+def _task_event(d: TaskDetail, event_id: str, time: datetime | None) -> TaskEvent:
     return TaskEvent(
         event_id=event_id,
         task_arn=d.taskArn,
@@ -136,7 +139,19 @@ def _task_event(d: TaskDetail, event_id: str, time: datetime) -> TaskEvent:
         overrides=d.overrides,
         enable_execute_command=d.enableExecuteCommand,
         time=time,
+        created_at=d.createdAt,
+        platform_version=d.platformVersion,
+        subnet_id=_subnet(d.attachments),
+        tags={str(tag["key"]): str(tag.get("value", "")) for tag in d.tags if "key" in tag},
     )
+
+
+def _subnet(attachments: list[dict[str, Any]]) -> str | None:
+    """awsvpc tasks carry an ENI attachment that names their subnet."""
+    eni = next((a for a in attachments if a.get("type") == "ElasticNetworkInterface"), None)
+    details = {d.get("name"): d.get("value") for d in (eni or {}).get("details") or [] if isinstance(d, dict)}
+    subnet = details.get("subnetId")
+    return str(subnet) if subnet else None
 
 
 def _launch_due(event: EventBridgeModel) -> TaskMessage:
@@ -201,15 +216,4 @@ def indexed_info(task: TaskEvent, managed: bool, gpu: bool, checkpoint_container
     tags = {MANAGED_TAG: "true"} if managed else {}
     if managed and checkpoint_container:
         tags[CHECKPOINT_CONTAINER_TAG] = checkpoint_container
-    return TaskInfo(
-        task_arn=task.task_arn,
-        cluster_arn=task.cluster_arn,
-        task_definition_arn=task.task_definition_arn,
-        container_instance_arn=task.container_instance_arn,
-        started_by=task.started_by,
-        tags=tags,
-        last_status=task.last_status,
-        desired_status=task.desired_status,
-        containers=tuple((str(c.get("name", "")), c.get("runtimeId")) for c in task.containers),
-        gpu=gpu,
-    )
+    return task.info(gpu=gpu, tags=tags)

@@ -1,9 +1,18 @@
-"""ECS tasks and container instances as SpotGuard sees them, and which tasks it manages. Pure."""
+"""ECS tasks and container instances as SpotGuard sees them, and which tasks it manages. Pure.
+
+- `TaskEvent`: one ECS task as the jobs path reads it, from a Task State Change event or a DescribeTasks
+  answer (the ECS adapter turns descriptions into it; `domain.task_events` parses events into it);
+- `TaskInfo`: what the interruption path needs of a task on a host (built from a TaskEvent by `info`);
+- `is_managed`: the one rule for which tasks SpotGuard is responsible for.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,6 +21,9 @@ MANAGED_TAG = "spotguard:managed"
 JOB_TAG = "spotguard:job-id"
 STARTED_BY = "spotguard"
 CHECKPOINT_CONTAINER_TAG = "spotguard:checkpoint-container"
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+# startedBy carries the job and the attempt, so every task event names its job without a lookup.
+_STARTED_BY = re.compile(rf"^{STARTED_BY}/(?P<job>[A-Za-z0-9][A-Za-z0-9_-]{{0,63}})/(?P<attempt>\d{{1,4}})$")
 
 
 def cluster_arn_of(container_instance_arn: str) -> str | None:
@@ -74,6 +86,68 @@ class TaskInfo(BaseModel):
         return self.containers[0][0] if self.containers else None
 
 
+class TaskEvent(BaseModel):
+    """One ECS task: what the job state machine and adoption need from an ECS Task State Change event or
+    a DescribeTasks answer (which share their field names; descriptions also carry tags)."""
+
+    model_config = ConfigDict(frozen=True)
+    event_id: str = ""
+    task_arn: str
+    cluster_arn: str
+    version: int = 0
+    last_status: str
+    desired_status: str = ""
+    started_by: str = ""
+    task_definition_arn: str = ""
+    container_instance_arn: str | None = None
+    availability_zone: str | None = None
+    capacity_provider: str | None = None
+    launch_type: str | None = None
+    group: str | None = None
+    started_at: datetime | None = None
+    stopping_at: datetime | None = None
+    stopped_at: datetime | None = None
+    stop_code: str | None = None
+    stopped_reason: str | None = None
+    containers: tuple[dict[str, Any], ...] = ()
+    overrides: dict[str, Any] | None = None
+    enable_execute_command: bool | None = None
+    time: datetime | None = None  # the event's time (None for a description)
+    created_at: datetime | None = None
+    platform_version: str | None = None
+    subnet_id: str | None = None  # awsvpc tasks: the subnet of their network interface
+    tags: Mapping[str, str] = Field(default_factory=dict)  # DescribeTasks with TAGS only; events have none
+
+    @property
+    def job_ref(self) -> tuple[str, int] | None:
+        """(job id, attempt) when SpotGuard started this task."""
+        m = _STARTED_BY.match(self.started_by)
+        return (m["job"], int(m["attempt"])) if m else None
+
+    @property
+    def detail(self) -> dict[str, Any]:
+        return {
+            "containers": list(self.containers),
+            "stopCode": self.stop_code,
+            "stoppedReason": self.stopped_reason,
+        }
+
+    def info(self, gpu: bool | None = None, tags: Mapping[str, str] | None = None) -> TaskInfo:
+        """The task as the interruption path sees it (with other tags, for the host's task index)."""
+        return TaskInfo(
+            task_arn=self.task_arn,
+            cluster_arn=self.cluster_arn,
+            task_definition_arn=self.task_definition_arn,
+            container_instance_arn=self.container_instance_arn,
+            started_by=self.started_by,
+            tags=self.tags if tags is None else tags,
+            last_status=self.last_status,
+            desired_status=self.desired_status,
+            containers=tuple((str(c.get("name", "")), c.get("runtimeId")) for c in self.containers),
+            gpu=gpu,
+        )
+
+
 def container_overrides_have_gpu(overrides: Mapping[str, Any] | None) -> bool:
     for c in (overrides or {}).get("containerOverrides", []) or []:
         if _has_gpu_requirement(c.get("resourceRequirements")):
@@ -126,12 +200,16 @@ def managed_tasks(
     tasks: Iterable[TaskInfo], mode: ManageMode, definition_has_gpu: Callable[[str], bool]
 ) -> list[TaskInfo]:
     """The tasks SpotGuard is responsible for, among those on a host."""
-    chosen = []
-    for t in tasks:
-        if t.started_by_spotguard or t.tagged_managed:
-            chosen.append(t)
-        elif mode is ManageMode.ALL_GPU:
-            gpu = t.gpu if t.gpu is not None else definition_has_gpu(t.task_definition_arn)
-            if gpu:
-                chosen.append(t)
-    return chosen
+
+    def gpu(task: TaskInfo) -> bool:
+        return task.gpu if task.gpu is not None else definition_has_gpu(task.task_definition_arn)
+
+    return [t for t in tasks if is_managed(t, mode, partial(gpu, t))]
+
+
+def is_managed(task: TaskInfo, mode: ManageMode, has_gpu: Callable[[], bool]) -> bool:
+    """SpotGuard manages the tasks it started, the tasks tagged spotguard:managed=true and, in all-gpu
+    mode, every GPU task (`has_gpu` is asked only then: it may cost a DescribeTaskDefinition)."""
+    if task.started_by_spotguard or task.tagged_managed:
+        return True
+    return mode is ManageMode.ALL_GPU and has_gpu()

@@ -1,0 +1,68 @@
+"""What a transition asks the use case to do once the new job is written (each safe to repeat), and the
+`Step` every transition returns."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spotguard.domain.jobs.model import Job
+
+
+class Launch(BaseModel):
+    """Call RunTask for the job's next attempt (safe to repeat: the client token is fixed per try)."""
+
+    model_config = ConfigDict(frozen=True)
+    attempt: int
+    client_token: str
+    resume_from_hint: str | None = None  # a checkpoint a manual resubmit chose; else the newest
+
+
+class Snapshot(BaseModel):
+    """EBS mode: snapshot the volume of this (stopped) attempt."""
+
+    model_config = ConfigDict(frozen=True)
+    attempt: int
+
+
+class Cleanup(BaseModel):
+    """EBS mode: delete volumes no attempt will use again, and snapshots beyond the job's keep."""
+
+    model_config = ConfigDict(frozen=True)
+    volumes: tuple[str, ...] = ()
+    snapshots: tuple[str, ...] = ()
+
+
+class Stop(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    cluster: str
+    task_arn: str
+    reason: str
+
+
+class Notify(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["interrupted", "resubmitted", "succeeded", "failed", "gave-up", "cancelled", "waiting"]
+    message: str
+
+
+class CapacityWanted(BaseModel):
+    """RunTask found no room: ask for capacity (the rebid policy decides where)."""
+
+    model_config = ConfigDict(frozen=True)
+    gpus: int
+    reason: str
+    avoid_instances: tuple[str, ...] = ()
+    avoid_pools: tuple[tuple[str, str], ...] = ()
+
+
+Effect = Launch | Stop | Notify | CapacityWanted | Snapshot | Cleanup
+
+
+class Step(BaseModel):
+    """A transition: the new job (None = nothing changed) and what to do once it is written."""
+
+    job: Job | None = None
+    effects: list[Effect] = Field(default_factory=list)
+    note: str = ""

@@ -1,0 +1,265 @@
+"""The job as the ledger holds it: its state, the RunTask request it was submitted with, its options and
+its attempts, and the names SpotGuard gives its tasks (startedBy, client tokens, adopted job ids)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, JOB_TAG, STARTED_BY
+
+ATTEMPT_TAG = "spotguard:attempt"
+ENV_JOB_ID = "SPOTGUARD_JOB_ID"
+ENV_ATTEMPT = "SPOTGUARD_ATTEMPT"
+ENV_CHECKPOINT_URI = "SPOTGUARD_CHECKPOINT_URI"
+ENV_RESUME_FROM = "SPOTGUARD_RESUME_FROM"
+SPOTGUARD_ENV = (ENV_JOB_ID, ENV_ATTEMPT, ENV_CHECKPOINT_URI, ENV_RESUME_FROM)
+MAX_PLACEMENT_CONSTRAINTS = 10  # ECS's limit per task
+RETRY_BASE_SECONDS = 30
+RETRY_MAX_SECONDS = 900
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"  # waiting to be launched (first launch, after a stop, or after RunTask failed)
+    LAUNCHING = "launching"  # RunTask is being called for the next attempt
+    RUNNING = "running"  # one live attempt (its task is PROVISIONING..RUNNING..STOPPING)
+    SNAPSHOTTING = "snapshotting"  # EBS mode: the stopped attempt's volume is being snapshotted
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    GAVE_UP = "gave-up"  # max attempts reached
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.GAVE_UP}
+
+
+class JobError(ValueError):
+    """A request that cannot be carried out in the job's present state (said in one line)."""
+
+
+# --------------------------------------------------------------------------------- the RunTask request
+class Tag(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    key: str = Field(min_length=1, max_length=128)
+    value: str = Field(default="", max_length=256)
+
+
+class CapacityProviderItem(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    capacityProvider: str = Field(min_length=1, max_length=255)
+    weight: int | None = Field(default=None, ge=0, le=1000)
+    base: int | None = Field(default=None, ge=0, le=100000)
+
+
+class RunTaskRequest(BaseModel):
+    """The part of an ECS RunTask request a job is made of, in the API's own (camelCase) names, so a
+    request that works with `aws ecs run-task` works here. SpotGuard sets count (1), startedBy and
+    clientToken itself; a request that sets them is refused rather than silently changed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cluster: str = Field(min_length=1, max_length=2048)
+    taskDefinition: str = Field(min_length=1, max_length=2048)
+    overrides: dict[str, Any] | None = None
+    launchType: Literal["EC2", "FARGATE", "EXTERNAL"] | None = None
+    capacityProviderStrategy: list[CapacityProviderItem] | None = Field(default=None, max_length=20)
+    networkConfiguration: dict[str, Any] | None = None
+    placementConstraints: list[dict[str, Any]] | None = Field(default=None, max_length=10)
+    placementStrategy: list[dict[str, Any]] | None = Field(default=None, max_length=5)
+    platformVersion: str | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=40)
+    propagateTags: Literal["TASK_DEFINITION", "SERVICE", "NONE"] | None = None
+    group: str | None = Field(default=None, max_length=255)
+    enableExecuteCommand: bool | None = None
+    enableECSManagedTags: bool | None = None
+    volumeConfigurations: list[dict[str, Any]] | None = None
+    count: Literal[1] = 1
+
+    @model_validator(mode="after")
+    def _one_placement_kind(self) -> RunTaskRequest:
+        if self.launchType and self.capacityProviderStrategy:
+            raise ValueError("give either launchType or capacityProviderStrategy, not both")
+        for t in self.tags or []:
+            if t.key.startswith("aws:"):
+                raise ValueError(f"tag {t.key!r}: keys starting with aws: are reserved")
+            if t.key in (JOB_TAG, ATTEMPT_TAG, CHECKPOINT_CONTAINER_TAG):
+                raise ValueError(f"tag {t.key!r} is set by SpotGuard")
+        return self
+
+    @property
+    def cluster_name(self) -> str:
+        return self.cluster.rsplit("/", 1)[-1]
+
+    @property
+    def fargate(self) -> bool:
+        if self.launchType == "FARGATE":
+            return True
+        return any(
+            c.capacityProvider in ("FARGATE", "FARGATE_SPOT") for c in self.capacityProviderStrategy or []
+        )
+
+
+class EbsOptions(BaseModel):
+    """EBS mode: the managed volume each attempt gets (from the newest snapshot, once there is one)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    size_gib: int = Field(default=100, ge=1, le=16384)
+    volume_type: Literal["gp3", "gp2", "io1", "io2", "st1", "sc1"] = "gp3"
+    filesystem: Literal["ext3", "ext4", "xfs"] = "ext4"
+    iops: int | None = Field(default=None, ge=100, le=256000)
+    throughput: int | None = Field(default=None, ge=125, le=2000)
+    kms_key_id: str | None = Field(default=None, min_length=1, max_length=2048)
+    # the role ECS manages the volume with; None: the stack's own (EbsVolumesRole)
+    role_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
+    keep_snapshots: int = Field(default=2, ge=1, le=20)
+
+
+class JobOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_attempts: int = Field(default=20, ge=1, le=100)
+    max_error_retries: int = Field(default=0, ge=0, le=20)
+    # s3: the agent commits to S3; ebs: to the task's managed EBS volume, which SpotGuard snapshots
+    # when the task stops and gives to the next attempt (the task definition needs a volume
+    # `configuredAtLaunch`). None: ebs when the task definition has such a volume that the checkpoint
+    # container mounts and the request does not configure it, else s3.
+    checkpoint_mode: Literal["s3", "ebs"] | None = None
+    ebs: EbsOptions | None = None
+    deadline: AwareDatetime | None = None
+    # After an interruption the next attempt stays off the instance for good, and off its spot pool
+    # (instance type in that availability zone) for this long.
+    avoid_pool_seconds: int = Field(default=1800, ge=0, le=7 * 86400)
+    # The container that runs the agent (gets SIGUSR1); None = the first in the task definition.
+    checkpoint_container: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+# ----------------------------------------------------------------------------------------- the job
+class Pool(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    instance_type: str
+    availability_zone: str
+    until: datetime
+
+
+class Attempt(BaseModel):
+    number: int = Field(ge=1)
+    task_arn: str
+    client_token: str = ""
+    resume_from: str = ""
+    launched_at: datetime
+    ecs_version: int = -1  # the highest ECS task event version applied (stale ones are dropped)
+    last_status: str = "PROVISIONING"
+    container_instance_arn: str | None = None
+    instance_id: str | None = None
+    instance_type: str | None = None
+    availability_zone: str | None = None
+    capacity_provider: str | None = None
+    launch_type: str | None = None
+    lifecycle: str | None = None  # spot | on-demand, when known
+    price_per_hour: float | None = None  # the task's share of its instance's price, when known
+    started_at: datetime | None = None
+    stopped_at: datetime | None = None
+    stop_code: str | None = None
+    stopped_reason: str | None = None
+    exit_codes: dict[str, int | None] = Field(default_factory=dict)
+    outcome: str | None = None  # succeeded | resubmit | cancelled | failed (see domain.stops)
+    outcome_reason: str | None = None
+    interrupted_by: str | None = None  # the notice that stopped it, or the ECS stop code
+    volume_id: str | None = None  # EBS mode: the attempt's volume, and the snapshot taken of it
+    snapshot_id: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.outcome is None and self.last_status != "STOPPED"
+
+
+class OutboxItem(BaseModel):
+    """A notification written with the transition that caused it and sent after: a Lambda that dies in
+    between leaves it here, and whoever handles the job next sends it."""
+
+    id: str
+    kind: str
+    message: str
+    at: datetime
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Job(BaseModel):
+    job_id: str
+    state: JobState
+    request: RunTaskRequest
+    options: JobOptions = JobOptions()
+    checkpoint_uri: str
+    gpus: int = Field(default=0, ge=0)
+    containers: list[str] = Field(default_factory=list)
+    created_at: datetime
+    updated_at: datetime
+    rev: int = 0
+    origin: Literal["submitted", "adopted"] = "submitted"
+    attempts: list[Attempt] = Field(default_factory=list)
+    launch_tries: int = 0  # RunTask calls for the next attempt so far
+    retry_at: datetime | None = None
+    budget_base: int = 0  # attempts that do not count against max_attempts (before a manual resubmit)
+    error_retries_used: int = 0
+    cancel_requested: bool = False
+    resume_override: str | None = None  # a checkpoint chosen by a manual resubmit, for the next attempt
+    avoid_instances: list[str] = Field(default_factory=list)
+    avoid_pools: list[Pool] = Field(default_factory=list)
+    ebs_volume: str | None = None  # EBS mode: the task definition's volume configured at launch
+    snapshots: list[str] = Field(default_factory=list)  # EBS mode: completed snapshots, oldest first
+    doomed_volumes: list[str] = Field(default_factory=list)  # EBS mode: old volumes still to delete
+    last_reason: str = ""
+    outbox: list[OutboxItem] = Field(default_factory=list)
+
+    @field_validator("job_id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not JOB_ID.match(v):
+            raise ValueError("job ids are 1-64 letters, digits, - and _, starting with a letter or digit")
+        return v
+
+    @property
+    def live_attempt(self) -> Attempt | None:
+        return next((a for a in reversed(self.attempts) if a.live), None)
+
+    @property
+    def next_attempt(self) -> int:
+        return len(self.attempts) + 1
+
+    @property
+    def attempts_used(self) -> int:
+        return len(self.attempts) - self.budget_base
+
+    def attempt_for(self, task_arn: str) -> Attempt | None:
+        return next((a for a in self.attempts if a.task_arn == task_arn), None)
+
+
+def started_by(job_id: str, attempt: int) -> str:
+    return f"{STARTED_BY}/{job_id}/{attempt}"
+
+
+def adopted_job_id(task_arn: str) -> str:
+    """A task SpotGuard adopts becomes the job named after it: two concurrent adoptions of the same task
+    write the same job item, and only one of them wins the conditional put."""
+    return f"adopted-{task_arn.rsplit('/', 1)[-1]}"[:64]
+
+
+def client_token(job_id: str, attempt: int, launch_try: int) -> str:
+    """<= 64 printable characters, the same for a repeated call of the same try."""
+    raw = f"{job_id}/{attempt}/{launch_try}"
+    return raw if len(raw) <= 64 else hashlib.sha256(raw.encode()).hexdigest()
+
+
+def bump(job: Job, now: datetime, **changes: Any) -> Job:
+    return job.model_copy(update={"updated_at": now, "rev": job.rev + 1, **changes})
+
+
+def replace_attempt(job: Job, attempt: Attempt, now: datetime, **changes: Any) -> Job:
+    attempts = [attempt if a.number == attempt.number else a for a in job.attempts]
+    return bump(job, now, attempts=attempts, **changes)

@@ -1,0 +1,131 @@
+"""The RunTask parameters of an attempt: the job's request, the SpotGuard environment in every container,
+startedBy, tags, the client token, the EBS volume (EBS mode) and constraints away from interrupted hosts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from spotguard.domain.jobs.effects import Launch
+from spotguard.domain.jobs.model import (
+    ATTEMPT_TAG,
+    ENV_ATTEMPT,
+    ENV_CHECKPOINT_URI,
+    ENV_JOB_ID,
+    ENV_RESUME_FROM,
+    MAX_PLACEMENT_CONSTRAINTS,
+    SPOTGUARD_ENV,
+    EbsOptions,
+    Job,
+    JobError,
+    Pool,
+    started_by,
+)
+from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG
+
+
+def run_task_params(
+    job: Job, launch: Launch, resume_from: str, avoid_at: datetime, ebs_role: str | None = None
+) -> dict[str, Any]:
+    """The RunTask parameters for an attempt: the job's request, the SpotGuard environment in every
+    container, the attempt's startedBy, tags and client token, and constraints away from the
+    interrupted instances and (for a while) their spot pools."""
+    params = job.request.model_dump(mode="json", exclude_none=True)
+    env = {
+        ENV_JOB_ID: job.job_id,
+        ENV_ATTEMPT: str(launch.attempt),
+        ENV_CHECKPOINT_URI: job.checkpoint_uri,
+        ENV_RESUME_FROM: resume_from,
+    }
+    params["overrides"] = _with_env(params.get("overrides") or {}, job.containers, env)
+    params["startedBy"] = started_by(job.job_id, launch.attempt)
+    params["clientToken"] = launch.client_token
+    params["tags"] = [
+        *(params.get("tags") or []),
+        {"key": JOB_TAG, "value": job.job_id},
+        {"key": ATTEMPT_TAG, "value": str(launch.attempt)},
+    ]
+    if job.options.checkpoint_container:  # where the interruption path sends SIGUSR1
+        params["tags"].append({"key": CHECKPOINT_CONTAINER_TAG, "value": job.options.checkpoint_container})
+    if job.ebs_volume:
+        params["volumeConfigurations"] = [ebs_volume_configuration(job, launch.attempt, ebs_role)]
+    if not job.request.fargate:  # Fargate takes no placement constraints
+        constraints = list(params.get("placementConstraints") or [])
+        room = MAX_PLACEMENT_CONSTRAINTS - len(constraints)
+        constraints += avoid_constraints(job.avoid_instances, job.avoid_pools, avoid_at)[: max(0, room)]
+        if constraints:
+            params["placementConstraints"] = constraints
+    return params
+
+
+def ebs_volume_configuration(job: Job, attempt: int, default_role: str | None) -> dict[str, Any]:
+    """The managed EBS volume of an attempt: from the newest completed snapshot, kept when the task
+    stops (SpotGuard snapshots it, then deletes it), tagged with the job and the attempt."""
+    o = job.options.ebs or EbsOptions()
+    role = o.role_arn or default_role
+    if not role:
+        raise JobError("EBS mode needs a role for ECS to manage the volume (options.ebs.role_arn)")
+    volume: dict[str, Any] = {
+        "sizeInGiB": o.size_gib,
+        "volumeType": o.volume_type,
+        "filesystemType": o.filesystem,
+        "roleArn": role,
+        "encrypted": True,
+        "terminationPolicy": {"deleteOnTermination": False},
+        "tagSpecifications": [
+            {
+                "resourceType": "volume",
+                "tags": [
+                    {"key": JOB_TAG, "value": job.job_id},
+                    {"key": ATTEMPT_TAG, "value": str(attempt)},
+                ],
+                "propagateTags": "NONE",
+            }
+        ],
+    }
+    for key, value in (("iops", o.iops), ("throughput", o.throughput), ("kmsKeyId", o.kms_key_id)):
+        if value is not None:
+            volume[key] = value
+    if job.snapshots:
+        volume["snapshotId"] = job.snapshots[-1]
+    return {"name": job.ebs_volume, "managedEBSVolume": volume}
+
+
+def avoid_constraints(instances: Sequence[str], pools: Sequence[Pool], now: datetime) -> list[dict[str, str]]:
+    """memberOf constraints in the cluster query language: off these instances, and off each spot pool
+    (instance type in an availability zone) while it is avoided."""
+    out: list[dict[str, str]] = []
+    if instances:
+        out.append({"type": "memberOf", "expression": f"ec2InstanceId !in [{', '.join(instances)}]"})
+    for p in sorted(pools, key=lambda p: p.until, reverse=True):
+        if p.until > now:
+            out.append(
+                {
+                    "type": "memberOf",
+                    "expression": f"attribute:ecs.instance-type != {p.instance_type} or "
+                    f"attribute:ecs.availability-zone != {p.availability_zone}",
+                }
+            )
+    return out
+
+
+def _with_env(
+    overrides: Mapping[str, Any], containers: Sequence[str], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """Container overrides with the SpotGuard environment set (replacing any earlier SPOTGUARD_ values)
+    in every container of the task definition and every container the request overrides."""
+    out = dict(overrides)
+    by_name: dict[str, dict[str, Any]] = {}
+    for c in overrides.get("containerOverrides") or []:
+        by_name[str(c.get("name", ""))] = dict(c)
+    for name in containers:
+        by_name.setdefault(name, {"name": name})
+    result = []
+    for name, c in by_name.items():
+        kept = [e for e in c.get("environment") or [] if e.get("name") not in SPOTGUARD_ENV]
+        c["environment"] = [*kept, *({"name": k, "value": v} for k, v in env.items())]
+        c["name"] = name
+        result.append(c)
+    out["containerOverrides"] = result
+    return out

@@ -1,0 +1,48 @@
+"""Money and time: GPU-hours and dollars an attempt spent, and what was lost (run after the last commit)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from spotguard.domain.jobs.model import Job
+
+
+class Spend(BaseModel):
+    gpu_hours: float = 0.0
+    gpu_hours_lost: float = 0.0
+    dollars: float | None = None
+    dollars_lost: float | None = None
+
+
+def spend(job: Job, checkpoint_times: Mapping[int, list[datetime]], now: datetime) -> Spend:
+    """GPU-hours and money spent per attempt, and lost: the time an attempt ran after its last committed
+    checkpoint (all of it, when it committed none) and that the next attempt had to do again."""
+    total = lost = 0.0
+    dollars = dollars_lost = 0.0
+    priced = True
+    for a in job.attempts:
+        if a.started_at is None:
+            continue
+        end = a.stopped_at or now
+        hours = max(0.0, (end - a.started_at).total_seconds() / 3600)
+        wasted = 0.0
+        if a.outcome in ("resubmit", "failed", "cancelled"):
+            commits = [t for t in checkpoint_times.get(a.number, []) if a.started_at <= t <= end]
+            since = max(commits) if commits else a.started_at
+            wasted = max(0.0, (end - since).total_seconds() / 3600)
+        total += hours * max(job.gpus, 1)
+        lost += wasted * max(job.gpus, 1)
+        if a.price_per_hour is None:
+            priced = False
+        else:
+            dollars += hours * a.price_per_hour
+            dollars_lost += wasted * a.price_per_hour
+    return Spend(
+        gpu_hours=round(total, 4),
+        gpu_hours_lost=round(lost, 4),
+        dollars=round(dollars, 4) if priced else None,
+        dollars_lost=round(dollars_lost, 4) if priced else None,
+    )

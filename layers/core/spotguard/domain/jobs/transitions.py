@@ -1,0 +1,333 @@
+"""The job's state machine: launches and their outcomes, task events, cancel and resubmit. Each function
+takes a job and returns a `Step` (the new job, or None when nothing changes, and the effects to carry out)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from spotguard.domain.jobs.effects import CapacityWanted, Effect, Launch, Notify, Snapshot, Step, Stop
+from spotguard.domain.jobs.model import (
+    ENV_RESUME_FROM,
+    RETRY_BASE_SECONDS,
+    RETRY_MAX_SECONDS,
+    SPOTGUARD_ENV,
+    Attempt,
+    Job,
+    JobError,
+    JobState,
+    Pool,
+    bump,
+    client_token,
+    replace_attempt,
+)
+from spotguard.domain.stops import OwnRecord, classify_stop
+from spotguard.domain.tasks import TaskEvent
+
+
+# ------------------------------------------------------------------------------------ transitions
+def begin_launch(job: Job, now: datetime) -> Step:
+    """queued (and due) -> launching. A job already launching gets its launch again (the Lambda that
+    began it may have died before RunTask answered; the same client token returns the same task)."""
+    if job.state is JobState.LAUNCHING:
+        return Step(job=None, effects=[_launch_effect(job)], note="launch in progress: repeat it")
+    if job.state is not JobState.QUEUED:
+        return Step(note=f"job is {job.state}, not queued")
+    if job.cancel_requested:
+        return Step(
+            job=bump(job, now, state=JobState.CANCELLED, last_reason="cancelled before it started"),
+            effects=[Notify(kind="cancelled", message="cancelled before it started")],
+        )
+    if job.retry_at is not None and now < job.retry_at:
+        return Step(note=f"not due until {job.retry_at.isoformat()}")
+    new = bump(job, now, state=JobState.LAUNCHING, launch_tries=job.launch_tries + 1, retry_at=None)
+    return Step(job=new, effects=[_launch_effect(new)])
+
+
+def _launch_effect(job: Job) -> Launch:
+    return Launch(
+        attempt=job.next_attempt,
+        client_token=client_token(job.job_id, job.next_attempt, job.launch_tries),
+        resume_from_hint=job.resume_override,
+    )
+
+
+def launch_succeeded(
+    job: Job, task_arn: str, token: str, resume_from: str, now: datetime, resubmitted: bool
+) -> Step:
+    if job.attempt_for(task_arn) is not None:
+        return Step(note="this task is already the job's attempt")
+    if job.state is not JobState.LAUNCHING:
+        # The job moved on (cancelled meanwhile): the task must not run.
+        return Step(
+            effects=[Stop(cluster=job.request.cluster, task_arn=task_arn, reason=stray_reason(job))],
+            note=f"job is {job.state}: stopping the task just started",
+        )
+    attempt = Attempt(
+        number=job.next_attempt,
+        task_arn=task_arn,
+        client_token=token,
+        resume_from=resume_from,
+        launched_at=now,
+    )
+    new = bump(
+        job,
+        now,
+        state=JobState.RUNNING,
+        attempts=[*job.attempts, attempt],
+        launch_tries=0,
+        resume_override=None,
+        last_reason=f"attempt {attempt.number} started",
+    )
+    effects: list[Effect] = []
+    if resubmitted:
+        where = f" from {resume_from}" if resume_from else " from scratch"
+        effects.append(Notify(kind="resubmitted", message=f"attempt {attempt.number} started{where}"))
+    return Step(job=new, effects=effects)
+
+
+def retry_delay(launch_tries: int, base: int = RETRY_BASE_SECONDS) -> int:
+    """30 s, 60 s, 120 s ... up to 15 min (SQS's longest delay) between RunTask tries."""
+    return int(min(RETRY_MAX_SECONDS, base * 2 ** max(0, launch_tries - 1)))
+
+
+def launch_failed(job: Job, reason: str, now: datetime, delay_seconds: int | None = None) -> Step:
+    """RunTask placed nothing: back to queued, due again after `delay_seconds` (the retry message the
+    use case scheduled; by default `retry_delay`'s growing delay); ask for capacity."""
+    if job.state is not JobState.LAUNCHING:
+        return Step(note=f"job is {job.state}, not launching")
+    delay = retry_delay(job.launch_tries) if delay_seconds is None else delay_seconds
+    new = bump(
+        job,
+        now,
+        state=JobState.QUEUED,
+        retry_at=now + timedelta(seconds=delay),
+        last_reason=f"RunTask placed no task: {reason}; next try in {delay} s",
+    )
+    pools = tuple((p.instance_type, p.availability_zone) for p in job.avoid_pools if p.until > now)
+    return Step(
+        job=new,
+        effects=[
+            CapacityWanted(
+                gpus=job.gpus, reason=reason, avoid_instances=tuple(job.avoid_instances), avoid_pools=pools
+            ),
+            Notify(kind="waiting", message=f"no capacity ({reason}); next try in {delay} s"),
+        ],
+    )
+
+
+def launch_refused(job: Job, reason: str, now: datetime) -> Step:
+    """RunTask said the request itself is wrong (a deregistered task definition, a bad subnet): no
+    retry can help, so the job fails and says why."""
+    if job.state is not JobState.LAUNCHING:
+        return Step(note=f"job is {job.state}, not launching")
+    why = f"RunTask refused the request: {reason}"
+    return Step(
+        job=bump(job, now, state=JobState.FAILED, last_reason=why),
+        effects=[Notify(kind="failed", message=why)],
+    )
+
+
+def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: datetime) -> Step:
+    """Apply one task event. Stale and repeated events (version not above the last applied) change
+    nothing; a task that is not one of the job's attempts and still runs is stopped."""
+    attempt = job.attempt_for(ev.task_arn)
+    if attempt is None and job.state is JobState.LAUNCHING and ev.job_ref == (job.job_id, job.next_attempt):
+        # The task of the launch in flight, seen before RunTask's answer was written (or after the Lambda
+        # that called it died): bind it, then apply the event to it.
+        bound = launch_succeeded(
+            job,
+            ev.task_arn,
+            client_token(job.job_id, job.next_attempt, job.launch_tries),
+            _env_of(ev.overrides).get(ENV_RESUME_FROM, ""),
+            now,
+            resubmitted=job.next_attempt > 1,
+        )
+        assert bound.job is not None
+        step = on_task_event(bound.job, ev, own_stop_notice, now)
+        return Step(job=step.job or bound.job, effects=[*bound.effects, *step.effects], note=step.note)
+    if attempt is None:
+        if ev.last_status == "STOPPED" or ev.desired_status == "STOPPED":
+            return Step(note="a task that is not one of the job's attempts, already stopping")
+        return Step(
+            effects=[Stop(cluster=ev.cluster_arn, task_arn=ev.task_arn, reason=stray_reason(job))],
+            note="a task that is not the job's live attempt: stopped so the job never runs twice",
+        )
+    if ev.version <= attempt.ecs_version:
+        return Step(note=f"stale or repeated event (version {ev.version} <= {attempt.ecs_version})")
+
+    updated = _observe(attempt, ev, own_stop_notice)
+    effects: list[Effect] = []
+    changes: dict[str, Any] = {}
+    if ev.last_status != "STOPPED":
+        if job.cancel_requested or job.state.terminal:
+            effects.append(Stop(cluster=ev.cluster_arn, task_arn=ev.task_arn, reason=cancel_reason(job)))
+        elif (
+            ev.desired_status == "STOPPED"
+            and ev.stop_code == "SpotInterruption"
+            and attempt.interrupted_by is None
+        ):
+            updated = updated.model_copy(update={"interrupted_by": "SpotInterruption"})
+            effects.append(
+                Notify(kind="interrupted", message=f"attempt {attempt.number}: Fargate Spot interruption")
+            )
+        return Step(job=replace_attempt(job, updated, now, **changes), effects=effects)
+
+    # ------------------------------------------------------------------------------ the task stopped
+    if not (job.state is JobState.RUNNING and attempt.number == len(job.attempts)):
+        # An older attempt, or a job that already moved on: record what happened, nothing more.
+        return Step(job=replace_attempt(job, updated, now))
+    verdict = classify_stop(
+        ev.detail,
+        OwnRecord(stopped_for_notice=own_stop_notice, cancelled=job.cancel_requested),
+        job.options.checkpoint_container or (job.containers[0] if job.containers else None),
+    )
+    updated = updated.model_copy(update={"outcome": verdict.outcome, "outcome_reason": verdict.reason})
+    n = attempt.number
+    if verdict.outcome == "succeeded":
+        return Step(
+            job=replace_attempt(job, updated, now, state=JobState.SUCCEEDED, last_reason=verdict.reason),
+            effects=[Notify(kind="succeeded", message=f"attempt {n}: {verdict.reason}")],
+        )
+    if verdict.outcome == "cancelled":
+        return Step(
+            job=replace_attempt(job, updated, now, state=JobState.CANCELLED, last_reason=verdict.reason),
+            effects=[Notify(kind="cancelled", message=f"attempt {n}: {verdict.reason}")],
+        )
+    if verdict.outcome == "resubmit":
+        updated = updated.model_copy(update={"interrupted_by": updated.interrupted_by or verdict.reason})
+        effects = [Notify(kind="interrupted", message=f"attempt {n}: {verdict.reason}")]
+        changes = _avoidance(job, updated, now)
+    else:  # failed
+        if job.error_retries_used >= job.options.max_error_retries:
+            return Step(
+                job=replace_attempt(job, updated, now, state=JobState.FAILED, last_reason=verdict.reason),
+                effects=[Notify(kind="failed", message=f"attempt {n}: {verdict.reason}")],
+            )
+        changes = {"error_retries_used": job.error_retries_used + 1}
+    if job.attempts_used >= job.options.max_attempts:
+        used, most = job.attempts_used, job.options.max_attempts
+        why = f"{used} attempts used (max_attempts {most}); last: {verdict.reason}"
+        return Step(
+            job=replace_attempt(job, updated, now, state=JobState.GAVE_UP, last_reason=why),
+            effects=[*effects, Notify(kind="gave-up", message=why)],
+        )
+    next_state = JobState.SNAPSHOTTING if job.ebs_volume else JobState.QUEUED
+    requeued = replace_attempt(
+        job,
+        updated,
+        now,
+        state=next_state,
+        retry_at=None,
+        launch_tries=0,
+        last_reason=verdict.reason,
+        **changes,
+    )
+    if job.ebs_volume:
+        effects.append(Snapshot(attempt=n))
+    return Step(job=requeued, effects=effects)
+
+
+def _env_of(overrides: Mapping[str, Any] | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for c in (overrides or {}).get("containerOverrides") or []:
+        for e in c.get("environment") or []:
+            if isinstance(e, Mapping) and e.get("name") in SPOTGUARD_ENV:
+                env[str(e["name"])] = str(e.get("value", ""))
+    return env
+
+
+def _observe(attempt: Attempt, ev: TaskEvent, own_stop_notice: str | None) -> Attempt:
+    changes: dict[str, Any] = {"ecs_version": ev.version, "last_status": ev.last_status}
+    for field, value in (
+        ("container_instance_arn", ev.container_instance_arn),
+        ("availability_zone", ev.availability_zone),
+        ("capacity_provider", ev.capacity_provider),
+        ("launch_type", ev.launch_type),
+        ("started_at", ev.started_at),
+        ("stopped_at", ev.stopped_at),
+        ("stop_code", ev.stop_code),
+        ("stopped_reason", ev.stopped_reason),
+    ):
+        if value is not None:
+            changes[field] = value
+    if ev.containers:
+        changes["exit_codes"] = {str(c.get("name", "")): c.get("exitCode") for c in ev.containers}
+    if own_stop_notice and attempt.interrupted_by is None:
+        changes["interrupted_by"] = own_stop_notice
+    if ev.last_status == "STOPPED" and ev.stopped_at is None:
+        changes["stopped_at"] = ev.time or ev.stopping_at
+    return attempt.model_copy(update=changes)
+
+
+def _avoidance(job: Job, attempt: Attempt, now: datetime) -> dict[str, Any]:
+    """Remember the interrupted instance for good and its spot pool for `avoid_pool_seconds`."""
+    instances = list(job.avoid_instances)
+    if attempt.instance_id and attempt.instance_id not in instances:
+        instances = [*instances, attempt.instance_id][-20:]
+    pools = [p for p in job.avoid_pools if p.until > now]
+    if attempt.instance_type and attempt.availability_zone and job.options.avoid_pool_seconds > 0:
+        pools = [
+            p
+            for p in pools
+            if (p.instance_type, p.availability_zone) != (attempt.instance_type, attempt.availability_zone)
+        ]
+        pools.append(
+            Pool(
+                instance_type=attempt.instance_type,
+                availability_zone=attempt.availability_zone,
+                until=now + timedelta(seconds=job.options.avoid_pool_seconds),
+            )
+        )
+    return {"avoid_instances": instances, "avoid_pools": pools}
+
+
+def request_cancel(job: Job, now: datetime, reason: str) -> Step:
+    if job.state.terminal:
+        raise JobError(f"job {job.job_id} is already {job.state}")
+    live = job.live_attempt
+    idle = job.state in (JobState.QUEUED, JobState.SNAPSHOTTING)
+    if idle or (job.state is JobState.LAUNCHING and live is None):
+        # Launching: the RunTask in flight, if it succeeds, finds the job cancelled and stops the task.
+        return Step(
+            job=bump(job, now, state=JobState.CANCELLED, cancel_requested=True, last_reason=reason),
+            effects=[Notify(kind="cancelled", message=reason)],
+        )
+    new = bump(job, now, cancel_requested=True, last_reason=reason)
+    effects: list[Effect] = []
+    if live is not None:
+        effects.append(Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=cancel_reason(job)))
+    return Step(job=new, effects=effects)
+
+
+def request_resubmit(job: Job, now: datetime, checkpoint: str | None) -> Step:
+    """A manual resubmit: a job that is not running starts again (a fresh attempt budget and error
+    retries), from `checkpoint` if given, else from its newest committed checkpoint."""
+    if job.state is JobState.SNAPSHOTTING:
+        raise JobError(f"job {job.job_id} is snapshotting its volume; it starts again by itself after that")
+    if job.state in (JobState.RUNNING, JobState.LAUNCHING):
+        live = job.live_attempt
+        task = f" (task {live.task_arn})" if live else ""
+        raise JobError(f"job {job.job_id} is {job.state}{task}: cancel it first, it never runs twice")
+    new = bump(
+        job,
+        now,
+        state=JobState.QUEUED,
+        retry_at=None,
+        launch_tries=0,
+        budget_base=len(job.attempts),
+        error_retries_used=0,
+        cancel_requested=False,
+        resume_override=checkpoint,
+        last_reason="resubmitted by hand",
+    )
+    return Step(job=new)
+
+
+def cancel_reason(job: Job) -> str:
+    return f"SpotGuard: cancelled job {job.job_id}"[:255]
+
+
+def stray_reason(job: Job) -> str:
+    return f"SpotGuard: job {job.job_id} has another live attempt (or none)"[:255]

@@ -1,0 +1,275 @@
+"""The jobs engine: every change to a job goes through `JobEngine.run`, in one loop.
+
+1. apply a transition (a pure function of domain.jobs) to the job as it stands;
+2. commit the new job with compare-and-set on `rev` (on a conflict: reload and apply again), with its
+   notifications in the job's outbox, which are sent right after the write;
+3. carry out the step's effects (StopTask, RunTask, in EBS mode snapshots and clean-up); an effect whose
+   outcome changes the job (RunTask's answer, a snapshot taken) hands back the next transition, which
+   goes through 1-3 in the same loop;
+4. when asked to drive: while the job is queued and due (or a launch is in flight), begin a launch.
+
+Nothing here calls back into `run`: effects only ever return transitions for the loop to apply.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spotguard.domain.commands import CommandError
+from spotguard.domain.facts import Notification
+from spotguard.domain.jobs.effects import (
+    CapacityWanted,
+    Cleanup,
+    Effect,
+    Launch,
+    Notify,
+    Snapshot,
+    Step,
+    Stop,
+)
+from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem
+from spotguard.domain.jobs.request import run_task_params
+from spotguard.domain.jobs.transitions import (
+    begin_launch,
+    launch_failed,
+    launch_refused,
+    launch_succeeded,
+    retry_delay,
+)
+from spotguard.domain.notices import Settings
+from spotguard.domain.tasks import ManageMode
+from spotguard.ports import JobEcs, JobStore, LaunchRetries, NewestCheckpoint, Notifications
+
+MAX_WRITE_TRIES = 8  # compare-and-set conflicts (concurrent events for one job) before giving up
+MAX_DRIVE_STEPS = 6  # launches begun in one run (each RunTask answer is applied before the next)
+
+Transition = Callable[[Job], Step]
+
+
+class JobsConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    settings: Settings = Settings()
+    manage: ManageMode = ManageMode.TAGGED
+    checkpoint_bucket: str
+    checkpoint_prefix: str = "jobs/"
+    default_subnets: tuple[str, ...] = ()
+    default_security_groups: tuple[str, ...] = ()
+    retry_base_seconds: int = 30  # the first wait for capacity; it doubles per try, up to 15 minutes
+    ebs_role_arn: str | None = None  # the role ECS manages EBS-mode volumes with (the stack's)
+
+    def default_uri(self, job_id: str) -> str:
+        return f"s3://{self.checkpoint_bucket}/{self.checkpoint_prefix}{job_id}/"
+
+
+class Conflict(RuntimeError):
+    """The job kept changing under us: the record is retried (SQS) or the caller is told."""
+
+
+class VolumeEffects:
+    """EBS mode's effects (usecases.jobs.ebs): each returns the transitions its outcome leads to."""
+
+    def snapshot(self, job: Job, attempt: int) -> list[Transition]:
+        raise RuntimeError("EBS mode without an EBS adapter")
+
+    def cleanup(self, job: Job, cleanup: Cleanup) -> list[Transition]:
+        raise RuntimeError("EBS mode without an EBS adapter")
+
+
+class JobEngine:
+    def __init__(
+        self,
+        config: JobsConfig,
+        store: JobStore,
+        ecs: JobEcs,
+        checkpoints: NewestCheckpoint,
+        notifier: Notifications,
+        retries: LaunchRetries,
+        clock: Callable[[], datetime],
+        volumes: VolumeEffects | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.ecs = ecs
+        self.checkpoints = checkpoints
+        self.notifier = notifier
+        self.retries = retries
+        self.clock = clock
+        self.volumes = volumes or VolumeEffects()
+
+    def get(self, job_id: str) -> Job:
+        job = self.store.get(job_id)
+        if job is None:
+            raise CommandError("NotFound", f"job {job_id} does not exist")
+        return job
+
+    def run(
+        self, job_id: str, *transitions: Transition, current: Job | None = None, drive: bool = True
+    ) -> tuple[Job, str]:
+        """Apply the transitions, in order, and every transition their effects lead to; then, if `drive`,
+        launch the job while it is queued and due. Starts from `current` when the caller has the job in
+        hand (reloading only when someone else wrote it meanwhile). Returns the job as it now stands and
+        the first transition's note."""
+        job, note, _ = self._settle(job_id, transitions, current)
+        return (self.drive(job_id, job) if drive else job), note
+
+    def drive(self, job_id: str, current: Job | None = None) -> Job:
+        """Move the job on while it can: launch when queued and due, repeat a launch in flight."""
+        job = current if current is not None else self.get(job_id)
+        for _ in range(MAX_DRIVE_STEPS):
+            job = self.flush(job)
+            if job.state not in (JobState.QUEUED, JobState.LAUNCHING):
+                break
+            job, _, launched = self._settle(job_id, [lambda j: begin_launch(j, self.clock())], job)
+            if not launched:
+                break  # not due yet, or cancelled before it started
+        return job
+
+    def flush(self, job: Job) -> Job:
+        """Send the job's pending notifications, then take them out of the outbox. Returns the job as
+        it stands after (reloaded only if someone wrote it meanwhile)."""
+        if not job.outbox:
+            return job
+        self.notifier.send_all(
+            [
+                Notification(
+                    id=item.id, kind=item.kind, job_id=job.job_id, message=item.message, detail=item.detail
+                )
+                for item in job.outbox
+            ]
+        )
+        sent = {i.id for i in job.outbox}
+        current: Job | None = job
+        for _ in range(MAX_WRITE_TRIES):
+            if current is None:
+                return job
+            if not any(i.id in sent for i in current.outbox):
+                return current
+            cleared = current.model_copy(
+                update={"outbox": [i for i in current.outbox if i.id not in sent], "rev": current.rev + 1}
+            )
+            if self.store.replace(cleared, current.rev):
+                return cleared
+            current = self.store.get(job.job_id)
+        return job
+
+    # ------------------------------------------------------------------------------------- the loop
+    def _settle(self, job_id: str, first: Iterable[Transition], current: Job | None) -> tuple[Job, str, bool]:
+        """The one loop: write a transition, carry out its effects, queue the transitions they hand
+        back, until none is left. Returns the job, the first step's note, and whether RunTask was called."""
+        pending: deque[Transition] = deque(first)
+        note: str | None = None
+        launched = False
+        job = current
+        while pending:
+            job, step = self._write(job_id, pending.popleft(), job)
+            note = step.note if note is None else note
+            for effect in step.effects:
+                launched = launched or isinstance(effect, Launch)
+                pending.extend(self._carry_out(job, effect))
+        job = job if job is not None else self.get(job_id)
+        return job, note or "", launched
+
+    def _write(self, job_id: str, transition: Transition, current: Job | None) -> tuple[Job, Step]:
+        """Compute the transition on the job as it stands and commit it (compare-and-set)."""
+        for _ in range(MAX_WRITE_TRIES):
+            job = current if current is not None else self.get(job_id)
+            current = None
+            try:
+                step = transition(job)
+            except JobError as exc:
+                raise CommandError("Conflict", str(exc)) from None
+            if step.job is None:
+                return job, step
+            written = self._commit(job, step)
+            if written is not None:
+                return written, step
+        raise Conflict(f"job {job_id} changed {MAX_WRITE_TRIES} times while being updated")
+
+    def _commit(self, old: Job, step: Step) -> Job | None:
+        """Write the step's job (with its notifications in the outbox) if `old` is still current;
+        then send them. The job as written and flushed, or None when another writer got there first."""
+        assert step.job is not None
+        new = step.job
+        items = [
+            outbox_item(new, i, e)
+            for i, e in enumerate(step.effects)
+            if isinstance(e, Notify | CapacityWanted)
+        ]
+        if items:
+            new = new.model_copy(update={"outbox": [*new.outbox, *items]})
+        if not self.store.replace(new, old.rev):
+            return None
+        return self.flush(new)
+
+    def _carry_out(self, job: Job, effect: Effect) -> Iterable[Transition]:
+        """Do one effect; return the transitions its outcome leads to. Notifications are in the outbox
+        already (sent by the commit)."""
+        if isinstance(effect, Stop):
+            self.ecs.stop_task(effect.cluster, effect.task_arn, effect.reason)
+        elif isinstance(effect, Launch):
+            return [self._launch(job, effect)]
+        elif isinstance(effect, Snapshot):
+            return self.volumes.snapshot(job, effect.attempt)
+        elif isinstance(effect, Cleanup):
+            return self.volumes.cleanup(job, effect)
+        return []
+
+    def _launch(self, job: Job, launch: Launch) -> Transition:
+        """RunTask for the attempt (the same client token returns the same task when repeated); the
+        transition that records its answer."""
+        now = self.clock()
+        # EBS mode: the agent restores the newest checkpoint on the volume made from the snapshot
+        resume_from = "" if job.ebs_volume else (launch.resume_from_hint or self._newest(job))
+        result = self.ecs.run_task(run_task_params(job, launch, resume_from, now, self.config.ebs_role_arn))
+        if result.task_arn is not None:
+            arn = result.task_arn
+            return lambda j: launch_succeeded(
+                j, arn, launch.client_token, resume_from, self.clock(), resubmitted=launch.attempt > 1
+            )
+        if result.refused is not None:
+            refused = result.refused
+            return lambda j: launch_refused(j, refused, self.clock())
+        reason = result.no_capacity or "no task was placed"
+        delay = retry_delay(job.launch_tries, self.config.retry_base_seconds)
+        # The retry is scheduled before the job says it waits, so a crash between the two can leave a
+        # spare message (dropped as stale) but never a job nobody will launch again.
+        self.retries.schedule(job.job_id, job.launch_tries, delay)
+        return lambda j: launch_failed(j, reason, self.clock(), delay)
+
+    def _newest(self, job: Job) -> str:
+        ref = self.checkpoints.newest(job.checkpoint_uri)
+        return ref.manifest_uri if ref is not None else ""
+
+
+def outbox_item(job: Job, index: int, effect: Notify | CapacityWanted) -> OutboxItem:
+    """A notification as the job's outbox keeps it: its id is stable (job, rev, index), so a consumer can
+    drop one sent twice."""
+    item_id = f"{job.job_id}:{job.rev}:{index}"
+    if isinstance(effect, Notify):
+        live = job.live_attempt or (job.attempts[-1] if job.attempts else None)
+        detail: dict[str, Any] = {
+            "state": str(job.state),
+            "attempt": live.number if live else 0,
+            "task-arn": live.task_arn if live else None,
+            "gpus": job.gpus,
+        }
+        return OutboxItem(
+            id=item_id, kind=effect.kind, message=effect.message, at=job.updated_at, detail=detail
+        )
+    return OutboxItem(
+        id=item_id,
+        kind="capacity-wanted",
+        message=effect.reason,
+        at=job.updated_at,
+        detail={
+            "gpus": effect.gpus,
+            "avoid-instances": list(effect.avoid_instances),
+            "avoid-pools": [{"instance-type": t, "availability-zone": z} for t, z in effect.avoid_pools],
+            "deadline": job.options.deadline.isoformat() if job.options.deadline else None,
+        },
+    )

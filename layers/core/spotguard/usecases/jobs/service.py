@@ -1,0 +1,275 @@
+"""Jobs: submit, follow their tasks, resubmit from the newest checkpoint, and the manual controls.
+
+Each entry point here turns one request or event into a transition of domain.jobs and hands it to the
+engine (engine.py), which writes it and carries out what follows, down to the next RunTask. Adoption,
+EBS mode and reconcile have modules of their own beside this one.
+
+A STOPPED task event, for instance: `on_task_event` -> engine.run(transitions.on_task_event) ->
+compare-and-set write -> engine.drive -> transitions.begin_launch -> RunTask (request.run_task_params).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
+from spotguard.domain.jobs.effects import Step
+from spotguard.domain.jobs.model import TERMINAL, Job, JobState, adopted_job_id
+from spotguard.domain.jobs.spend import spend
+from spotguard.domain.jobs.transitions import on_task_event, request_cancel, request_resubmit
+from spotguard.domain.prices import task_share
+from spotguard.domain.task_events import indexed_info
+from spotguard.domain.tasks import TaskEvent
+from spotguard.ports import Hosts, JobEcs, JobStore, StopClaims, TaskIndex
+from spotguard.usecases.jobs.adoption import Adoption
+from spotguard.usecases.jobs.ebs import EbsVolumes, ebs_checkpointing
+from spotguard.usecases.jobs.engine import JobEngine, JobsConfig, Transition
+
+
+class JobService:
+    def __init__(
+        self,
+        engine: JobEngine,
+        hosts: Hosts,
+        claims: StopClaims,
+        index: TaskIndex | None = None,
+        volumes: EbsVolumes | None = None,
+    ) -> None:
+        self.engine = engine
+        self.config: JobsConfig = engine.config
+        self.store: JobStore = engine.store
+        self.ecs: JobEcs = engine.ecs
+        self.clock: Callable[[], datetime] = engine.clock
+        self.hosts = hosts
+        self.claims = claims
+        self.index = index
+        self.volumes = volumes
+        self.adoption = Adoption(self.config, self.store, self.ecs, self.clock)
+
+    # ================================================================================ manual actions
+    def submit(self, cmd: Submit) -> Job:
+        if not self.config.settings.watches(cmd.request.cluster):
+            watched = ", ".join(self.config.settings.clusters) or "none"
+            raise CommandError(
+                "BadRequest", f"request.cluster: {cmd.request.cluster} is not a watched cluster ({watched})"
+            )
+        job_id = cmd.job_id or f"job-{self.clock():%Y%m%d}-{secrets.token_hex(4)}"
+        existing = self.store.get(job_id)
+        if existing is not None:
+            return _same_submit(existing, cmd)
+        try:
+            td = self.ecs.task_definition(cmd.request.taskDefinition, cmd.request.overrides)
+        except Exception as exc:  # the ECS error says what is wrong with the name
+            raise CommandError("BadRequest", f"request.taskDefinition: {_aws_message(exc)}") from None
+        if cmd.options.checkpoint_container and cmd.options.checkpoint_container not in td.containers:
+            raise CommandError(
+                "BadRequest",
+                f"options.checkpoint_container: {cmd.options.checkpoint_container!r} is not a container of "
+                f"{td.arn} ({', '.join(td.containers)})",
+            )
+        ebs = ebs_checkpointing(cmd, td, self.config.ebs_role_arn)
+        now = self.clock()
+        job = Job(
+            job_id=job_id,
+            state=JobState.QUEUED,
+            request=cmd.request,
+            options=cmd.options,
+            checkpoint_uri=ebs[1] if ebs else self.config.default_uri(job_id),
+            gpus=td.gpus,
+            containers=td.containers,
+            created_at=now,
+            updated_at=now,
+            ebs_volume=ebs[0] if ebs else None,
+        )
+        if not self.store.create(job):  # the same id, submitted at the same moment
+            again = self.store.get(job_id)
+            assert again is not None
+            return _same_submit(again, cmd)
+        return self.engine.drive(job_id)
+
+    def resubmit(self, cmd: Resubmit) -> Job:
+        if cmd.task_arn is not None:
+            job_id = self.adoption.stopped(cmd.task_arn)
+        else:
+            assert cmd.job_id is not None
+            job_id = cmd.job_id
+        job = self.engine.get(job_id)
+        if cmd.checkpoint and not cmd.checkpoint.startswith(job.checkpoint_uri):
+            raise CommandError(
+                "BadRequest",
+                f"checkpoint: not one of job {job_id}'s checkpoints (under {job.checkpoint_uri})",
+            )
+        return self.engine.run(
+            job_id, lambda j: request_resubmit(j, self.clock(), cmd.checkpoint), current=job
+        )[0]
+
+    def cancel(self, cmd: Cancel) -> Job:
+        job = self.engine.get(cmd.job_id)
+        return self.engine.run(
+            cmd.job_id, lambda j: request_cancel(j, self.clock(), cmd.reason), current=job, drive=False
+        )[0]
+
+    def status(self, cmd: Status) -> dict[str, Any]:
+        job = self.engine.flush(self.engine.get(cmd.job_id))
+        refs = self.store.checkpoints(job.checkpoint_uri)
+        by_attempt: dict[int, list[datetime]] = {}
+        for r in refs:
+            if r.created_at is not None:
+                by_attempt.setdefault(r.attempt, []).append(r.created_at)
+        now = self.clock()
+        return {
+            **summary(job),
+            "request": job.request.model_dump(mode="json", exclude_none=True),
+            "options": job.options.model_dump(mode="json"),
+            "attempts": [a.model_dump(mode="json", exclude_none=True) for a in job.attempts],
+            "checkpoints": [r.model_dump(mode="json", exclude_none=True) for r in refs],
+            "snapshots": job.snapshots,  # EBS mode: the volumes' snapshots, oldest first
+            "spend": spend(job, by_attempt, now).model_dump(mode="json"),
+            "avoiding": {
+                "instances": job.avoid_instances,
+                "pools": [p.model_dump(mode="json") for p in job.avoid_pools if p.until > now],
+            },
+        }
+
+    def list(self, cmd: ListJobs) -> list[dict[str, Any]]:
+        return [summary(j) for j in self.store.list(cmd.state, cmd.limit)]
+
+    # =============================================================================== event handling
+    def on_task_event(self, ev: TaskEvent) -> str:
+        """Apply one ECS task event to its job (adopting the task if it is managed and new)."""
+        ref = ev.job_ref
+        job_id = ref[0] if ref else adopted_job_id(ev.task_arn)
+        job = self.store.get(job_id)
+        if job is None and ref is None:
+            job = self.adoption.running(ev)
+        self._index(ev, job)
+        if job is None:
+            return (
+                "not a managed task" if ref is None else f"job {job_id} is not in the ledger: event ignored"
+            )
+        return self.engine.run(job_id, self._task_event(ev), current=job)[1]
+
+    def on_launch_due(self, job_id: str, launch_try: int) -> str:
+        """A retry message: a job that waited for capacity is due for another RunTask."""
+        job = self.store.get(job_id)
+        if job is None:
+            return f"job {job_id} is not in the ledger"
+        if job.state is not JobState.QUEUED or job.launch_tries != launch_try:
+            return f"stale retry (job is {job.state}, try {job.launch_tries})"
+        now = self.clock()
+        if job.retry_at is not None and now < job.retry_at:
+            wait = max(1, int((job.retry_at - now).total_seconds() + 0.999))
+            self.engine.retries.schedule(job_id, launch_try, wait)
+            return f"not due yet: checking again in {wait} s"
+        self.engine.drive(job_id, job)
+        return "launched"
+
+    def on_snapshot(self, snapshot_id: str, ok: bool) -> str:
+        """An EBS Snapshot Notification: the job waiting for it is queued, from this snapshot or, if it
+        failed, the one before."""
+        assert self.volumes is not None
+        job_id = self.volumes.owner(snapshot_id)
+        if job_id is None:
+            return "not a SpotGuard snapshot"
+        job = self.store.get(job_id)
+        if job is None:
+            return f"job {job_id} is not in the ledger"
+        note = self.engine.run(job_id, self.volumes.settled(snapshot_id, ok), current=job)[1]
+        return note or f"snapshot {'completed' if ok else 'failed'}"
+
+    # ------------------------------------------------------------------------------------ internals
+    def _task_event(self, ev: TaskEvent) -> Transition:
+        """The transition for a task event: SpotGuard's own stop claim on the host (a STOPPED event) and
+        what the attempt runs on (instance, type, zone, price; looked up once per attempt)."""
+        facts_cache: dict[str, Any] = {}
+
+        def transition(job: Job) -> Step:
+            attempt = job.attempt_for(ev.task_arn)
+            notice = None
+            if ev.last_status == "STOPPED" and attempt is not None and attempt.instance_id:
+                notice = self.claims.stop_claim(attempt.instance_id)
+            step = on_task_event(job, ev, notice, self.clock())
+            if step.job is not None:
+                step = step.model_copy(update={"job": self._with_host(step.job, ev, facts_cache)})
+            return step
+
+        return transition
+
+    def _index(self, ev: TaskEvent, job: Job | None) -> None:
+        """Keep the host's task index, so a notice for the host needs no DescribeTasks."""
+        if self.index is None or not ev.container_instance_arn:
+            return
+        container = (
+            (job.options.checkpoint_container or (job.containers[0] if job.containers else None))
+            if job
+            else None
+        )
+        info = indexed_info(
+            ev, managed=job is not None, gpu=bool(job and job.gpus), checkpoint_container=container
+        )
+        self.index.index_task(info, ev.version, self.clock())
+
+    def _with_host(self, job: Job, ev: TaskEvent, cache: dict[str, Any]) -> Job:
+        """Fill in what the attempt runs on (once per attempt): instance, type, zone, price."""
+        attempt = job.attempt_for(ev.task_arn)
+        if attempt is None or attempt.instance_id or not ev.container_instance_arn:
+            return job
+        if "facts" not in cache:
+            cache["facts"] = self.hosts.facts(ev.cluster_arn, ev.container_instance_arn)
+        facts = cache["facts"]
+        if facts is None:
+            return job
+        price = (
+            task_share(facts.instance_price, job.gpus, facts.instance_gpus)
+            if facts.instance_price is not None
+            else None
+        )
+        updated = attempt.model_copy(
+            update={
+                "instance_id": facts.instance_id,
+                "instance_type": facts.instance_type,
+                "availability_zone": facts.availability_zone or attempt.availability_zone,
+                "lifecycle": facts.lifecycle,
+                "price_per_hour": price,
+            }
+        )
+        return job.model_copy(
+            update={"attempts": [updated if a.number == attempt.number else a for a in job.attempts]}
+        )
+
+
+def summary(job: Job) -> dict[str, Any]:
+    live = job.live_attempt
+    shown = live or (job.attempts[-1] if job.attempts else None)
+    return {
+        "job_id": job.job_id,
+        "state": str(job.state),
+        "origin": job.origin,
+        "gpus": job.gpus,
+        "attempts": len(job.attempts),
+        "task_arn": shown.task_arn if shown else None,
+        "instance_type": shown.instance_type if shown else None,
+        "checkpoint_uri": job.checkpoint_uri,
+        "created_at": job.created_at.isoformat(),
+        "updated_at": job.updated_at.isoformat(),
+        "retry_at": job.retry_at.isoformat() if job.retry_at else None,
+        "finished": job.state in TERMINAL,
+        "last_reason": job.last_reason,
+    }
+
+
+def _same_submit(job: Job, cmd: Submit) -> Job:
+    if job.request == cmd.request and job.options == cmd.options:
+        return job  # a repeated submit: the job it made the first time
+    raise CommandError("Conflict", f"job {job.job_id} exists already with another request or options")
+
+
+def _aws_message(exc: Exception) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        err = response.get("Error", {})
+        return f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
+    return str(exc)
