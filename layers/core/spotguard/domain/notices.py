@@ -451,19 +451,23 @@ _EVENT_TYPES: dict[tuple[str, str], tuple[NoticeKind, Callable[[EventBridgeModel
 }
 
 
+def actions(kind: str, settings: Settings) -> list[Action]:
+    """What the interruption use case does for a notice of this kind, in order. The one source of these
+    rules: the use case takes its branches from this list, and `explain` prints it."""
+    if kind == NoticeKind.LIFECYCLE_CHECK:
+        return [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
+    if kind == NoticeKind.REBALANCE and settings.rebalance is RebalanceMode.CHECKPOINT:
+        return [Action.RECORD, Action.CHECKPOINT_TASKS]
+    steps = [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
+    if kind == NoticeKind.LIFECYCLE_TERMINATE:
+        steps += [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
+    return steps
+
+
 def plan(decision: Decision, settings: Settings) -> list[str]:
-    """The actions the interruption use case takes for a decision, in order (what `explain` prints)."""
+    """The actions the interruption function takes for a decision, in order (what `explain` prints)."""
     if decision.outcome != "act":
         return []
     if decision.index_update is not None:
         return [str(Action.INDEX)]
-    kind = decision.kind
-    if kind == NoticeKind.LIFECYCLE_CHECK:
-        steps = [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
-    elif kind == NoticeKind.REBALANCE and settings.rebalance is RebalanceMode.CHECKPOINT:
-        steps = [Action.RECORD, Action.CHECKPOINT_TASKS]
-    else:
-        steps = [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
-        if kind == NoticeKind.LIFECYCLE_TERMINATE:
-            steps += [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
-    return [str(s) for s in steps]
+    return [str(s) for s in actions(decision.kind or "", settings)]

@@ -15,13 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from spotguard.domain.notices import (
-    ContainerInstanceUpdate,
-    Notice,
-    NoticeKind,
-    RebalanceMode,
-    Settings,
-)
+from spotguard.domain.notices import Action, ContainerInstanceUpdate, Notice, Settings, actions
 from spotguard.domain.tasks import ContainerInstanceRef, ManageMode, TaskInfo, managed_tasks
 from spotguard.ports import Ecs, FollowUps, InterruptionLedger, Lifecycle, Signaller
 
@@ -83,7 +77,9 @@ class InterruptionService:
 
     # ----------------------------------------------------------------------------------------- notice
     def handle(self, notice: Notice) -> NoticeOutcome:
-        if notice.kind is NoticeKind.LIFECYCLE_CHECK:
+        """Carry out the notice's actions (`domain.notices.actions`: what `explain` prints, too)."""
+        steps = actions(notice.kind, self.config.settings)
+        if Action.RECORD not in steps:  # the follow-up of a held lifecycle action
             return self._lifecycle_check(notice)
         received = self.clock()
         self.ledger.record_notice(notice, received)
@@ -98,7 +94,7 @@ class InterruptionService:
             return out
         out.cluster_arn, out.container_instance_arn = ref.cluster_arn, ref.container_instance_arn
 
-        if notice.kind is NoticeKind.REBALANCE and self.config.settings.rebalance is RebalanceMode.CHECKPOINT:
+        if Action.CHECKPOINT_TASKS in steps:
             tasks = self._managed(ref)
             if tasks:
                 self.signaller.signal(notice.instance_id, tasks, "SIGUSR1")
@@ -106,26 +102,26 @@ class InterruptionService:
                 out.signal_latency_seconds = self._latency(notice)
             else:
                 out.skipped = "no managed task on this instance"
-            self.ledger.finish_notice(notice, out.model_dump(mode="json"))
-            return out
 
-        if ref.status != "DRAINING":
+        if Action.DRAIN in steps and ref.status != "DRAINING":
             self.ecs.drain(ref)
             out.drained = True
-        holder = self.ledger.claim_host(notice.instance_id, notice.key, received)
-        if holder is None:
-            tasks = self._managed(ref)
-            self._stop_all(tasks, stop_reason(notice))
-            out.signal, out.signalled = "stop", [t.task_arn for t in tasks]
-            if tasks:
-                out.signal_latency_seconds = self._latency(notice)
+        holder = notice.key
+        if Action.STOP_TASKS in steps:
+            claimed = self.ledger.claim_host(notice.instance_id, notice.key, received)
+            if claimed is None:
+                tasks = self._managed(ref)
+                self._stop_all(tasks, stop_reason(notice))
+                out.signal, out.signalled = "stop", [t.task_arn for t in tasks]
+                if tasks:
+                    out.signal_latency_seconds = self._latency(notice)
+                else:
+                    out.skipped = "no managed task on this instance"
             else:
-                out.skipped = "no managed task on this instance"
-            holder = notice.key
-        else:
-            out.skipped = f"managed tasks were already stopped for notice {holder}"
+                holder = claimed
+                out.skipped = f"managed tasks were already stopped for notice {holder}"
 
-        if notice.lifecycle is not None:
+        if Action.COMPLETE_LIFECYCLE in steps and notice.lifecycle is not None:
             if holder == notice.key:
                 waiting_for = out.signalled
             else:  # another notice stopped the tasks: wait for those
@@ -178,10 +174,10 @@ class InterruptionService:
         if not tasks:
             return
         if len(tasks) == 1:
-            self.ecs.stop_task(tasks[0], reason)
+            self.ecs.stop_task(tasks[0].cluster_arn, tasks[0].task_arn, reason)
             return
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_SIGNALS, len(tasks))) as pool:
-            futures = [pool.submit(self.ecs.stop_task, t, reason) for t in tasks]
+            futures = [pool.submit(self.ecs.stop_task, t.cluster_arn, t.task_arn, reason) for t in tasks]
         errors = [f.exception() for f in futures if f.exception() is not None]
         if errors:
             raise errors[0]  # type: ignore[misc]
