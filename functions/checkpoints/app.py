@@ -17,8 +17,9 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from spotguard.config import CheckpointsEnv
-from spotguard.domain.checkpoints import classify_object_created
-from spotguard.runtime import CheckpointsRuntime
+from spotguard.domain.checkpoints import ManifestEvent, classify_object_created
+from spotguard.handling import Router
+from spotguard.runtime.checkpoints import CheckpointsRuntime
 from spotguard.usecases.checkpoints import BadManifest
 
 warnings.filterwarnings("ignore", "No application metrics to publish")
@@ -26,24 +27,20 @@ logger = Logger()
 metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.SQS)
 runtime = CheckpointsRuntime(CheckpointsEnv.load())
+router = Router(logger, runtime.dead_letters)
 
 
 def record_handler(record: SQSRecord) -> None:
     event = classify_object_created(record.body)
-    logger.set_correlation_id(event.event_id or record.message_id)
-    if event.outcome == "reject":
-        logger.warning("rejected", extra={"reason": event.reason})
-        runtime.dead_letters.send(record.body, event.reason, record.message_id)
-        return
-    if event.outcome == "ignore":
-        logger.info("ignored", extra={"reason": event.reason, "key": event.key})
-        return
+    router.route(record, event, lambda e: record_checkpoint(record, e), ignored={"key": event.key})
+
+
+def record_checkpoint(record: SQSRecord, event: ManifestEvent) -> None:
     try:
         ref, newest = runtime.service.on_committed(event)
     except BadManifest as exc:
-        logger.warning("bad manifest", extra={"reason": str(exc)})
         metrics.add_metric(name="BadManifests", unit=MetricUnit.Count, value=1)
-        runtime.dead_letters.send(record.body, str(exc), record.message_id)
+        router.reject(record, str(exc), "bad manifest")
         return
     metrics.add_metric(name="CheckpointsCommitted", unit=MetricUnit.Count, value=1)
     logger.info(

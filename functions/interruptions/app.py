@@ -16,9 +16,10 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from spotguard.config import InterruptionEnv
-from spotguard.domain.notices import classify, plan
+from spotguard.domain.notices import Decision, classify, plan
+from spotguard.handling import Router
 from spotguard.observability import count_decision, count_outcome, tracer
-from spotguard.runtime import InterruptionRuntime
+from spotguard.runtime.interruption import InterruptionRuntime
 
 # A batch of ignored events has no metric to publish; that is normal, not worth a warning per batch.
 warnings.filterwarnings("ignore", "No application metrics to publish")
@@ -27,19 +28,16 @@ metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.SQS)
 runtime = InterruptionRuntime(InterruptionEnv.load())
 _tracer = tracer()
+router = Router(logger, runtime.dead_letters)
 
 
 def record_handler(record: SQSRecord) -> None:
     decision = classify(record.body, runtime.settings)
-    logger.set_correlation_id(decision.event_id or record.message_id)
     count_decision(metrics, decision)
-    if decision.outcome == "reject":
-        logger.warning("rejected", extra={"reason": decision.reason, "message_id": record.message_id})
-        runtime.dead_letters.send(record.body, decision.reason, record.message_id)
-        return
-    if decision.outcome == "ignore":
-        logger.info("ignored", extra={"kind": decision.kind, "reason": decision.reason})
-        return
+    router.route(record, decision, act, ignored={"kind": decision.kind})
+
+
+def act(decision: Decision) -> None:
     logger.info("acting", extra={"kind": decision.kind, "actions": plan(decision, runtime.settings)})
     if decision.index_update is not None:
         applied = runtime.service.index(decision.index_update)

@@ -18,9 +18,10 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from spotguard.config import JobsEnv
-from spotguard.domain.task_events import classify_task_message
+from spotguard.domain.task_events import TaskMessage, classify_task_message
+from spotguard.handling import Router
 from spotguard.observability import tracer
-from spotguard.runtime import JobsRuntime
+from spotguard.runtime.jobs import JobsRuntime
 
 warnings.filterwarnings("ignore", "No application metrics to publish")
 logger = Logger()
@@ -28,18 +29,14 @@ metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.SQS)
 runtime = JobsRuntime(JobsEnv.load())
 _tracer = tracer()
+router = Router(logger, runtime.dead_letters, quiet_ignores=True)
 
 
 def record_handler(record: SQSRecord) -> None:
-    msg = classify_task_message(record.body, runtime.settings)
-    logger.set_correlation_id(msg.event_id or record.message_id)
-    if msg.outcome == "reject":
-        logger.warning("rejected", extra={"reason": msg.reason, "message_id": record.message_id})
-        runtime.dead_letters.send(record.body, msg.reason, record.message_id)
-        return
-    if msg.outcome == "ignore":
-        logger.debug("ignored", extra={"reason": msg.reason})
-        return
+    router.route(record, classify_task_message(record.body, runtime.settings), act)
+
+
+def act(msg: TaskMessage) -> None:
     if msg.outcome == "launch":
         assert msg.job_id is not None and msg.launch_try is not None
         note = runtime.service.on_launch_due(msg.job_id, msg.launch_try)
