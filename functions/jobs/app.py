@@ -26,7 +26,7 @@ from spotguard.domain.commands import (
     parse_command,
 )
 from spotguard.observability import tracer
-from spotguard.runtime import JobsRuntime
+from spotguard.runtime.jobs import JobsRuntime
 from spotguard.usecases.jobs.service import summary
 
 warnings.filterwarnings("ignore", "No application metrics to publish")

@@ -15,7 +15,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from spotguard.config import JobsEnv
 from spotguard.observability import tracer
-from spotguard.runtime import JobsRuntime
+from spotguard.runtime.jobs import JobsRuntime
 
 warnings.filterwarnings("ignore", "No application metrics to publish")
 logger = Logger()

@@ -1,4 +1,6 @@
-"""ECS: container instances, their tasks, drain and stop. Turns boto3 answers into domain types."""
+"""ECS for the interruption path: container instances, their tasks, drain and stop. Turns boto3 answers
+into domain types. What only the jobs path needs (RunTask, task descriptions as TaskEvents, task
+definitions) is in ecs_jobs.py, so the urgent function does not load the jobs domain at cold start."""
 
 from __future__ import annotations
 
@@ -8,31 +10,18 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from spotguard.domain.facts import RunResult, TaskDefinitionInfo
-from spotguard.domain.task_events import described_task
 from spotguard.domain.tasks import (
     ContainerInstanceRef,
-    TaskEvent,
     TaskInfo,
     cluster_arn_of,
     container_overrides_have_gpu,
-    gpu_count,
     task_definition_has_gpu,
 )
-
-# RunTask errors that say the request itself is wrong: retrying it can never work.
-REQUEST_ERRORS = {
-    "InvalidParameterException",
-    "ClientException",
-    "ClusterNotFoundException",
-    "AccessDeniedException",
-}
-
 
 PAGE = 100  # ListTasks, DescribeTasks and DescribeContainerInstances take at most 100 at a time
 
 
-def _chunks(items: Sequence[str], size: int = PAGE) -> Iterator[list[str]]:
+def chunks(items: Sequence[str], size: int = PAGE) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield list(items[i : i + size])
 
@@ -78,7 +67,7 @@ class EcsAdapter:
             for page in pages:
                 arns += page.get("containerInstanceArns", [])
             # The filter is honoured by ECS but not by every stand-in: match on the description too.
-            for chunk in _chunks(arns):
+            for chunk in chunks(arns):
                 resp = self.client.describe_container_instances(cluster=cluster, containerInstances=chunk)
                 for ci in resp.get("containerInstances", []):
                     if ci.get("ec2InstanceId") == instance_id:
@@ -122,7 +111,7 @@ class EcsAdapter:
     def describe_tasks(self, cluster_arn: str, arns: Sequence[str]) -> list[TaskInfo]:
         """With tags: one DescribeTasks call per 100."""
         out: list[TaskInfo] = []
-        for chunk in _chunks(arns):
+        for chunk in chunks(arns):
             resp = self.client.describe_tasks(cluster=cluster_arn, tasks=chunk, include=["TAGS"])
             out += [task_info(t) for t in resp.get("tasks", [])]
         return out
@@ -130,7 +119,7 @@ class EcsAdapter:
     def stopped(self, cluster_arn: str, task_arns: Sequence[str]) -> list[str]:
         """Which of these tasks have stopped (or are gone)."""
         seen: dict[str, str] = {}
-        for chunk in _chunks(task_arns):
+        for chunk in chunks(task_arns):
             resp = self.client.describe_tasks(cluster=cluster_arn, tasks=chunk)
             seen.update({t["taskArn"]: t.get("lastStatus", "") for t in resp.get("tasks", [])})
         return [a for a in task_arns if seen.get(a, "STOPPED") == "STOPPED"]
@@ -153,64 +142,3 @@ class EcsAdapter:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "InvalidParameterException":
                 raise
-
-    # ------------------------------------------------------------------------------------- jobs
-    def run_task(self, params: dict[str, Any]) -> RunResult:
-        try:
-            resp = self.client.run_task(**params)
-        except ClientError as exc:
-            err = exc.response.get("Error", {})
-            if err.get("Code") in REQUEST_ERRORS:
-                return RunResult(refused=f"{err.get('Code')}: {err.get('Message', '')}"[:500])
-            raise
-        tasks = resp.get("tasks") or []
-        if tasks:
-            return RunResult(task_arn=tasks[0]["taskArn"])
-        reasons = [
-            f"{f.get('reason', 'unknown')}" + (f" ({f['detail']})" if f.get("detail") else "")
-            for f in resp.get("failures") or []
-        ]
-        return RunResult(no_capacity="; ".join(reasons)[:500] or "no task was placed")
-
-    def describe_task(self, cluster: str, task_arn: str) -> TaskEvent | None:
-        """One task with its tags (adoption reads it once)."""
-        resp = self.client.describe_tasks(cluster=cluster, tasks=[task_arn], include=["TAGS"])
-        tasks = resp.get("tasks") or []
-        return described_task(tasks[0]) if tasks else None
-
-    def describe_many(self, cluster: str, task_arns: Sequence[str]) -> tuple[dict[str, TaskEvent], list[str]]:
-        """The tasks ECS still knows (100 per call), and the ones it has forgotten (MISSING)."""
-        found: dict[str, TaskEvent] = {}
-        missing: list[str] = []
-        for chunk in _chunks(task_arns):
-            resp = self.client.describe_tasks(cluster=cluster, tasks=chunk)
-            found.update({t["taskArn"]: described_task(t) for t in resp.get("tasks", [])})
-            failed = {f["arn"]: f.get("reason") for f in resp.get("failures", []) if "arn" in f}
-            # ECS answers every ARN with a task or a failure; an ARN with neither is gone too.
-            missing += [a for a in chunk if a not in found and failed.get(a, "MISSING") == "MISSING"]
-        return found, missing
-
-    def task_definition(self, arn: str, overrides: dict[str, Any] | None = None) -> TaskDefinitionInfo:
-        td = self.client.describe_task_definition(taskDefinition=arn)["taskDefinition"]
-        containers = td.get("containerDefinitions", []) or []
-        return TaskDefinitionInfo(
-            arn=td.get("taskDefinitionArn", arn),
-            containers=[str(c.get("name")) for c in containers],
-            gpus=gpu_count(td, overrides),
-            volumes_at_launch=[
-                str(v["name"]) for v in td.get("volumes") or [] if v.get("configuredAtLaunch")
-            ],
-            mounts={
-                str(c.get("name")): {
-                    str(m.get("sourceVolume")): str(m.get("containerPath"))
-                    for m in c.get("mountPoints") or []
-                }
-                for c in containers
-            },
-            environment={
-                str(c.get("name")): {
-                    str(e.get("name")): str(e.get("value", "")) for e in c.get("environment") or []
-                }
-                for c in containers
-            },
-        )

@@ -1,9 +1,8 @@
-"""Composition root for the Lambdas: build the adapters from the environment once per cold start, and
-wrap the use cases in Powertools idempotency. Handlers in functions/ import from here and stay thin."""
+"""The jobs path's runtime: the task-events, jobs and reconcile functions all run the jobs use cases."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import (
@@ -12,80 +11,25 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 
-from spotguard.adapters.autoscaling import LifecycleAdapter
 from spotguard.adapters.clients import LazyClient, client
 from spotguard.adapters.ebs import EbsAdapter
-from spotguard.adapters.ecs import EcsAdapter
+from spotguard.adapters.ecs_jobs import JobsEcsAdapter
 from spotguard.adapters.hosts import Ec2Hosts
 from spotguard.adapters.job_store import DynamoJobs
 from spotguard.adapters.ledger import DynamoLedger
 from spotguard.adapters.notify import Notifier
-from spotguard.adapters.queues import DeadLetters, FollowUpQueue, RetryQueue
+from spotguard.adapters.queues import DeadLetters, RetryQueue
 from spotguard.adapters.s3 import S3Checkpoints
-from spotguard.adapters.ssm import SsmSignaller
-from spotguard.config import CheckpointsEnv, InterruptionEnv, JobsEnv
+from spotguard.config import JobsEnv
 from spotguard.domain.commands import Submit
-from spotguard.domain.notices import Notice
+from spotguard.runtime import utcnow
 from spotguard.usecases.checkpoints import CheckpointService
-from spotguard.usecases.interruption import InterruptionConfig, InterruptionService
 from spotguard.usecases.jobs.ebs import EbsVolumes
 from spotguard.usecases.jobs.engine import JobEngine, JobsConfig
 from spotguard.usecases.jobs.reconcile import Reconciler
 from spotguard.usecases.jobs.service import JobService, summary
 
-NOTICE_IDEMPOTENCY_SECONDS = 24 * 3600  # a redelivered notice, even hours later, is not acted on twice
 SUBMIT_IDEMPOTENCY_SECONDS = 600  # the same submit payload again within 10 minutes: the same job
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class InterruptionRuntime:
-    def __init__(self, env: InterruptionEnv) -> None:
-        self.env = env
-        self.settings = env.settings
-        sqs = LazyClient("sqs")
-        self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
-        self.service = InterruptionService(
-            config=InterruptionConfig(
-                settings=env.settings,
-                manage=env.manage,
-                lifecycle_wait_seconds=env.lifecycle_wait_seconds,
-                lifecycle_check_seconds=env.lifecycle_check_seconds,
-            ),
-            ecs=EcsAdapter(client("ecs")),
-            signaller=SsmSignaller(LazyClient("ssm")),
-            lifecycle=LifecycleAdapter(LazyClient("autoscaling")),
-            follow_ups=FollowUpQueue(sqs, env.queue_url),
-            ledger=self.ledger,
-            clock=utcnow,
-        )
-        self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
-        self.idempotency = IdempotencyConfig(
-            event_key_jmespath="[kind, event_id, instance_id]",
-            expires_after_seconds=NOTICE_IDEMPOTENCY_SECONDS,
-            raise_on_no_idempotency_key=True,
-        )
-        store = DynamoDBPersistenceLayer(table_name=env.idempotency_table, boto3_client=client("dynamodb"))
-        # Same notice key in flight elsewhere -> IdempotencyAlreadyInProgressError -> the record is retried.
-        self.handle_notice = idempotent_function(
-            data_keyword_argument="notice", persistence_store=store, config=self.idempotency
-        )(self._handle_notice)
-
-    def _handle_notice(self, notice: Notice) -> dict[str, Any]:
-        return self.service.handle(notice).model_dump(mode="json")
-
-    def register_context(self, context: Any) -> None:
-        self.idempotency.register_lambda_context(context)
-
-
-class CheckpointsRuntime:
-    def __init__(self, env: CheckpointsEnv) -> None:
-        self.env = env
-        self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
-        self.service = CheckpointService(S3Checkpoints(client("s3")), self.ledger)
-        self.dead_letters = DeadLetters(LazyClient("sqs"), env.dead_letter_url)
 
 
 class JobsRuntime:
@@ -109,7 +53,7 @@ class JobsRuntime:
                 ebs_role_arn=env.ebs_role_arn or None,
             ),
             store=DynamoJobs(dynamodb, env.ledger_table),
-            ecs=EcsAdapter(ecs),
+            ecs=JobsEcsAdapter(ecs),
             checkpoints=CheckpointService(S3Checkpoints(LazyClient("s3")), ledger),
             notifier=Notifier(LazyClient("sns"), LazyClient("events"), env.topic_arn),
             retries=RetryQueue(sqs, env.retry_queue_url),

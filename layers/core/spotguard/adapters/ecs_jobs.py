@@ -1,0 +1,84 @@
+"""ECS for the jobs path: RunTask, task descriptions as the domain's TaskEvent, task definitions; and
+the interruption path's calls (StopTask among them) by inheritance, so there is one StopTask."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from spotguard.adapters.ecs import EcsAdapter, chunks
+from spotguard.domain.facts import RunResult, TaskDefinitionInfo
+from spotguard.domain.task_events import described_task
+from spotguard.domain.tasks import TaskEvent, gpu_count
+
+# RunTask errors that say the request itself is wrong: retrying it can never work.
+REQUEST_ERRORS = {
+    "InvalidParameterException",
+    "ClientException",
+    "ClusterNotFoundException",
+    "AccessDeniedException",
+}
+
+
+class JobsEcsAdapter(EcsAdapter):
+    def run_task(self, params: dict[str, Any]) -> RunResult:
+        try:
+            resp = self.client.run_task(**params)
+        except ClientError as exc:
+            err = exc.response.get("Error", {})
+            if err.get("Code") in REQUEST_ERRORS:
+                return RunResult(refused=f"{err.get('Code')}: {err.get('Message', '')}"[:500])
+            raise
+        tasks = resp.get("tasks") or []
+        if tasks:
+            return RunResult(task_arn=tasks[0]["taskArn"])
+        reasons = [
+            f"{f.get('reason', 'unknown')}" + (f" ({f['detail']})" if f.get("detail") else "")
+            for f in resp.get("failures") or []
+        ]
+        return RunResult(no_capacity="; ".join(reasons)[:500] or "no task was placed")
+
+    def describe_task(self, cluster: str, task_arn: str) -> TaskEvent | None:
+        """One task with its tags (adoption reads it once)."""
+        resp = self.client.describe_tasks(cluster=cluster, tasks=[task_arn], include=["TAGS"])
+        tasks = resp.get("tasks") or []
+        return described_task(tasks[0]) if tasks else None
+
+    def describe_many(self, cluster: str, task_arns: Sequence[str]) -> tuple[dict[str, TaskEvent], list[str]]:
+        """The tasks ECS still knows (100 per call), and the ones it has forgotten (MISSING)."""
+        found: dict[str, TaskEvent] = {}
+        missing: list[str] = []
+        for chunk in chunks(task_arns):
+            resp = self.client.describe_tasks(cluster=cluster, tasks=chunk)
+            found.update({t["taskArn"]: described_task(t) for t in resp.get("tasks", [])})
+            failed = {f["arn"]: f.get("reason") for f in resp.get("failures", []) if "arn" in f}
+            # ECS answers every ARN with a task or a failure; an ARN with neither is gone too.
+            missing += [a for a in chunk if a not in found and failed.get(a, "MISSING") == "MISSING"]
+        return found, missing
+
+    def task_definition(self, arn: str, overrides: dict[str, Any] | None = None) -> TaskDefinitionInfo:
+        td = self.client.describe_task_definition(taskDefinition=arn)["taskDefinition"]
+        containers = td.get("containerDefinitions", []) or []
+        return TaskDefinitionInfo(
+            arn=td.get("taskDefinitionArn", arn),
+            containers=[str(c.get("name")) for c in containers],
+            gpus=gpu_count(td, overrides),
+            volumes_at_launch=[
+                str(v["name"]) for v in td.get("volumes") or [] if v.get("configuredAtLaunch")
+            ],
+            mounts={
+                str(c.get("name")): {
+                    str(m.get("sourceVolume")): str(m.get("containerPath"))
+                    for m in c.get("mountPoints") or []
+                }
+                for c in containers
+            },
+            environment={
+                str(c.get("name")): {
+                    str(e.get("name")): str(e.get("value", "")) for e in c.get("environment") or []
+                }
+                for c in containers
+            },
+        )
