@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 from spotguard.domain.notices import LifecycleRef
-from spotguard.domain.task_events import launch_due_message
+from spotguard.domain.own_events import LIFECYCLE_CHECK, launch_due_message, own_event
 
 MAX_DELAY_SECONDS = 900  # SQS's limit for DelaySeconds
 
@@ -21,26 +19,17 @@ class FollowUpQueue:
     def lifecycle_check(
         self, instance_id: str, ref: LifecycleRef, deadline: datetime, notice_key: str, delay_seconds: int
     ) -> None:
-        """An EventBridge-shaped event, so it goes through the same parser as every other record."""
-        body = {
-            "version": "0",
-            "id": str(uuid.uuid4()),
-            "source": "spotguard",
-            "detail-type": "Lifecycle Check",
-            "account": "000000000000",
-            "time": datetime.now(UTC).isoformat(),
-            "region": "",
-            "resources": [],
-            "detail": {
-                "instance-id": instance_id,
-                "lifecycle": ref.model_dump(),
-                "deadline": deadline.isoformat(),
-                "notice-key": notice_key,
-            },
+        """A Lifecycle Check, delayed: is the held instance's task stopped yet?"""
+        detail = {
+            "instance-id": instance_id,
+            "lifecycle": ref.model_dump(),
+            "deadline": deadline.isoformat(),
+            "notice-key": notice_key,
         }
+        body = own_event(LIFECYCLE_CHECK, detail, datetime.now(UTC))
         self.client.send_message(
             QueueUrl=self.queue_url,
-            MessageBody=json.dumps(body),
+            MessageBody=body,
             DelaySeconds=max(0, min(delay_seconds, MAX_DELAY_SECONDS)),
         )
 

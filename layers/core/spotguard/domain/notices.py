@@ -26,6 +26,7 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from spotguard.domain.errors import one_line
+from spotguard.domain.own_events import LIFECYCLE_CHECK, SOURCE
 
 SPOT_WARNING_SECONDS = 120
 INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
@@ -165,21 +166,28 @@ InstanceId = Annotated[str, BeforeValidator(_instance_id)]
 HealthTime = Annotated[datetime, BeforeValidator(_health_time)]
 
 
-class SpotWarningDetail(BaseModel):
+class _EventDetail(BaseModel):
+    """The detail of one kind of event. Built at its first use: a cold start builds only the kinds it
+    sees, not all eight."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class SpotWarningDetail(_EventDetail):
     instance_id: InstanceId = Field(alias="instance-id")
     instance_action: Literal["terminate", "stop", "hibernate"] = Field(alias="instance-action")
 
 
-class RebalanceDetail(BaseModel):
+class RebalanceDetail(_EventDetail):
     instance_id: InstanceId = Field(alias="instance-id")
 
 
-class StateChangeDetail(BaseModel):
+class StateChangeDetail(_EventDetail):
     instance_id: InstanceId = Field(alias="instance-id")
     state: str
 
 
-class LifecycleDetail(BaseModel):
+class LifecycleDetail(_EventDetail):
     token: str = Field(alias="LifecycleActionToken", min_length=36, max_length=36)
     group: str = Field(alias="AutoScalingGroupName", min_length=1)
     hook: str = Field(alias="LifecycleHookName", min_length=1)
@@ -187,11 +195,11 @@ class LifecycleDetail(BaseModel):
     transition: str = Field(alias="LifecycleTransition")
 
 
-class HealthEntity(BaseModel):
+class HealthEntity(_EventDetail):
     entity_value: str = Field(alias="entityValue")
 
 
-class HealthDetail(BaseModel):
+class HealthDetail(_EventDetail):
     service: str
     event_type_code: str = Field(alias="eventTypeCode")
     event_type_category: str = Field(alias="eventTypeCategory")
@@ -205,7 +213,7 @@ class HealthDetail(BaseModel):
         return [] if v is None else v
 
 
-class ContainerInstanceDetail(BaseModel):
+class ContainerInstanceDetail(_EventDetail):
     cluster_arn: str = Field(alias="clusterArn", pattern=r"^arn:aws[\w-]*:ecs:")
     container_instance_arn: str = Field(alias="containerInstanceArn", pattern=r"^arn:aws[\w-]*:ecs:")
     instance_id: InstanceId = Field(alias="ec2InstanceId")
@@ -213,7 +221,7 @@ class ContainerInstanceDetail(BaseModel):
     version: int
 
 
-class LifecycleCheckDetail(BaseModel):
+class LifecycleCheckDetail(_EventDetail):
     """SpotGuard's own follow-up, sent to the interruption queue with a delay while tasks still stop."""
 
     instance_id: InstanceId = Field(alias="instance-id")
@@ -447,7 +455,7 @@ _EVENT_TYPES: dict[tuple[str, str], tuple[NoticeKind, Callable[[EventBridgeModel
     ),
     ("aws.health", "AWS Health Event"): (NoticeKind.HEALTH, _health),
     ("aws.ecs", "ECS Container Instance State Change"): (NoticeKind.CONTAINER_INSTANCE, _container_instance),
-    ("spotguard", "Lifecycle Check"): (NoticeKind.LIFECYCLE_CHECK, _lifecycle_check),
+    (SOURCE, LIFECYCLE_CHECK): (NoticeKind.LIFECYCLE_CHECK, _lifecycle_check),
 }
 
 

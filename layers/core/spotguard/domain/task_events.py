@@ -7,9 +7,7 @@ decision: act on a task event, launch a job, ignore with a reason, or reject (de
 
 from __future__ import annotations
 
-import json
 import re
-import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
@@ -19,12 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from spotguard.domain.errors import one_line
 from spotguard.domain.notices import Decision, Settings, envelope
+from spotguard.domain.own_events import LAUNCH_DUE, SOURCE
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, MANAGED_TAG, TaskEvent, TaskInfo
 
 TASK_STATE_CHANGE = "ECS Task State Change"
 EBS_SNAPSHOT = "EBS Snapshot Notification"
 _SNAPSHOT_ID = re.compile(r"(snap-[0-9a-f]{8,17})$")
-LAUNCH_DUE = "Launch Due"
 
 
 class TaskDetail(BaseModel):
@@ -87,7 +85,7 @@ def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings)
     event = envelope(raw)
     if isinstance(event, Decision):
         return TaskMessage(outcome="reject", reason=event.reason, event_id=event.event_id)
-    if event.source == "spotguard" and event.detail_type == LAUNCH_DUE:
+    if event.source == SOURCE and event.detail_type == LAUNCH_DUE:
         return _launch_due(event)
     if event.source == "aws.ec2" and event.detail_type == EBS_SNAPSHOT:
         return _snapshot(event)
@@ -190,23 +188,6 @@ def _snapshot(event: EventBridgeModel) -> TaskMessage:
         event_id=event.id,
         snapshot_id=m.group(1),
         snapshot_ok=ok,
-    )
-
-
-def launch_due_message(job_id: str, launch_try: int, now: datetime) -> str:
-    """The retry queue's message: EventBridge-shaped, so it goes through the same envelope checks."""
-    return json.dumps(
-        {
-            "version": "0",
-            "id": str(uuid.uuid4()),
-            "source": "spotguard",
-            "detail-type": LAUNCH_DUE,
-            "account": "000000000000",
-            "time": now.isoformat(),
-            "region": "",
-            "resources": [],
-            "detail": {"job-id": job_id, "launch-try": launch_try},
-        }
     )
 
 
