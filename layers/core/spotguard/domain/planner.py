@@ -19,6 +19,11 @@ cheapest per hour of work of the rest. The simulator's policy and the Lambdas' `
 same rule.
 
 numpy is needed here (and only here in the core package).
+
+Longer than the layer's other modules (about 700 lines) on purpose: the history model, the two exact
+plans and the policy share their grids and their bookkeeping, and the tests tie that bookkeeping to the
+simulator's (tests/unit/test_planner_exact.py); split, the pieces could drift apart unseen. The capacity
+issue reworks the plan, and splits it where the new shape shows its seams.
 """
 
 from __future__ import annotations

@@ -47,8 +47,9 @@ class Reconciler:
         for job in self.store.list(JobState.RUNNING, limit):
             counts["checked"] += 1
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again
-                cleanup = volumes.cleanup(job, Cleanup(volumes=tuple(job.doomed_volumes)))
-                self.engine.run(job.job_id, *cleanup, drive=False)
+                deleted = volumes.cleanup(job, Cleanup(volumes=tuple(job.doomed_volumes)))
+                if deleted:
+                    self.engine.run(job.job_id, *deleted, current=job, drive=False)
             attempt = job.live_attempt
             if attempt is not None:
                 live.setdefault(job.request.cluster, []).append((job, attempt))

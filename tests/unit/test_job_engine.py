@@ -1,0 +1,242 @@
+"""The jobs engine with fakes for its ports: one loop (transition, compare-and-set, effects that hand back
+transitions, drive), no AWS."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from spotguard.domain.checkpoints import CheckpointRef
+from spotguard.domain.facts import RunResult
+from spotguard.domain.jobs.effects import Step
+from spotguard.domain.jobs.model import Job, JobState, RunTaskRequest
+from spotguard.domain.jobs.transitions import on_task_event, request_cancel
+from spotguard.domain.tasks import TaskEvent
+from spotguard.usecases.jobs.ebs import EbsVolumes
+from spotguard.usecases.jobs.engine import Conflict, JobEngine, JobsConfig
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+CLUSTER = "arn:aws:ecs:us-east-1:123456789012:cluster/gpu-spot"
+TASK = "arn:aws:ecs:us-east-1:123456789012:task/gpu-spot/"
+
+
+class FakeStore:
+    def __init__(self, conflicts: int = 0) -> None:
+        self.jobs: dict[str, Job] = {}
+        self.conflicts = conflicts  # replace() calls that find another writer got there first
+        self.writes = 0
+
+    def get(self, job_id):
+        return self.jobs.get(job_id)
+
+    def replace(self, job, expected_rev):
+        current = self.jobs[job.job_id]
+        if self.conflicts:
+            self.conflicts -= 1
+            self.jobs[job.job_id] = current.model_copy(update={"rev": current.rev + 1})  # someone else
+            return False
+        if current.rev != expected_rev:
+            return False
+        self.jobs[job.job_id] = job
+        self.writes += 1
+        return True
+
+
+class FakeEcs:
+    def __init__(self, *results: RunResult) -> None:
+        self.results = list(results)
+        self.runs: list[dict] = []
+        self.stops: list[tuple[str, str]] = []
+
+    def run_task(self, params):
+        self.runs.append(params)
+        return self.results.pop(0)
+
+    def stop_task(self, cluster, task_arn, reason):
+        self.stops.append((task_arn, reason))
+
+
+class FakeCheckpoints:
+    def newest(self, prefix_uri):
+        return CheckpointRef(prefix_uri=prefix_uri, sequence=7, manifest_uri=f"{prefix_uri}checkpoints/7/M")
+
+
+class FakeNotifier:
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send_all(self, notifications):
+        self.sent += notifications
+
+
+class FakeRetries:
+    def __init__(self) -> None:
+        self.scheduled: list[tuple[str, int, int]] = []
+
+    def schedule(self, job_id, launch_try, delay_seconds):
+        self.scheduled.append((job_id, launch_try, delay_seconds))
+
+
+class FakeVolumes:
+    def __init__(self, snapshot_state: str = "completed") -> None:
+        self.state = snapshot_state
+        self.snapshots: list[str] = []
+
+    def find(self, job_id, attempt):
+        return f"vol-{attempt:04d}"
+
+    def snapshot(self, volume_id, job_id, attempt):
+        self.snapshots.append(volume_id)
+        return f"snap-{attempt:08d}"
+
+    def snapshot_state(self, snapshot_id):
+        return self.state
+
+    def delete_volume(self, volume_id):
+        return True
+
+    def delete_snapshot(self, snapshot_id):
+        pass
+
+
+def _job(**kw) -> Job:
+    base = {
+        "job_id": "j1",
+        "state": JobState.QUEUED,
+        "request": RunTaskRequest(cluster=CLUSTER, taskDefinition="train-1gpu:1", launchType="EC2"),
+        "checkpoint_uri": "s3://bucket/jobs/j1/",
+        "gpus": 1,
+        "containers": ["train"],
+        "created_at": T0,
+        "updated_at": T0,
+    }
+    return Job(**{**base, **kw})
+
+
+def _engine(store: FakeStore, ecs: FakeEcs, volumes: FakeVolumes | None = None):
+    notifier, retries = FakeNotifier(), FakeRetries()
+    engine = JobEngine(
+        config=JobsConfig(checkpoint_bucket="bucket", ebs_role_arn="arn:aws:iam::123456789012:role/ebs"),
+        store=store,
+        ecs=ecs,
+        checkpoints=FakeCheckpoints(),
+        notifier=notifier,
+        retries=retries,
+        clock=lambda: T0,
+        volumes=EbsVolumes(volumes, lambda: T0) if volumes else None,
+    )
+    return engine, notifier, retries
+
+
+def test_a_queued_job_is_launched_once_and_runs():
+    store = FakeStore()
+    store.jobs["j1"] = _job()
+    engine, notifier, retries = _engine(store, FakeEcs(RunResult(task_arn=TASK + "a" * 32)))
+    job = engine.drive("j1")
+    assert job.state is JobState.RUNNING and job.attempts[0].task_arn == TASK + "a" * 32
+    (params,) = engine.ecs.runs
+    assert params["clientToken"] == "j1/1/1" and params["startedBy"] == "spotguard/j1/1"
+    assert retries.scheduled == [] and notifier.sent == []  # a first attempt is no news
+    assert store.writes == 2  # launching, then running
+
+
+def test_no_capacity_schedules_one_retry_and_says_so_once():
+    store = FakeStore()
+    store.jobs["j1"] = _job()
+    engine, notifier, retries = _engine(store, FakeEcs(RunResult(no_capacity="RESOURCE:GPU")))
+    job = engine.drive("j1")
+    assert job.state is JobState.QUEUED and (job.retry_at - T0).total_seconds() == 30
+    assert retries.scheduled == [("j1", 1, 30)]
+    assert sorted(n.kind for n in notifier.sent) == ["capacity-wanted", "waiting"]
+    assert job.outbox == [] and store.jobs["j1"].outbox == []  # sent, then cleared
+    assert len(engine.ecs.runs) == 1  # not due again within this run
+
+
+def test_a_refused_request_fails_the_job_without_a_retry():
+    store = FakeStore()
+    store.jobs["j1"] = _job()
+    engine, notifier, retries = _engine(store, FakeEcs(RunResult(refused="ClientException: bad family")))
+    job = engine.drive("j1")
+    assert job.state is JobState.FAILED and "bad family" in job.last_reason
+    assert retries.scheduled == [] and [n.kind for n in notifier.sent] == ["failed"]
+
+
+def test_a_write_that_loses_the_race_is_computed_again_on_the_job_as_it_now_stands():
+    store = FakeStore(conflicts=2)
+    store.jobs["j1"] = _job()
+    engine, _, _ = _engine(store, FakeEcs(RunResult(task_arn=TASK + "b" * 32)))
+    job = engine.drive("j1")
+    assert job.state is JobState.RUNNING and len(engine.ecs.runs) == 1
+
+
+def test_a_job_that_never_stops_changing_is_a_conflict_not_a_loop():
+    store = FakeStore(conflicts=100)
+    store.jobs["j1"] = _job()
+    engine, _, _ = _engine(store, FakeEcs())
+    with pytest.raises(Conflict):
+        engine.drive("j1")
+    assert engine.ecs.runs == []
+
+
+def test_effects_hand_back_transitions_in_the_same_run_ebs_stop_to_the_next_launch():
+    """A STOPPED event of an EBS-mode attempt: the stop is written, the volume snapshotted (an effect),
+    the snapshot's completion applied (the transition the effect handed back), and the next attempt
+    launched from it: one call of run, no call back into it."""
+    store = FakeStore()
+    arn1, arn2 = TASK + "1" * 32, TASK + "2" * 32
+    ecs = FakeEcs(RunResult(task_arn=arn1), RunResult(task_arn=arn2))
+    volumes = FakeVolumes()
+    store.jobs["j1"] = _job(ebs_volume="checkpoints", checkpoint_uri="file:///ckpt/")
+    engine, notifier, _ = _engine(store, ecs, volumes)
+    engine.drive("j1")
+    stopped = TaskEvent(
+        task_arn=arn1,
+        cluster_arn=CLUSTER,
+        version=3,
+        last_status="STOPPED",
+        desired_status="STOPPED",
+        containers=({"name": "train", "exitCode": 75},),
+    )
+    job, _ = engine.run("j1", lambda j: on_task_event(j, stopped, None, T0))
+    assert volumes.snapshots == ["vol-0001"]
+    assert job.state is JobState.RUNNING and [a.task_arn for a in job.attempts] == [arn1, arn2]
+    assert job.snapshots == ["snap-00000001"]
+    (volume,) = ecs.runs[1]["volumeConfigurations"]
+    assert volume["managedEBSVolume"]["snapshotId"] == "snap-00000001"
+    assert ecs.runs[1]["overrides"]["containerOverrides"][0]["environment"][-1] == {
+        "name": "SPOTGUARD_RESUME_FROM",
+        "value": "",  # EBS mode: the agent finds the checkpoint on the volume
+    }
+    assert "resubmitted" in [n.kind for n in notifier.sent]
+
+
+def test_a_pending_snapshot_leaves_the_job_snapshotting_until_its_event():
+    store = FakeStore()
+    arn1 = TASK + "1" * 32
+    store.jobs["j1"] = _job(ebs_volume="checkpoints", checkpoint_uri="file:///ckpt/")
+    engine, _, _ = _engine(store, FakeEcs(RunResult(task_arn=arn1)), FakeVolumes("pending"))
+    engine.drive("j1")
+    stopped = TaskEvent(
+        task_arn=arn1, cluster_arn=CLUSTER, version=3, last_status="STOPPED", containers=({"exitCode": 75},)
+    )
+    job, _ = engine.run("j1", lambda j: on_task_event(j, stopped, None, T0))
+    assert job.state is JobState.SNAPSHOTTING and job.attempts[0].snapshot_id == "snap-00000001"
+
+
+def test_cancel_does_not_drive_and_stops_the_live_task():
+    store = FakeStore()
+    arn1 = TASK + "1" * 32
+    store.jobs["j1"] = _job()
+    engine, _, _ = _engine(store, FakeEcs(RunResult(task_arn=arn1)))
+    engine.drive("j1")
+    job, _ = engine.run("j1", lambda j: request_cancel(j, T0, "no longer needed"), drive=False)
+    assert job.cancel_requested and engine.ecs.stops[0][0] == arn1
+
+
+def test_a_transition_that_changes_nothing_writes_nothing():
+    store = FakeStore()
+    store.jobs["j1"] = _job(state=JobState.SUCCEEDED)
+    engine, _, _ = _engine(store, FakeEcs())
+    job, note = engine.run("j1", lambda j: Step(note="nothing to do"))
+    assert note == "nothing to do" and store.writes == 0 and job.state is JobState.SUCCEEDED
