@@ -68,7 +68,7 @@ sam: $(SAM_VENV)/bin/sam
 		--parameter-overrides ClusterNames=gpu-spot
 
 events: setup
-	$(BIN)/python -m spotguard_cli.inject
+	$(BIN)/python -m spotguard_cli.emulator.inject
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .venv-py313 .aws-sam .local-stack .pytest_cache .ruff_cache

@@ -27,7 +27,7 @@ from spotguard_agent import Agent, AgentEnv, CheckpointStore
 from spotguard_agent.torch_state import save
 from torch import nn
 
-from spotguard_cli.motoserver import FAKE_CREDENTIALS, MotoServer
+from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS, MotoServer
 
 
 def model_of(mib: int) -> tuple[nn.Module, torch.optim.Optimizer]:

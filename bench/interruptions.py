@@ -25,9 +25,10 @@ from moto import mock_aws
 from moto.moto_api import state_manager
 
 from spotguard.adapters import clients
-from spotguard_cli.gpucluster import GpuCluster
-from spotguard_cli.inject import container_instance_event, make_event, sqs_envelope, task_event
-from spotguard_cli.local import FunctionHost, deploy
+from spotguard_cli.emulator.gpucluster import GpuCluster
+from spotguard_cli.emulator.inject import container_instance_event, make_event, sqs_envelope, task_event
+from spotguard_cli.emulator.lambdas import FunctionHost
+from spotguard_cli.emulator.stack import deploy
 
 os.environ.update(
     {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}

@@ -1,7 +1,7 @@
 """Benchmark of the job path: AWS calls and handler milliseconds per step of a job's life.
 
 Runs the stack's functions in-process against moto (in-process too), on the world the tests use
-(cli/spotguard_cli/world.py). Prints, for 1-, 4- and 8-GPU jobs: the calls and time of a submit, of a
+(cli/spotguard_cli/emulator/world.py). Prints, for 1-, 4- and 8-GPU jobs: the calls and time of a submit, of a
 task's RUNNING event, of the STOPPED event of an interrupted task up to the RunTask that resubmits it;
 and the time to apply a burst of task events for many jobs (every event delivered 5 times, shuffled).
 Times include moto's own processing of every call: an upper bound on SpotGuard's part, and only ratios
@@ -25,7 +25,7 @@ from moto import mock_aws
 from moto.moto_api import state_manager
 
 from spotguard.adapters import clients
-from spotguard_cli.world import JobsWorld, make_jobs_world
+from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
 
 os.environ.update(
     {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.adapters import clients
-from spotguard_cli.inject import make_event, put_entry
-from spotguard_cli.localstack import LocalSystem
-from spotguard_cli.motoserver import MotoServer
+from spotguard_cli.emulator.inject import make_event, put_entry
+from spotguard_cli.emulator.motoserver import MotoServer
+from spotguard_cli.emulator.system import LocalSystem
 
 
 def percentile(values: list[float], q: float) -> float:

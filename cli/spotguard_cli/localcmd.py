@@ -1,4 +1,4 @@
-"""`spotguard local demo | up | inject`: the whole system on this machine (see localstack.py).
+"""`spotguard local demo | up | inject`: the whole system on this machine (see emulator/system.py).
 
 demo    two simulated GPU spot instances, a managed job running examples/train.py (small, CPU) with the
         agent, a spot interruption warning for the job's instance: SpotGuard drains, checkpoints,
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.domain.prices import PAPER_ON_DEMAND_PRICE, PAPER_SPOT_PRICE
-from spotguard_cli.inject import KINDS
-from spotguard_cli.template import REPO
-from spotguard_cli.timeline import Timeline
+from spotguard_cli.emulator.inject import KINDS
+from spotguard_cli.emulator.template import REPO
+from spotguard_cli.emulator.timeline import Timeline
 
 STATE_DIR = Path(".local-stack")
 STATE_FILE = STATE_DIR / "up.json"
@@ -82,7 +82,7 @@ def _steps_done(log: Path) -> list[int]:
 
 def _reference_run(system: Any, out: Path, steps: int, log: Path) -> subprocess.Popen[bytes]:
     """The same training, never interrupted, with a checkpoint prefix of its own."""
-    from spotguard_cli.runner import local_environment
+    from spotguard_cli.emulator.runner import local_environment
 
     env = {
         **local_environment(system.stack.endpoint, system.stack.region),
@@ -107,9 +107,9 @@ def _same_weights(a: Path, b: Path) -> bool:
 
 def run_demo(args: argparse.Namespace) -> int:
     from spotguard.adapters import clients
-    from spotguard_cli.localstack import LocalSystem
-    from spotguard_cli.motoserver import MotoServer
-    from spotguard_cli.timeline import call_recorder
+    from spotguard_cli.emulator.motoserver import MotoServer
+    from spotguard_cli.emulator.system import LocalSystem
+    from spotguard_cli.emulator.timeline import call_recorder
 
     say = (lambda *_: None) if args.json else print
     work = STATE_DIR / "demo"
@@ -253,8 +253,9 @@ def run_demo(args: argparse.Namespace) -> int:
 
 # ============================================================================================== up
 def run_up(args: argparse.Namespace) -> int:
-    from spotguard_cli.localstack import CLUSTER, LocalSystem
-    from spotguard_cli.motoserver import MotoServer
+    from spotguard_cli.emulator.assembly import CLUSTER
+    from spotguard_cli.emulator.motoserver import MotoServer
+    from spotguard_cli.emulator.system import LocalSystem
 
     STATE_DIR.mkdir(exist_ok=True)
     stop = {"now": False}
@@ -270,7 +271,7 @@ def run_up(args: argparse.Namespace) -> int:
             moto.endpoint, STATE_DIR / "up", on_change=printer.add, reconcile_every=args.reconcile_every
         )
         from spotguard.adapters import clients
-        from spotguard_cli.timeline import call_recorder
+        from spotguard_cli.emulator.timeline import call_recorder
 
         clients.on_every_call(call_recorder(printer, []))  # SpotGuard's own calls, as they happen
         try:
@@ -317,8 +318,8 @@ class _Printer:
 def run_inject(args: argparse.Namespace) -> int:
     import boto3
 
-    from spotguard_cli.inject import make_event, put_entry
-    from spotguard_cli.motoserver import FAKE_CREDENTIALS
+    from spotguard_cli.emulator.inject import make_event, put_entry
+    from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
 
     if not STATE_FILE.exists():
         print(

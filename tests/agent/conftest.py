@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import boto3
 import pytest
 
-from spotguard_cli.motoserver import MotoServer
+from spotguard_cli.emulator.motoserver import MotoServer
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from spotguard.adapters import clients
-from spotguard_cli.localstack import LocalSystem
-from spotguard_cli.motoserver import MotoServer
+from spotguard_cli.emulator.motoserver import MotoServer
+from spotguard_cli.emulator.system import LocalSystem
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow

@@ -14,15 +14,16 @@ from moto import mock_aws
 from moto.moto_api import state_manager
 
 from spotguard.adapters import clients
-from spotguard_cli.gpucluster import GpuCluster, Host
-from spotguard_cli.inject import container_instance_event, make_event
-from spotguard_cli.local import FunctionHost, LocalStack, QueuePoller, deploy
-from spotguard_cli.world import JobsWorld, make_jobs_world
+from spotguard_cli.emulator.gpucluster import GpuCluster, Host
+from spotguard_cli.emulator.inject import container_instance_event, make_event
+from spotguard_cli.emulator.lambdas import FunctionHost, QueuePoller
+from spotguard_cli.emulator.stack import DeployedStack, deploy
+from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
 
 
 @dataclass
 class World:
-    stack: LocalStack
+    stack: DeployedStack
     cluster: GpuCluster
     a: Host
     b: Host

@@ -11,8 +11,9 @@ import pytest
 from spotguard_agent import CheckpointStore
 
 from spotguard.adapters import clients
-from spotguard_cli.inject import sample
-from spotguard_cli.local import FunctionHost, QueuePoller, deploy
+from spotguard_cli.emulator.inject import sample
+from spotguard_cli.emulator.lambdas import FunctionHost, QueuePoller
+from spotguard_cli.emulator.stack import deploy
 
 from .conftest import fresh_aws
 

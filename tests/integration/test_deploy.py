@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from spotguard_cli.local import deploy
+from spotguard_cli.emulator.stack import deploy
 
 
 def test_the_resources_moto_skips_are_created_directly(aws):

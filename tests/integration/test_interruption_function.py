@@ -9,7 +9,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from spotguard.adapters import clients
-from spotguard_cli.inject import make_event
+from spotguard_cli.emulator.inject import make_event
 
 from .conftest import fresh_aws, make_world
 
@@ -249,7 +249,7 @@ def test_lifecycle_for_an_idle_host_completes_at_once(world):
 def test_container_instance_events_keep_the_index_and_drop_stale_ones(world):
     ledger = world.host.module.runtime.ledger
     desc = world.cluster.describe_host(world.a)
-    from spotguard_cli.inject import container_instance_event
+    from spotguard_cli.emulator.inject import container_instance_event
 
     newer = container_instance_event({**desc, "status": "DRAINING", "version": 7})
     older = container_instance_event({**desc, "status": "ACTIVE", "version": 6})

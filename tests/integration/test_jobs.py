@@ -10,7 +10,7 @@ import time
 import pytest
 
 from spotguard.adapters import clients
-from spotguard_cli.world import JobsWorld, make_jobs_world
+from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
 
 
 def _env(request: dict) -> dict[str, str]:

@@ -12,8 +12,8 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from spotguard_cli import jobs as jobs_cli
+from spotguard_cli.emulator.world import JobsWorld
 from spotguard_cli.main import build_parser
-from spotguard_cli.world import JobsWorld
 
 
 def _run(world: JobsWorld | None, *argv: str) -> tuple[int, str]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from spotguard_cli.inject import snapshot_event
-from spotguard_cli.world import JobsWorld
+from spotguard_cli.emulator.inject import snapshot_event
+from spotguard_cli.emulator.world import JobsWorld
 
 MOUNT = "/var/spotguard/checkpoints"
 

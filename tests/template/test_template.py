@@ -10,7 +10,7 @@ import pytest
 from spotguard.config import InterruptionEnv
 from spotguard.domain.notices import RebalanceMode
 from spotguard.domain.tasks import ManageMode
-from spotguard_cli.template import TEMPLATE, load, translate
+from spotguard_cli.emulator.template import TEMPLATE, load, translate
 
 PARAMS = {"ClusterNames": "gpu-spot,train-a100"}
 
@@ -210,7 +210,7 @@ def test_checkpoint_manifests_reach_the_checkpoints_function(cfn):
 
 
 def test_the_layer_carries_what_tracing_needs():
-    from spotguard_cli.template import REPO
+    from spotguard_cli.emulator.template import REPO
 
     reqs = (REPO / "layers" / "core" / "requirements.txt").read_text()
     # EnableTracing=true makes the handlers create a Powertools Tracer, which imports the X-Ray SDK.

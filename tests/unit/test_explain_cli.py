@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from spotguard_cli.inject import sqs_samples
+from spotguard_cli.emulator.inject import sqs_samples
 from spotguard_cli.main import main
 
 from ..conftest import EVENTS, REPO
@@ -83,4 +83,4 @@ def test_bad_arguments_get_a_usage_error():
 def test_sqs_samples_wrap_exactly_the_eventbridge_samples():
     expected = sqs_samples()
     on_disk = {p.name: json.loads(p.read_text()) for p in (REPO / "events" / "sqs").glob("*.json")}
-    assert on_disk == expected, "run: python -m spotguard_cli.inject  (regenerates events/sqs)"
+    assert on_disk == expected, "run: python -m spotguard_cli.emulator.inject  (regenerates events/sqs)"

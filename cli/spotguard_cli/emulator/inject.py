@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spotguard.domain.tasks import cluster_arn_of
-from spotguard_cli.template import REPO
+from spotguard_cli.emulator.template import REPO
 
 SAMPLES = REPO / "events" / "eventbridge"
 

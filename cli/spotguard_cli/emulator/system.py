@@ -1,7 +1,7 @@
-"""The local stack: the whole of SpotGuard on one machine, against moto server on 127.0.0.1.
+"""`LocalSystem`: the whole of SpotGuard running on one machine, against moto server on 127.0.0.1.
 
-- the template deployed into moto's CloudFormation (`local.deploy`), so queues, tables, bucket, rules
-  and functions with their resolved environment are what the template says;
+- the template deployed into moto's CloudFormation (stack.py), so queues, tables, bucket, rules and
+  functions with their resolved environment are what the template says;
 - every function's handler in this process with its own environment; a poller per queue plays Lambda's
   event source mapping (batch size, partial batch responses, visibility timeout, redrive), and the
   template's schedule drives the reconcile function;
@@ -9,7 +9,8 @@
   GPUs), and the tasks run as local processes by `TaskRunner`, whose state changes go on the bus;
 - events (notices, task changes) are put on moto's EventBridge bus, so the template's own rules route them.
 
-`pump()` does one round of everything; the demo, `spotguard local up` and the e2e tests drive it.
+The parts are put together by `assembly.assemble`. `pump()` does one round of everything; the demo,
+`spotguard local up` and the e2e tests drive it.
 """
 
 from __future__ import annotations
@@ -22,14 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.adapters import clients
-from spotguard_cli.gpucluster import GpuCluster, GpuScheduler, Host
-from spotguard_cli.inject import container_instance_event, make_event, put_entry
-from spotguard_cli.local import FunctionHost, LocalStack, QueuePoller, deploy
-from spotguard_cli.motoserver import hold_ecs_tasks
-from spotguard_cli.runner import TaskRunner
-from spotguard_cli.template import load
+from spotguard_cli.emulator.assembly import assemble
+from spotguard_cli.emulator.gpucluster import Host
+from spotguard_cli.emulator.inject import container_instance_event, make_event, put_entry
+from spotguard_cli.emulator.runner import TaskRunner
+from spotguard_cli.emulator.template import load
 
-CLUSTER = "gpu-spot"
 # Shorter waits than in AWS, so that a local run takes a minute: the first retry for capacity (then
 # doubling), and the follow-up checks of a held lifecycle action.
 LOCAL_ENV = {"SPOTGUARD_RETRY_BASE_SECONDS": "2", "SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "2"}
@@ -46,6 +45,8 @@ def schedule_seconds() -> float:
 
 
 class LocalSystem:
+    """The stack deployed into moto server and running: functions, pollers, schedule, tasks as processes."""
+
     def __init__(
         self,
         endpoint: str,
@@ -57,25 +58,15 @@ class LocalSystem:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.on_change = on_change
-        hold_ecs_tasks(endpoint)
-        self.stack: LocalStack = deploy(endpoint, {"ClusterNames": CLUSTER, **(parameters or {})})
-        for fn in self.stack.functions.values():
-            fn.environment.update(LOCAL_ENV)
-        clients.reset()
-        self.events = self.stack.client("events")
-        self.cluster = GpuCluster(self.stack.client("ecs"), self.stack.client("ec2"), CLUSTER)
-        self.scheduler = GpuScheduler(self.cluster)
-        self.scheduler.install()
         self.function_log = (log_dir / "functions.log").open("a")
-        self.functions = {
-            name: FunctionHost(self.stack, fn, log=self.function_log)
-            for name, fn in self.stack.functions.items()
-        }
-        self.pollers = [
-            QueuePoller(self.stack, host, queue_arn)
-            for host in self.functions.values()
-            for queue_arn in host.fn.queues
-        ]
+        try:
+            parts = assemble(endpoint, parameters, LOCAL_ENV, log=self.function_log)
+        except BaseException:
+            self.function_log.close()
+            raise
+        self.stack, self.cluster, self.scheduler = parts.stack, parts.cluster, parts.scheduler
+        self.functions, self.pollers = parts.functions, parts.pollers
+        self.events = self.stack.client("events")
         self.reconcile_every = reconcile_every or schedule_seconds()
         self._next_reconcile = time.monotonic() + self.reconcile_every
         self.runner = TaskRunner(

@@ -1,4 +1,4 @@
-"""ECS tasks as local processes, for the local stack.
+"""ECS tasks as local processes, for the local system (system.py).
 
 The runner watches moto's ECS for tasks placed on the simulated GPU instances and plays the ECS agent:
 it starts each task's first container command as a local process (its own process group) with the task
@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from spotguard_cli.gpucluster import GpuCluster
-from spotguard_cli.inject import put_entry, task_event
-from spotguard_cli.motoserver import FAKE_CREDENTIALS
+from spotguard_cli.emulator.gpucluster import GpuCluster
+from spotguard_cli.emulator.inject import put_entry, task_event
+from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
 
 _KILL = re.compile(r"docker kill --signal=(SIG[A-Z0-9]+) ([0-9a-f]{12,64})")
 _KILL_BY_LABEL = re.compile(r"label=com\.amazonaws\.ecs\.task-arn=(\S+).*docker kill --signal=(SIG[A-Z0-9]+)")

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TEMPLATE = REPO / "template.yaml"
 CODE_BUCKET = "spotguard-code"
 

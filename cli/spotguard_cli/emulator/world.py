@@ -1,7 +1,9 @@
-"""A world for jobs: the stack deployed into moto (in-process or moto server), every function's handler
-in this process, ECS's placement played by a GpuScheduler, and ECS's task events played by `emit`
-(moto emits none), delivered through EventBridge's rules as in AWS. The tests and the jobs benchmark
-run on it."""
+"""`JobsWorld`: the system assembled over moto in this process, for the tests and the jobs benchmark.
+
+Every function's handler runs in this process, ECS's placement is played by a GpuScheduler, and ECS's
+task events by `emit` (moto emits none), delivered through EventBridge's rules as in AWS. Nothing runs
+by itself: each test delivers what it wants, when it wants.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from spotguard.adapters import clients
-from spotguard_cli.gpucluster import GpuCluster, GpuScheduler, Host
-from spotguard_cli.inject import make_event, put_entry, task_event
-from spotguard_cli.local import FunctionHost, LocalStack, QueuePoller, deploy
+from spotguard_cli.emulator.assembly import assemble
+from spotguard_cli.emulator.gpucluster import GpuCluster, GpuScheduler, Host
+from spotguard_cli.emulator.inject import make_event, put_entry, task_event
+from spotguard_cli.emulator.lambdas import FunctionHost, QueuePoller
+from spotguard_cli.emulator.stack import DeployedStack
 
 
 @dataclass
@@ -22,7 +25,7 @@ class JobsWorld:
     """The whole stack's functions over moto: ECS's placement played by a GpuScheduler, and ECS's task
     events played by `emit` (moto emits none), delivered through EventBridge as in AWS."""
 
-    stack: LocalStack
+    stack: DeployedStack
     cluster: GpuCluster
     hosts: dict[str, Host]
     scheduler: GpuScheduler
@@ -156,11 +159,11 @@ class JobsWorld:
 
 
 def make_jobs_world(env: dict[str, str] | None = None, log: TextIO | None = None) -> JobsWorld:
-    stack = deploy(None, {"ClusterNames": "gpu-spot", "NotificationEmail": ""})
+    """The system assembled in moto in this process (call it under `mock_aws`), six GPU hosts (1, 4 and 8
+    GPUs in two zones), and the notifications and SpotGuard's own events caught in SQS queues."""
     shared = {"SPOTGUARD_RETRY_BASE_SECONDS": "1", "SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "0", **(env or {})}
-    for fn in stack.functions.values():
-        fn.environment.update(shared)
-    cluster = GpuCluster(stack.client("ecs"), stack.client("ec2"), "gpu-spot")
+    parts = assemble(None, {"NotificationEmail": ""}, shared, log=log)
+    stack, cluster = parts.stack, parts.cluster
     hosts = {
         "a1": cluster.add_host("g5.xlarge", "us-east-1a"),
         "b1": cluster.add_host("g5.xlarge", "us-east-1b"),
@@ -169,17 +172,7 @@ def make_jobs_world(env: dict[str, str] | None = None, log: TextIO | None = None
         "a8": cluster.add_host("g5.48xlarge", "us-east-1a"),
         "b8": cluster.add_host("g5.48xlarge", "us-east-1b"),
     }
-    clients.reset()
-    scheduler = GpuScheduler(cluster)
-    scheduler.install()
-    interruption = FunctionHost(stack, stack.functions["InterruptionFunction"], log=log)
-    task_events_fn = FunctionHost(stack, stack.functions["TaskEventsFunction"], log=log)
-    jobs_fn = FunctionHost(stack, stack.functions["JobsFunction"], log=log)
-    checkpoints_fn = FunctionHost(stack, stack.functions["CheckpointsFunction"], log=log)
-    reconcile_fn = FunctionHost(stack, stack.functions["ReconcileFunction"], log=log)
-    queues = stack.functions["TaskEventsFunction"].queues
-    retry_arn = next(a for a in queues if "LaunchRetry" in a)
-    events_arn = next(a for a in queues if "TaskEventsQueue" in a)
+    fns = parts.functions
 
     sqs, sns, events = stack.client("sqs"), stack.client("sns"), stack.client("events")
     notes_url = sqs.create_queue(QueueName="test-notifications")["QueueUrl"]
@@ -197,15 +190,15 @@ def make_jobs_world(env: dict[str, str] | None = None, log: TextIO | None = None
         stack=stack,
         cluster=cluster,
         hosts=hosts,
-        scheduler=scheduler,
-        jobs_fn=jobs_fn,
-        interruptions=QueuePoller(stack, interruption),
-        task_events=QueuePoller(stack, task_events_fn, events_arn),
-        retries=QueuePoller(stack, task_events_fn, retry_arn),
-        checkpoints=QueuePoller(stack, checkpoints_fn),
+        scheduler=parts.scheduler,
+        jobs_fn=fns["JobsFunction"],
+        interruptions=parts.poller("InterruptionFunction"),
+        task_events=parts.poller("TaskEventsFunction", "TaskEventsQueue"),
+        retries=parts.poller("TaskEventsFunction", "LaunchRetry"),
+        checkpoints=parts.poller("CheckpointsFunction"),
         versions={},
         notifications_url=notes_url,
         job_events_url=job_events_url,
-        reconcile_fn=reconcile_fn,
-        hosts_of_functions=[task_events_fn, jobs_fn, reconcile_fn],
+        reconcile_fn=fns["ReconcileFunction"],
+        hosts_of_functions=[fns["TaskEventsFunction"], fns["JobsFunction"], fns["ReconcileFunction"]],
     )
