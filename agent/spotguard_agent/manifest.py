@@ -3,6 +3,22 @@
 Layout (DESIGN.md): `<checkpoint uri>checkpoints/<sequence, zero-padded>/<files>` with MANIFEST.json
 listing every file with its size and sha256, the step, the progress (0..1), the attempt and the time.
 No manifest = not a checkpoint.
+
+This module is the one definition of the manifest, for both sides: the agent writes (and restores) with
+it, and SpotGuard's checkpoints function reads with it. The core layer ships this very file as
+`spotguard.domain.manifest`: layers/core/spotguard/domain/manifest.py is a symbolic link to it, which
+`sam build` copies into the layer as a plain file. Why a link, and not the core depending on this
+package: the agent is installed from agent/ alone (examples/Dockerfile), so the file must live here; the
+layer is built from layers/core alone (its ContentUri) with layers/core/requirements.txt, which cannot
+name a package that is not on an index without a path that depends on where `sam build` runs; and the
+whole package would put the agent's S3 transfer code with boto3 and s3transfer into the layer, while
+importing `spotguard_agent.manifest` runs the package's __init__, which loads all of it, on the
+interruption function's cold start. With the link both packages stay independently installable and the
+layer gains one small module. So: nothing here may import more than the standard library and pydantic,
+nor any other module of the agent.
+
+Reading is tolerant of fields it does not know (a newer agent may add some); a manifest lists at least
+one file (the agent never commits an empty directory) and no path twice.
 """
 
 from __future__ import annotations
@@ -29,13 +45,15 @@ class FileEntry(BaseModel):
     @classmethod
     def _relative_and_inside(cls, v: str) -> str:
         p = PurePosixPath(v)
-        if p.is_absolute() or ".." in p.parts or v.startswith("\\") or "\\" in v or v == MANIFEST:
+        if p.is_absolute() or ".." in p.parts or "\\" in v or v == MANIFEST:
             raise ValueError(f"{v!r} is not a plain relative path inside the checkpoint")
         return v
 
 
 class Manifest(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    """What MANIFEST.json holds (fields a newer agent may add are ignored when read)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
     format: int = FORMAT_VERSION
     sequence: int = Field(ge=0)
     job_id: str = ""
@@ -43,7 +61,7 @@ class Manifest(BaseModel):
     step: int = Field(ge=0)
     progress: float = Field(ge=0.0, le=1.0)
     created_at: datetime
-    files: tuple[FileEntry, ...]
+    files: tuple[FileEntry, ...] = Field(min_length=1)
 
     @field_validator("files")
     @classmethod

@@ -2,55 +2,24 @@
 
 The contract (DESIGN.md) is written by the agent in the container: `<checkpoint uri>checkpoints/
 <sequence, zero-padded>/<files>` and MANIFEST.json last. This module reads it: which S3 events are
-manifests, and what a valid manifest says. A test holds the agent's writer and this reader together.
+manifests, and what a valid manifest says. The manifest's schema is the agent's own: `manifest` is the
+agent's spotguard_agent/manifest.py, linked into the layer (its docstring says why), so writer and
+reader cannot drift apart.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import datetime
-from pathlib import PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from spotguard.domain.errors import one_line
+from spotguard.domain.manifest import MANIFEST as MANIFEST  # re-exported: the name the S3 adapter reads
+from spotguard.domain.manifest import Manifest as CheckpointManifest
 
-MANIFEST = "MANIFEST.json"
 _MANIFEST_KEY = re.compile(r"^(?P<prefix>(?:.+/)?)checkpoints/(?P<seq>\d{1,20})/MANIFEST\.json$")
-
-
-class ManifestFile(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    path: str = Field(min_length=1)
-    size: int = Field(ge=0)
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-
-    @field_validator("path")
-    @classmethod
-    def _inside(cls, v: str) -> str:
-        p = PurePosixPath(v)
-        if p.is_absolute() or ".." in p.parts or "\\" in v or v == MANIFEST:
-            raise ValueError(f"{v!r} is not a plain relative path inside the checkpoint")
-        return v
-
-
-class CheckpointManifest(BaseModel):
-    """What MANIFEST.json holds (extra fields a newer agent may add are allowed)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    format: int = 1
-    sequence: int = Field(ge=0)
-    job_id: str = ""
-    attempt: int = Field(default=0, ge=0)
-    step: int = Field(ge=0)
-    progress: float = Field(ge=0.0, le=1.0)
-    created_at: datetime
-    files: tuple[ManifestFile, ...] = Field(min_length=1)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
 
 
 class CheckpointRef(BaseModel):

@@ -1,0 +1,1 @@
+../../../../agent/spotguard_agent/manifest.py
