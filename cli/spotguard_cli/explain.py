@@ -69,8 +69,8 @@ def _read(name: str) -> str | bytes:
 def _is_s3_event(data: str | bytes) -> bool:
     try:
         raw = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return False
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False  # not JSON, or not an event: the interruption classifier says why
     return isinstance(raw, dict) and raw.get("source") == "aws.s3"
 
 

@@ -59,6 +59,7 @@ def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
     logger.set_correlation_id(getattr(context, "aws_request_id", None))
     runtime.register_context(context)
     action = event.get("action") if isinstance(event, dict) else None
+    action = action if isinstance(action, str) else None  # {"action": 1} is answered, not raised on
     try:
         answer = handle(event)
     except CommandError as exc:

@@ -211,9 +211,26 @@ def test_an_untagged_task_is_read_once_and_left_alone(jobs: JobsWorld):
     assert jobs.invoke({"action": "list"})["jobs"] == []
 
 
+def _deep(depth: int) -> object:
+    node: object = "leaf"
+    for _ in range(depth):
+        node = {"a": node}
+    return node
+
+
 BAD = [
     ("not an object", ["submit"], "payload must be a JSON object"),
     ("unknown action", {"action": "delete", "job_id": "x"}, "action: must be one of"),
+    ("a number for action", {"action": 1}, "action: must be one of"),
+    ("a list for action", {"action": ["submit"]}, "action: must be one of"),
+    (
+        "nested too deeply",
+        {
+            "action": "submit",
+            "request": {"cluster": "gpu-spot", "taskDefinition": "t", "overrides": _deep(5000)},
+        },
+        "nested too deeply",
+    ),
     ("no request", {"action": "submit"}, "request: Field required"),
     (
         "count is SpotGuard's",

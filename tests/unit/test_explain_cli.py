@@ -84,3 +84,10 @@ def test_sqs_samples_wrap_exactly_the_eventbridge_samples():
     expected = sqs_samples()
     on_disk = {p.name: json.loads(p.read_text()) for p in (REPO / "events" / "sqs").glob("*.json")}
     assert on_disk == expected, "run: python -m spotguard_cli.emulator.inject  (regenerates events/sqs)"
+
+
+def test_a_deeply_nested_file_is_rejected_in_one_line(capsys, tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, (line,) = _run(capsys, str(deep))
+    assert code == 1 and line["outcome"] == "reject" and "nested" in line["reason"]

@@ -237,3 +237,45 @@ def test_angle_brackets_in_free_text_are_not_placeholders(event):
     raw = event("health-scheduled-retirement.json")
     assert "<i-0b662ef9931388ba0>" in raw["detail"]["eventDescription"][0]["latestDescription"]
     assert classify(raw, WATCH).outcome == "act"
+
+
+def _deep(depth: int) -> object:
+    node: object = "leaf"
+    for _ in range(depth):
+        node = {"a": node}
+    return node
+
+
+def _nested(depth: int) -> str:
+    return (
+        '{"id": "x", "source": "aws.ec2", "detail-type": "d", "time": "t", "detail": '
+        + ("[" * depth + "]" * depth)
+        + "}"
+    )
+
+
+@pytest.mark.parametrize(
+    "body", [_nested(100_000), json.loads(_nested(500)) | {"detail": {"a": _deep(5000)}}]
+)
+def test_deeply_nested_input_is_rejected_not_raised(body):
+    """json.loads and a recursive walk raise RecursionError on deep nesting, which Lambda would retry
+    as a failure (and `explain` print as a traceback): it is bad input, so it is rejected."""
+    d = classify(body, WATCH)
+    assert d.outcome == "reject" and "nested" in d.reason and "\n" not in d.reason
+
+
+@pytest.mark.parametrize("missing", ["resources", "account", "region", "version"])
+def test_a_health_event_without_envelope_fields_it_does_not_need_is_acted_on(event, missing):
+    """The instances of a Health event are in detail.affectedEntities; an event that lacks the envelope's
+    resources (or account, region, version) is still a real event, and the decision needs none of them."""
+    raw = event("health-scheduled-retirement.json")
+    del raw[missing]
+    d = classify(raw, WATCH)
+    assert d.outcome == "act" and d.notices, d
+
+
+def test_placeholders_in_the_fields_acted_on_are_still_rejected_without_resources(event):
+    raw = event("health-scheduled-retirement.json")
+    del raw["resources"]
+    raw["detail"]["affectedEntities"][0]["entityValue"] = "<instance-id>"
+    assert classify(raw, WATCH).outcome == "reject"

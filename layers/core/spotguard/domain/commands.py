@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from spotguard.domain.errors import one_line
+from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
 from spotguard.domain.jobs.model import JobOptions, JobState, RunTaskRequest
 from spotguard.domain.tasks import JOB_ID
 
@@ -76,6 +76,8 @@ class CommandError(ValueError):
 def parse_command(payload: Any) -> Submit | Resubmit | Cancel | Status | ListJobs:
     if not isinstance(payload, dict):
         raise CommandError("BadRequest", f"the payload must be a JSON object, not a {type(payload).__name__}")
+    if too_deep(payload):
+        raise CommandError("BadRequest", f"the payload is nested too deeply (more than {MAX_DEPTH} levels)")
     if payload.get("action") not in ACTIONS:
         raise CommandError(
             "BadRequest", f"action: must be one of {', '.join(ACTIONS)} (got {payload.get('action')!r})"

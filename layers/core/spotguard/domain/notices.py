@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from spotguard.domain.errors import one_line
+from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
 from spotguard.domain.own_events import LIFECYCLE_CHECK, SOURCE
 
 SPOT_WARNING_SECONDS = 120
@@ -267,9 +267,27 @@ def reject(reason: str, event_id: str | None = None, kind: str | None = None) ->
     return Decision(outcome="reject", reason=reason, event_id=event_id, kind=kind)
 
 
-def envelope(raw: str | bytes | dict[str, Any]) -> EventBridgeModel | Decision:
+class Envelope(EventBridgeModel):
+    """The EventBridge envelope as SpotGuard needs it: what a decision reads (id, source, detail-type,
+    time, detail) is required; what none reads may be missing (a real AWS Health event can come without
+    `resources`: its instances are in detail.affectedEntities)."""
+
+    version: str = "0"
+    account: str = ""
+    region: str = ""
+    resources: list[str] = Field(default_factory=list)
+
+
+def envelope(raw: str | bytes | dict[str, Any]) -> Envelope | Decision:
     """Parse the EventBridge envelope of one record, or the reject decision that says why it is not one.
     Shared by every queue's classifier, so all of them refuse the same bad input the same way."""
+    try:
+        return _envelope(raw)
+    except RecursionError:  # json.loads and the placeholder walk on absurdly deep nesting
+        return reject("nested too deeply to be an event")
+
+
+def _envelope(raw: str | bytes | dict[str, Any]) -> Envelope | Decision:
     if isinstance(raw, (str, bytes)):
         try:
             raw = json.loads(raw)
@@ -277,6 +295,8 @@ def envelope(raw: str | bytes | dict[str, Any]) -> EventBridgeModel | Decision:
             return reject(f"not valid JSON: {exc}")
     if not isinstance(raw, dict):
         return reject(f"not an EventBridge event: a JSON {type(raw).__name__}, not an object")
+    if too_deep(raw):
+        return reject(f"nested too deeply to be an event (more than {MAX_DEPTH} levels)", _str(raw.get("id")))
     missing = [k for k in ("id", "source", "detail-type", "detail", "time") if k not in raw]
     if missing:
         return reject(f"not an EventBridge event: missing {', '.join(missing)}")
@@ -284,7 +304,7 @@ def envelope(raw: str | bytes | dict[str, Any]) -> EventBridgeModel | Decision:
     if placeholder:
         return reject(f"{placeholder}: holds a placeholder, not a real value", _str(raw.get("id")))
     try:
-        event = EventBridgeModel.model_validate(raw)
+        event = Envelope.model_validate(raw)
     except ValidationError as exc:
         return reject(one_line(exc), _str(raw.get("id")))
     if not isinstance(event.detail, dict):
