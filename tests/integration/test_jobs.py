@@ -315,6 +315,8 @@ def test_reconcile_applies_a_stop_whose_event_was_lost(jobs: JobsWorld):
         "stops_applied": 0,
         "vanished": 0,
         "snapshots_settled": 0,
+        "unreadable": 0,
+        "failed": 0,
     }
 
 
@@ -343,3 +345,58 @@ def test_reconcile_finishes_a_launch_left_half_done(jobs: JobsWorld):
     assert jobs.reconcile()["relaunched"] == 1
     assert jobs.status("half")["state"] == "running"
     assert len(jobs.scheduler.requests) == 2 and len(set(jobs.scheduler.by_token.values())) == 1
+
+
+def _task_events_dead_letters(jobs: JobsWorld) -> list[dict]:
+    sqs = jobs.stack.client("sqs")
+    url = jobs.stack.outputs["TaskEventsDeadLetterQueueUrl"]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+    return got.get("Messages", [])
+
+
+@pytest.mark.parametrize("exit_code", ["abc", 7.5, {"code": 1}, True])
+def test_a_malformed_task_event_poisons_no_job(jobs: JobsWorld, exit_code):
+    """A container exitCode that is not an integer used to be copied into the job: after it, status and
+    list failed for that job and every reconcile run raised. Now the event is rejected at the door."""
+    job = jobs.submit(gpus=1)
+    arn = job["task_arn"]
+    running = jobs.emit(arn)
+    bad = json.loads(json.dumps(running))
+    bad["id"] = "bad-exit-code"
+    bad["detail"].update(
+        version=running["detail"]["version"] + 1, lastStatus="STOPPED", desiredStatus="STOPPED"
+    )
+    bad["detail"]["containers"][0]["exitCode"] = exit_code
+    jobs.put(bad)
+    jobs.task_events.drain()
+    (dead,) = _task_events_dead_letters(jobs)
+    reason = dead["MessageAttributes"]["spotguard-reject-reason"]["StringValue"]
+    assert "exitCode" in reason and "\n" not in reason
+    assert jobs.status(job["job_id"])["state"] == "running"
+    assert [j["job_id"] for j in jobs.invoke({"action": "list"})["jobs"]] == [job["job_id"]]
+    assert jobs.reconcile()["checked"] == 1
+
+
+def test_a_job_that_cannot_be_read_is_skipped_by_list_and_reconcile_and_named_by_status(jobs: JobsWorld):
+    """A ledger item that no longer parses (written by hand, or by an older version with a bug) is
+    isolated: list and reconcile go on with every other job, status says which job and why."""
+    good, bad = jobs.submit(gpus=1), jobs.submit(gpus=1)
+    for j in (good, bad):
+        jobs.emit(j["task_arn"])
+    ddb = jobs.stack.client("dynamodb")
+    table = jobs.stack.functions["JobsFunction"].environment["SPOTGUARD_LEDGER_TABLE"]
+    key = {"pk": {"S": f"JOB#{bad['job_id']}"}, "sk": {"S": "JOB"}}
+    item = ddb.get_item(TableName=table, Key=key)["Item"]
+    doc = json.loads(item["doc"]["S"])
+    doc["attempts"][0]["exit_codes"] = {"train": "abc"}
+    item["doc"] = {"S": json.dumps(doc)}
+    ddb.put_item(TableName=table, Item=item)
+
+    listed = jobs.invoke({"action": "list"})
+    assert listed["ok"] and [j["job_id"] for j in listed["jobs"]] == [good["job_id"]]
+    jobs.stop(good["task_arn"], "SpotGuard: spot-interruption lost on i-0123456789abcdef0", exit_code=75)
+    counts = jobs.reconcile()
+    assert counts["stops_applied"] == 1 and counts["unreadable"] == 1
+    answer = jobs.invoke({"action": "status", "job_id": bad["job_id"]})
+    assert answer["ok"] is False and answer["error"]["type"] == "Unreadable"
+    assert bad["job_id"] in answer["error"]["message"] and "exit_codes" in answer["error"]["message"]

@@ -144,7 +144,7 @@ def test_a_queued_job_is_launched_once_and_runs():
 def test_no_capacity_schedules_one_retry_and_says_so_once():
     store = FakeStore()
     store.jobs["j1"] = _job()
-    engine, notifier, retries = _engine(store, FakeEcs(RunResult(no_capacity="RESOURCE:GPU")))
+    engine, notifier, retries = _engine(store, FakeEcs(RunResult(failure="capacity", reason="RESOURCE:GPU")))
     job = engine.drive("j1")
     assert job.state is JobState.QUEUED and (job.retry_at - T0).total_seconds() == 30
     assert retries.scheduled == [("j1", 1, 30)]
@@ -156,10 +156,33 @@ def test_no_capacity_schedules_one_retry_and_says_so_once():
 def test_a_refused_request_fails_the_job_without_a_retry():
     store = FakeStore()
     store.jobs["j1"] = _job()
-    engine, notifier, retries = _engine(store, FakeEcs(RunResult(refused="ClientException: bad family")))
+    engine, notifier, retries = _engine(
+        store, FakeEcs(RunResult(failure="request", reason="ClientException: bad family"))
+    )
     job = engine.drive("j1")
     assert job.state is JobState.FAILED and "bad family" in job.last_reason
     assert retries.scheduled == [] and [n.kind for n in notifier.sent] == ["failed"]
+
+
+def test_a_throttled_run_task_waits_and_retries_without_asking_for_capacity():
+    store = FakeStore()
+    store.jobs["j1"] = _job()
+    throttled = RunResult(failure="transient", reason="ThrottlingException: Rate exceeded")
+    engine, notifier, retries = _engine(store, FakeEcs(throttled))
+    job = engine.drive("j1")
+    assert job.state is JobState.QUEUED and retries.scheduled == [("j1", 1, 30)]
+    assert [n.kind for n in notifier.sent] == ["waiting"] and "Rate exceeded" in job.last_reason
+
+
+def test_access_denied_fails_the_job_and_says_why():
+    store = FakeStore()
+    store.jobs["j1"] = _job()
+    denied = RunResult(
+        failure="access", reason="AccessDeniedException: not authorized to perform iam:PassRole"
+    )
+    engine, _, retries = _engine(store, FakeEcs(denied))
+    job = engine.drive("j1")
+    assert job.state is JobState.FAILED and "iam:PassRole" in job.last_reason and retries.scheduled == []
 
 
 def test_a_write_that_loses_the_race_is_computed_again_on_the_job_as_it_now_stands():

@@ -3,14 +3,14 @@ tests implement them with fakes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # types only: the interruption function must not load the jobs domain at cold start
     from spotguard.domain.checkpoints import CheckpointRef
     from spotguard.domain.facts import HostFacts, Notification, RunResult, TaskDefinitionInfo
-    from spotguard.domain.jobs.model import Job, JobState
+    from spotguard.domain.jobs.model import Job, JobState, UnreadableJob
     from spotguard.domain.notices import ContainerInstanceUpdate, LifecycleRef, Notice
     from spotguard.domain.tasks import ContainerInstanceRef, TaskEvent, TaskInfo
 
@@ -58,7 +58,12 @@ class JobStore(Protocol):
     def get(self, job_id: str) -> Job | None: ...
     def create(self, job: Job) -> bool: ...
     def replace(self, job: Job, expected_rev: int) -> bool: ...
-    def list(self, state: JobState | None, limit: int) -> list[Job]: ...
+    def list(
+        self,
+        state: JobState | None,
+        limit: int,
+        on_unreadable: Callable[[UnreadableJob], None] | None = None,
+    ) -> list[Job]: ...
     def known_unmanaged(self, task_arn: str) -> bool: ...
     def remember_unmanaged(self, task_arn: str, at: datetime) -> None: ...
     def checkpoints(self, prefix_uri: str) -> list[CheckpointRef]: ...

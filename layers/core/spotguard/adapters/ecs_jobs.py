@@ -10,16 +10,9 @@ from botocore.exceptions import ClientError
 
 from spotguard.adapters.ecs import EcsAdapter, chunks
 from spotguard.domain.facts import RunResult, TaskDefinitionInfo
+from spotguard.domain.run_errors import classify_run_error
 from spotguard.domain.task_events import described_task
 from spotguard.domain.tasks import TaskEvent, gpu_count
-
-# RunTask errors that say the request itself is wrong: retrying it can never work.
-REQUEST_ERRORS = {
-    "InvalidParameterException",
-    "ClientException",
-    "ClusterNotFoundException",
-    "AccessDeniedException",
-}
 
 
 class JobsEcsAdapter(EcsAdapter):
@@ -28,9 +21,11 @@ class JobsEcsAdapter(EcsAdapter):
             resp = self.client.run_task(**params)
         except ClientError as exc:
             err = exc.response.get("Error", {})
-            if err.get("Code") in REQUEST_ERRORS:
-                return RunResult(refused=f"{err.get('Code')}: {err.get('Message', '')}"[:500])
-            raise
+            code, message = str(err.get("Code", "")), str(err.get("Message", ""))
+            failure = classify_run_error(code, message)
+            if failure is None:
+                raise  # not an error ECS documents for RunTask: the record is retried, then dead-lettered
+            return RunResult(failure=failure, reason=f"{code}: {message}"[:500])
         tasks = resp.get("tasks") or []
         if tasks:
             return RunResult(task_arn=tasks[0]["taskArn"])
@@ -38,7 +33,7 @@ class JobsEcsAdapter(EcsAdapter):
             f"{f.get('reason', 'unknown')}" + (f" ({f['detail']})" if f.get("detail") else "")
             for f in resp.get("failures") or []
         ]
-        return RunResult(no_capacity="; ".join(reasons)[:500] or "no task was placed")
+        return RunResult(failure="capacity", reason="; ".join(reasons)[:500] or "no task was placed")
 
     def describe_task(self, cluster: str, task_arn: str) -> TaskEvent | None:
         """One task with its tags (adoption reads it once)."""

@@ -10,12 +10,19 @@ Finished jobs expire (TTL) after JOB_RETENTION_DAYS.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
+
 from spotguard.adapters.dynamo import key, marshal, plain, written
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.jobs.model import Job, JobState
+from spotguard.domain.errors import one_line
+from spotguard.domain.jobs.model import Job, JobState, UnreadableJob
+
+log = logging.getLogger(__name__)
 
 BY_STATE_INDEX = "ByState"
 JOB_RETENTION_DAYS = 90
@@ -35,7 +42,7 @@ class DynamoJobs:
         item = plain(
             self.client.get_item(TableName=self.table, Key=_job_key(job_id), ConsistentRead=True).get("Item")
         )
-        return Job.model_validate_json(item["doc"]) if item else None
+        return _job(item) if item else None
 
     def _item(self, job: Job) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -69,8 +76,14 @@ class DynamoJobs:
             ExpressionAttributeValues=marshal({":r": expected_rev}),
         )
 
-    def list(self, state: JobState | None, limit: int) -> list[Job]:
-        """Newest first: one index query per state asked for."""
+    def list(
+        self,
+        state: JobState | None,
+        limit: int,
+        on_unreadable: Callable[[UnreadableJob], None] | None = None,
+    ) -> list[Job]:
+        """Newest first: one index query per state asked for. A job that cannot be read is left out
+        (logged, and handed to `on_unreadable`), so that one bad item never hides every other job."""
         states = [state] if state else list(JobState)
         jobs: list[Job] = []
         for s in states:
@@ -82,7 +95,13 @@ class DynamoJobs:
                 ScanIndexForward=False,
                 Limit=limit,
             )
-            jobs += [Job.model_validate_json(plain(i)["doc"]) for i in resp.get("Items", [])]
+            for i in resp.get("Items", []):
+                try:
+                    jobs.append(_job(plain(i)))
+                except UnreadableJob as exc:
+                    log.warning("skipped a job that cannot be read: %s", exc)
+                    if on_unreadable is not None:
+                        on_unreadable(exc)
         jobs.sort(key=lambda j: j.updated_at, reverse=True)
         return jobs[:limit]
 
@@ -118,3 +137,12 @@ class DynamoJobs:
             for page in pages
             for i in page.get("Items", [])
         ]
+
+
+def _job(item: dict[str, Any]) -> Job:
+    try:
+        return Job.model_validate_json(item["doc"])
+    except (ValidationError, KeyError) as exc:
+        job_id = str(item.get("pk", "")).removeprefix("JOB#")
+        reason = one_line(exc) if isinstance(exc, ValidationError) else f"no {exc} attribute"
+        raise UnreadableJob(job_id, reason) from None

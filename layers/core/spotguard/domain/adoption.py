@@ -23,6 +23,7 @@ from spotguard.domain.jobs.model import (
     JobState,
     RunTaskRequest,
     adopted_job_id,
+    revised,
 )
 from spotguard.domain.stops import classify_stop
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG, TaskEvent
@@ -67,7 +68,7 @@ def adopted_job(
     state = JobState.RUNNING
     if stopped:
         verdict = classify_stop(task.detail, None, td.containers[0] if td.containers else None)
-        attempt = attempt.model_copy(update={"outcome": verdict.outcome, "outcome_reason": verdict.reason})
+        attempt = revised(attempt, outcome=verdict.outcome, outcome_reason=verdict.reason)
         state = JobState.SUCCEEDED if attempt.outcome == "succeeded" else JobState.FAILED
     return Job(
         job_id=adopted_job_id(task.task_arn),

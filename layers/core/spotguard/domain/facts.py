@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -17,12 +17,12 @@ class TaskDefinitionInfo(BaseModel):
 
 
 class RunResult(BaseModel):
-    """What RunTask did: started a task, placed none (capacity: try again later), or refused the
-    request (it can never work)."""
+    """What RunTask did: started a task, or placed none, with the class of why (domain.run_errors):
+    capacity and transient failures wait and retry, access and request failures end the job."""
 
     task_arn: str | None = None
-    no_capacity: str | None = None
-    refused: str | None = None
+    failure: Literal["capacity", "transient", "access", "request"] | None = None
+    reason: str = ""
 
 
 class HostFacts(BaseModel):

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from spotguard.domain.errors import one_line
 from spotguard.domain.notices import Decision, Settings, envelope
@@ -23,6 +23,18 @@ from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, MANAGED_TAG
 TASK_STATE_CHANGE = "ECS Task State Change"
 EBS_SNAPSHOT = "EBS Snapshot Notification"
 _SNAPSHOT_ID = re.compile(r"(snap-[0-9a-f]{8,17})$")
+
+
+class ContainerDetail(BaseModel):
+    """A container of a task: what SpotGuard reads is typed (an exitCode that is not an integer is bad
+    input, rejected at the door rather than copied into a job); the rest is kept as it came."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = ""
+    exitCode: StrictInt | None = None
+    reason: str | None = None
+    runtimeId: str | None = None
+    lastStatus: str | None = None
 
 
 class TaskDetail(BaseModel):
@@ -46,7 +58,7 @@ class TaskDetail(BaseModel):
     stoppedAt: datetime | None = None
     stopCode: str | None = None
     stoppedReason: str | None = None
-    containers: list[dict[str, Any]] = Field(default_factory=list)
+    containers: list[ContainerDetail] = Field(default_factory=list)
     overrides: dict[str, Any] | None = None
     enableExecuteCommand: bool | None = None
     createdAt: datetime | None = None
@@ -133,7 +145,7 @@ def _task_event(d: TaskDetail, event_id: str, time: datetime | None) -> TaskEven
         stopped_at=d.stoppedAt,
         stop_code=d.stopCode,
         stopped_reason=d.stoppedReason,
-        containers=tuple(d.containers),
+        containers=tuple(c.model_dump(exclude_unset=True) for c in d.containers),
         overrides=d.overrides,
         enable_execute_command=d.enableExecuteCommand,
         time=time,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from spotguard.domain.jobs.effects import Cleanup, Effect, Notify, Step
-from spotguard.domain.jobs.model import EbsOptions, Job, JobState, bump, replace_attempt
+from spotguard.domain.jobs.model import EbsOptions, Job, JobState, bump, replace_attempt, revised
 
 
 def snapshot_started(
@@ -18,7 +18,7 @@ def snapshot_started(
     a = next((x for x in job.attempts if x.number == attempt), None)
     if a is None or (snapshot_id is not None and (a.volume_id, a.snapshot_id) == (volume_id, snapshot_id)):
         return Step(note="nothing new about the snapshot")
-    updated = a.model_copy(update={"volume_id": volume_id, "snapshot_id": snapshot_id})
+    updated = revised(a, volume_id=volume_id, snapshot_id=snapshot_id)
     if snapshot_id is None:  # no volume to snapshot: go on from the newest snapshot there is
         return snapshot_finished(
             replace_attempt(job, updated, now), None, False, now, "its volume was not found"

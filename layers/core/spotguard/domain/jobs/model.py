@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -39,6 +39,14 @@ class JobState(StrEnum):
 
 
 TERMINAL = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.GAVE_UP}
+
+
+class UnreadableJob(Exception):
+    """A job in the ledger that no longer parses: named, with the first reason, in one line."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id} cannot be read: {reason}")
+        self.job_id = job_id
 
 
 class JobError(ValueError):
@@ -256,8 +264,18 @@ def client_token(job_id: str, attempt: int, launch_try: int) -> str:
     return raw if len(raw) <= 64 else hashlib.sha256(raw.encode()).hexdigest()
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def revised(model: M, **changes: Any) -> M:
+    """A copy of `model` with `changes`, validated: every value taken from an event into a job goes
+    through its field's type (model_copy(update=...) would store anything, and a job holding a value
+    its own type refuses could no longer be read)."""
+    return type(model).model_validate({**dict(model), **changes})
+
+
 def bump(job: Job, now: datetime, **changes: Any) -> Job:
-    return job.model_copy(update={"updated_at": now, "rev": job.rev + 1, **changes})
+    return revised(job, updated_at=now, rev=job.rev + 1, **changes)
 
 
 def replace_attempt(job: Job, attempt: Attempt, now: datetime, **changes: Any) -> Job:

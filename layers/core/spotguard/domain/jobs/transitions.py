@@ -21,6 +21,7 @@ from spotguard.domain.jobs.model import (
     bump,
     client_token,
     replace_attempt,
+    revised,
 )
 from spotguard.domain.stops import OwnRecord, classify_stop
 from spotguard.domain.tasks import TaskEvent
@@ -92,29 +93,34 @@ def retry_delay(launch_tries: int, base: int = RETRY_BASE_SECONDS) -> int:
     return int(min(RETRY_MAX_SECONDS, base * 2 ** max(0, launch_tries - 1)))
 
 
-def launch_failed(job: Job, reason: str, now: datetime, delay_seconds: int | None = None) -> Step:
+def launch_failed(
+    job: Job, reason: str, now: datetime, delay_seconds: int | None = None, capacity: bool = True
+) -> Step:
     """RunTask placed nothing: back to queued, due again after `delay_seconds` (the retry message the
-    use case scheduled; by default `retry_delay`'s growing delay); ask for capacity."""
+    use case scheduled; by default `retry_delay`'s growing delay). When the reason is capacity (not a
+    throttled or conflicting call), SpotGuard also asks for capacity."""
     if job.state is not JobState.LAUNCHING:
         return Step(note=f"job is {job.state}, not launching")
     delay = retry_delay(job.launch_tries) if delay_seconds is None else delay_seconds
+    what = "RunTask placed no task" if capacity else "RunTask failed for now"
     new = bump(
         job,
         now,
         state=JobState.QUEUED,
         retry_at=now + timedelta(seconds=delay),
-        last_reason=f"RunTask placed no task: {reason}; next try in {delay} s",
+        last_reason=f"{what}: {reason}; next try in {delay} s",
     )
-    pools = tuple((p.instance_type, p.availability_zone) for p in job.avoid_pools if p.until > now)
-    return Step(
-        job=new,
-        effects=[
+    effects: list[Effect] = []
+    if capacity:
+        pools = tuple((p.instance_type, p.availability_zone) for p in job.avoid_pools if p.until > now)
+        effects.append(
             CapacityWanted(
                 gpus=job.gpus, reason=reason, avoid_instances=tuple(job.avoid_instances), avoid_pools=pools
-            ),
-            Notify(kind="waiting", message=f"no capacity ({reason}); next try in {delay} s"),
-        ],
-    )
+            )
+        )
+    waiting = f"no capacity ({reason})" if capacity else f"RunTask failed for now ({reason})"
+    effects.append(Notify(kind="waiting", message=f"{waiting}; next try in {delay} s"))
+    return Step(job=new, effects=effects)
 
 
 def launch_refused(job: Job, reason: str, now: datetime) -> Step:
@@ -168,7 +174,7 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             and ev.stop_code == "SpotInterruption"
             and attempt.interrupted_by is None
         ):
-            updated = updated.model_copy(update={"interrupted_by": "SpotInterruption"})
+            updated = revised(updated, interrupted_by="SpotInterruption")
             effects.append(
                 Notify(kind="interrupted", message=f"attempt {attempt.number}: Fargate Spot interruption")
             )
@@ -183,7 +189,7 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
         OwnRecord(stopped_for_notice=own_stop_notice, cancelled=job.cancel_requested),
         job.options.checkpoint_container or (job.containers[0] if job.containers else None),
     )
-    updated = updated.model_copy(update={"outcome": verdict.outcome, "outcome_reason": verdict.reason})
+    updated = revised(updated, outcome=verdict.outcome, outcome_reason=verdict.reason)
     n = attempt.number
     if verdict.outcome == "succeeded":
         return Step(
@@ -196,7 +202,7 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             effects=[Notify(kind="cancelled", message=f"attempt {n}: {verdict.reason}")],
         )
     if verdict.outcome == "resubmit":
-        updated = updated.model_copy(update={"interrupted_by": updated.interrupted_by or verdict.reason})
+        updated = revised(updated, interrupted_by=updated.interrupted_by or verdict.reason)
         effects = [Notify(kind="interrupted", message=f"attempt {n}: {verdict.reason}")]
         changes = _avoidance(job, updated, now)
     else:  # failed
@@ -258,7 +264,7 @@ def _observe(attempt: Attempt, ev: TaskEvent, own_stop_notice: str | None) -> At
         changes["interrupted_by"] = own_stop_notice
     if ev.last_status == "STOPPED" and ev.stopped_at is None:
         changes["stopped_at"] = ev.time or ev.stopping_at
-    return attempt.model_copy(update=changes)
+    return revised(attempt, **changes)
 
 
 def _avoidance(job: Job, attempt: Attempt, now: datetime) -> dict[str, Any]:

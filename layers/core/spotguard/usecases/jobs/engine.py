@@ -32,7 +32,7 @@ from spotguard.domain.jobs.effects import (
     Step,
     Stop,
 )
-from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem
+from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem, UnreadableJob, revised
 from spotguard.domain.jobs.request import run_task_params
 from spotguard.domain.jobs.transitions import (
     begin_launch,
@@ -102,7 +102,10 @@ class JobEngine:
         self.volumes = volumes or VolumeEffects()
 
     def get(self, job_id: str) -> Job:
-        job = self.store.get(job_id)
+        try:
+            job = self.store.get(job_id)
+        except UnreadableJob as exc:
+            raise CommandError("Unreadable", str(exc)) from None
         if job is None:
             raise CommandError("NotFound", f"job {job_id} does not exist")
         return job
@@ -149,8 +152,8 @@ class JobEngine:
                 return job
             if not any(i.id in sent for i in current.outbox):
                 return current
-            cleared = current.model_copy(
-                update={"outbox": [i for i in current.outbox if i.id not in sent], "rev": current.rev + 1}
+            cleared = revised(
+                current, outbox=[i for i in current.outbox if i.id not in sent], rev=current.rev + 1
             )
             if self.store.replace(cleared, current.rev):
                 return cleared
@@ -201,7 +204,7 @@ class JobEngine:
             if isinstance(e, Notify | CapacityWanted)
         ]
         if items:
-            new = new.model_copy(update={"outbox": [*new.outbox, *items]})
+            new = revised(new, outbox=[*new.outbox, *items])
         if not self.store.replace(new, old.rev):
             return None
         return self.flush(new)
@@ -231,15 +234,15 @@ class JobEngine:
             return lambda j: launch_succeeded(
                 j, arn, launch.client_token, resume_from, self.clock(), resubmitted=launch.attempt > 1
             )
-        if result.refused is not None:
-            refused = result.refused
-            return lambda j: launch_refused(j, refused, self.clock())
-        reason = result.no_capacity or "no task was placed"
+        reason = result.reason or "no task was placed"
+        if result.failure in ("access", "request"):
+            return lambda j: launch_refused(j, reason, self.clock())
         delay = retry_delay(job.launch_tries, self.config.retry_base_seconds)
         # The retry is scheduled before the job says it waits, so a crash between the two can leave a
         # spare message (dropped as stale) but never a job nobody will launch again.
         self.retries.schedule(job.job_id, job.launch_tries, delay)
-        return lambda j: launch_failed(j, reason, self.clock(), delay)
+        capacity = result.failure == "capacity"
+        return lambda j: launch_failed(j, reason, self.clock(), delay, capacity=capacity)
 
     def _newest(self, job: Job) -> str:
         ref = self.checkpoints.newest(job.checkpoint_uri)

@@ -6,19 +6,26 @@
   were still attached at clean-up are deleted;
 - a running job whose task stopped unseen (or vanished from ECS) gets its stop applied, as the event
   would have done.
+
+One job never stops the sweep for the others: a job that cannot be read is counted (`unreadable`) and
+left out, and one whose handling fails is logged and counted (`failed`); the function turns both counts
+into metrics, which are alarmed.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from spotguard.domain.jobs.effects import Cleanup
-from spotguard.domain.jobs.model import Attempt, Job, JobState, started_by
+from spotguard.domain.jobs.model import Attempt, Job, JobState, UnreadableJob, revised, started_by
 from spotguard.domain.stops import VANISHED_REASON
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.service import JobService
 
 STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
+log = logging.getLogger(__name__)
 
 
 class Reconciler:
@@ -29,27 +36,46 @@ class Reconciler:
 
     def reconcile(self, limit: int = 500) -> dict[str, int]:
         now = self.jobs.clock()
-        counts = {"checked": 0, "relaunched": 0, "stops_applied": 0, "vanished": 0, "snapshots_settled": 0}
-        for job in self.store.list(JobState.LAUNCHING, limit) + self.store.list(JobState.QUEUED, limit):
-            counts["checked"] += 1
+        counts = {
+            "checked": 0,
+            "relaunched": 0,
+            "stops_applied": 0,
+            "vanished": 0,
+            "snapshots_settled": 0,
+            "unreadable": 0,
+            "failed": 0,
+        }
+
+        def unreadable(exc: UnreadableJob) -> None:
+            counts["unreadable"] += 1
+
+        def each(state: JobState) -> list[Job]:
+            jobs = self.store.list(state, limit, on_unreadable=unreadable)
+            counts["checked"] += len(jobs)
+            return jobs
+
+        def isolated(job: Job, work: Callable[[], None]) -> None:
+            try:
+                work()
+            except Exception:
+                log.exception("reconcile could not handle job %s; the sweep goes on", job.job_id)
+                counts["failed"] += 1
+
+        for job in each(JobState.LAUNCHING) + each(JobState.QUEUED):
             stale = _age(job, now) > STUCK_SECONDS
             overdue = job.retry_at is None or (now - job.retry_at).total_seconds() > STUCK_SECONDS
             if stale and (job.state is JobState.LAUNCHING or overdue):
-                self.engine.drive(job.job_id, job)
+                isolated(job, lambda job=job: self.engine.drive(job.job_id, job))
                 counts["relaunched"] += 1
         volumes = self.jobs.volumes
-        for job in self.store.list(JobState.SNAPSHOTTING, limit):
-            counts["checked"] += 1
+        for job in each(JobState.SNAPSHOTTING):
             if _age(job, now) > STUCK_SECONDS and volumes is not None:
-                self.engine.run(job.job_id, *volumes.stuck(job), current=job)
+                isolated(job, lambda job=job: self.engine.run(job.job_id, *volumes.stuck(job), current=job))
                 counts["snapshots_settled"] += 1
         live: dict[str, list[tuple[Job, Attempt]]] = {}
-        for job in self.store.list(JobState.RUNNING, limit):
-            counts["checked"] += 1
+        for job in each(JobState.RUNNING):
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again
-                deleted = volumes.cleanup(job, Cleanup(volumes=tuple(job.doomed_volumes)))
-                if deleted:
-                    self.engine.run(job.job_id, *deleted, current=job, drive=False)
+                isolated(job, lambda job=job: self._delete_volumes(job))
             attempt = job.live_attempt
             if attempt is not None:
                 live.setdefault(job.request.cluster, []).append((job, attempt))
@@ -58,12 +84,20 @@ class Reconciler:
             for job, attempt in pairs:
                 task = found.get(attempt.task_arn)
                 if task is not None and task.last_status == "STOPPED":
-                    self.jobs.on_task_event(_as_event(task, now, attempt.ecs_version + 1))
+                    event = _as_event(task, now, attempt.ecs_version + 1)
+                    isolated(job, lambda event=event: self.jobs.on_task_event(event))
                     counts["stops_applied"] += 1
                 elif attempt.task_arn in missing:
-                    self.jobs.on_task_event(_vanished(job, attempt, now))
+                    event = _vanished(job, attempt, now)
+                    isolated(job, lambda event=event: self.jobs.on_task_event(event))
                     counts["vanished"] += 1
         return counts
+
+    def _delete_volumes(self, job: Job) -> None:
+        assert self.jobs.volumes is not None
+        deleted = self.jobs.volumes.cleanup(job, Cleanup(volumes=tuple(job.doomed_volumes)))
+        if deleted:
+            self.engine.run(job.job_id, *deleted, current=job, drive=False)
 
 
 def _age(job: Job, now: datetime) -> float:
@@ -73,7 +107,7 @@ def _age(job: Job, now: datetime) -> float:
 def _as_event(task: TaskEvent, now: datetime, at_least: int) -> TaskEvent:
     """A stopped task's description as the event ECS would have sent for it. Its `version` when it has
     one; STOPPED is final, so it is never older than what was seen."""
-    return task.model_copy(update={"version": max(task.version, at_least), "time": now})
+    return revised(task, version=max(task.version, at_least), time=now)
 
 
 def _vanished(job: Job, attempt: Attempt, now: datetime) -> TaskEvent:

@@ -17,7 +17,7 @@ from typing import Any
 
 from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
 from spotguard.domain.jobs.effects import Step
-from spotguard.domain.jobs.model import TERMINAL, Job, JobState, adopted_job_id
+from spotguard.domain.jobs.model import TERMINAL, Job, JobState, adopted_job_id, revised
 from spotguard.domain.jobs.spend import spend
 from spotguard.domain.jobs.transitions import on_task_event, request_cancel, request_resubmit
 from spotguard.domain.prices import task_share
@@ -193,7 +193,7 @@ class JobService:
                 notice = self.claims.stop_claim(attempt.instance_id)
             step = on_task_event(job, ev, notice, self.clock())
             if step.job is not None:
-                step = step.model_copy(update={"job": self._with_host(step.job, ev, facts_cache)})
+                step = revised(step, job=self._with_host(step.job, ev, facts_cache))
             return step
 
         return transition
@@ -227,18 +227,15 @@ class JobService:
             if facts.instance_price is not None
             else None
         )
-        updated = attempt.model_copy(
-            update={
-                "instance_id": facts.instance_id,
-                "instance_type": facts.instance_type,
-                "availability_zone": facts.availability_zone or attempt.availability_zone,
-                "lifecycle": facts.lifecycle,
-                "price_per_hour": price,
-            }
+        updated = revised(
+            attempt,
+            instance_id=facts.instance_id,
+            instance_type=facts.instance_type,
+            availability_zone=facts.availability_zone or attempt.availability_zone,
+            lifecycle=facts.lifecycle,
+            price_per_hour=price,
         )
-        return job.model_copy(
-            update={"attempts": [updated if a.number == attempt.number else a for a in job.attempts]}
-        )
+        return revised(job, attempts=[updated if a.number == attempt.number else a for a in job.attempts])
 
 
 def summary(job: Job) -> dict[str, Any]:

@@ -1,0 +1,60 @@
+"""What an error from RunTask (or StartTask, which shares its errors) means for a job. Pure.
+
+Every error ECS documents for the two calls, and the throttling and server errors every AWS API can
+answer, falls in one class:
+
+- capacity:  nothing could be placed now (an empty cluster, no container instance in the capacity
+             provider); the job waits in the retry queue and SpotGuard asks for capacity;
+- transient: throttling, a server error, or a conflict over the launch's client token (a launch in
+             flight); the job waits in the retry queue and tries again with a new token;
+- access:    SpotGuard may not do this (AccessDenied: a role outside the stack's TaskRoleArns, a
+             task definition family outside TaskDefinitionFamilies; Blocked: the account); the job
+             fails and says so;
+- request:   the request itself is wrong (an unknown cluster, a deregistered task definition, a bad
+             parameter or platform version); no retry can help, so the job fails and says why.
+
+An error code not listed here is not classed: the caller raises it, so that the record is retried and,
+if it keeps failing, dead-lettered and alarmed, rather than a job being failed on a guess.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+RunErrorClass = Literal["capacity", "transient", "access", "request"]
+
+# InvalidParameterException messages that say "no room now", not "bad request".
+_NO_ROOM = re.compile(r"No Container Instances were found in your (cluster|capacity provider)", re.IGNORECASE)
+
+_BY_CODE: dict[str, RunErrorClass] = {
+    # documented for RunTask and StartTask
+    "AccessDeniedException": "access",
+    "BlockedException": "access",
+    "ClientException": "request",
+    "ClusterNotFoundException": "request",
+    "ConflictException": "transient",
+    "InvalidParameterException": "request",  # unless its message says there is no room: see below
+    "PlatformTaskDefinitionIncompatibilityException": "request",
+    "PlatformUnknownException": "request",
+    "ServerException": "transient",
+    "UnsupportedFeatureException": "request",
+    # common to every AWS API (what outlives botocore's standard retries)
+    "ThrottlingException": "transient",
+    "Throttling": "transient",
+    "RequestLimitExceeded": "transient",
+    "TooManyRequestsException": "transient",
+    "ServiceUnavailableException": "transient",
+    "ServiceUnavailable": "transient",
+    "InternalFailure": "transient",
+    "InternalServerError": "transient",
+    "RequestTimeout": "transient",
+    "RequestTimeoutException": "transient",
+}
+
+
+def classify_run_error(code: str, message: str) -> RunErrorClass | None:
+    """The class of a RunTask/StartTask error; None for a code ECS does not document for them."""
+    if code == "InvalidParameterException" and _NO_ROOM.search(message):
+        return "capacity"
+    return _BY_CODE.get(code)

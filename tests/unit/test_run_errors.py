@@ -1,0 +1,67 @@
+"""Every RunTask/StartTask error ECS documents, classed: capacity and transient ones wait, access and
+request ones end the job; the adapter turns the API's answer into that class."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from spotguard.adapters.ecs_jobs import JobsEcsAdapter
+from spotguard.domain.run_errors import classify_run_error
+
+DOCUMENTED = [
+    ("AccessDeniedException", "User is not authorized to perform: iam:PassRole", "access"),
+    ("BlockedException", "Your account is blocked", "access"),
+    ("ClientException", "TaskDefinition is inactive", "request"),
+    ("ClusterNotFoundException", "Cluster not found.", "request"),
+    ("ConflictException", "The clientToken is already in use with a different request", "transient"),
+    ("InvalidParameterException", "No Container Instances were found in your cluster.", "capacity"),
+    ("InvalidParameterException", "No Container Instances were found in your capacity provider.", "capacity"),
+    ("InvalidParameterException", "Task definition does not support launch_type FARGATE.", "request"),
+    ("PlatformTaskDefinitionIncompatibilityException", "needs platform 1.4.0", "request"),
+    ("PlatformUnknownException", "The specified platform version does not exist.", "request"),
+    ("ServerException", "Service unavailable. Please try again later.", "transient"),
+    ("UnsupportedFeatureException", "not supported in this Region", "request"),
+    ("ThrottlingException", "Rate exceeded", "transient"),
+]
+
+
+@pytest.mark.parametrize(("code", "message", "kind"), DOCUMENTED)
+def test_every_documented_error_has_a_class(code, message, kind):
+    assert classify_run_error(code, message) == kind
+
+
+def test_an_undocumented_error_is_not_guessed():
+    assert classify_run_error("ValidationException", "something new") is None
+
+
+def _adapter():
+    client = boto3.client("ecs", region_name="us-east-1")
+    return JobsEcsAdapter(client), Stubber(client)
+
+
+def test_an_empty_cluster_is_capacity_not_a_bad_request():
+    """It failed the job for good: InvalidParameterException was taken as a bad request."""
+    adapter, stub = _adapter()
+    stub.add_client_error(
+        "run_task", "InvalidParameterException", "No Container Instances were found in your cluster."
+    )
+    with stub:
+        result = adapter.run_task({"cluster": "gpu-spot", "taskDefinition": "train:1"})
+    assert result.task_arn is None and result.failure == "capacity"
+    assert "No Container Instances" in result.reason
+
+
+def test_failures_in_the_answer_are_capacity_and_an_unknown_error_is_raised():
+    adapter, stub = _adapter()
+    stub.add_response(
+        "run_task",
+        {"tasks": [], "failures": [{"reason": "RESOURCE:GPU", "arn": "arn:aws:ecs:us-east-1:1:ci/x"}]},
+    )
+    stub.add_client_error("run_task", "SomethingNew", "a code ECS does not document for RunTask")
+    with stub:
+        placed_none = adapter.run_task({"cluster": "gpu-spot", "taskDefinition": "train:1"})
+        with pytest.raises(Exception, match="SomethingNew"):
+            adapter.run_task({"cluster": "gpu-spot", "taskDefinition": "train:1"})
+    assert placed_none.failure == "capacity" and placed_none.reason == "RESOURCE:GPU"
