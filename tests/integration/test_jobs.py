@@ -400,3 +400,33 @@ def test_a_job_that_cannot_be_read_is_skipped_by_list_and_reconcile_and_named_by
     answer = jobs.invoke({"action": "status", "job_id": bad["job_id"]})
     assert answer["ok"] is False and answer["error"]["type"] == "Unreadable"
     assert bad["job_id"] in answer["error"]["message"] and "exit_codes" in answer["error"]["message"]
+
+
+def test_submit_refuses_a_role_or_family_the_stack_may_not_use(aws):
+    """iam:PassRole was on *, and a submit could override taskRoleArn: any command as any role. Now the
+    stack passes only its TaskRoleArns and runs only its TaskDefinitionFamilies, and submit says so."""
+    world = make_jobs_world(
+        env={
+            "SPOTGUARD_PASS_ROLES": "arn:aws:iam::*:role/spotguard-*",
+            "SPOTGUARD_TASK_FAMILIES": "gpu-train-1gpu",
+        }
+    )
+
+    def submit(family: str, overrides: dict | None = None) -> dict:
+        td = world.cluster.gpu_task_definition(family=family, gpus=1)
+        request = {"cluster": "gpu-spot", "taskDefinition": td, "launchType": "EC2"}
+        if overrides:
+            request["overrides"] = overrides
+        return world.invoke({"action": "submit", "request": request})
+
+    other = submit("crypto-miner")
+    assert (
+        other["ok"] is False
+        and "family 'crypto-miner-1gpu' is not one this stack runs" in other["error"]["message"]
+    )
+    admin = submit("gpu-train", {"taskRoleArn": "arn:aws:iam::123456789012:role/admin"})
+    assert admin["ok"] is False and admin["error"]["type"] == "BadRequest"
+    assert "request.overrides.taskRoleArn: arn:aws:iam::123456789012:role/admin" in admin["error"]["message"]
+    assert world.scheduler.requests == []
+    ours = submit("gpu-train", {"taskRoleArn": "arn:aws:iam::123456789012:role/spotguard-train"})
+    assert ours["ok"] is True and len(world.scheduler.requests) == 1

@@ -76,10 +76,14 @@ class JobsEnv(EnvModel):
     # Not a stack parameter: the local stack and tests shorten the wait for capacity.
     retry_base_seconds: int = Field(default=30, alias="SPOTGUARD_RETRY_BASE_SECONDS", ge=1, le=900)
     ebs_role_arn: str | None = Field(default=None, alias="SPOTGUARD_EBS_ROLE_ARN")
+    # The roles the stack may pass to ECS (ARN patterns, `*` a wildcard) and the task definition
+    # families it may run (the TaskRoleArns and TaskDefinitionFamilies parameters); empty: no check.
+    pass_roles: tuple[str, ...] = Field(default=(), alias="SPOTGUARD_PASS_ROLES")
+    task_families: tuple[str, ...] = Field(default=(), alias="SPOTGUARD_TASK_FAMILIES")
 
-    _split = field_validator("clusters", "default_subnets", "default_security_groups", mode="before")(
-        lambda cls, v: _comma_list(v)
-    )
+    _split = field_validator(
+        "clusters", "default_subnets", "default_security_groups", "pass_roles", "task_families", mode="before"
+    )(lambda cls, v: _comma_list(v))
 
     @property
     def settings(self) -> Settings:

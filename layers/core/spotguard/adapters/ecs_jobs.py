@@ -58,6 +58,9 @@ class JobsEcsAdapter(EcsAdapter):
         containers = td.get("containerDefinitions", []) or []
         return TaskDefinitionInfo(
             arn=td.get("taskDefinitionArn", arn),
+            family=str(td.get("family", "")),
+            task_role_arn=td.get("taskRoleArn"),
+            execution_role_arn=td.get("executionRoleArn"),
             containers=[str(c.get("name")) for c in containers],
             gpus=gpu_count(td, overrides),
             volumes_at_launch=[

@@ -14,6 +14,9 @@ class TaskDefinitionInfo(BaseModel):
     environment: dict[str, dict[str, str]]  # container name -> its environment
     volumes_at_launch: list[str] = []  # volumes `configuredAtLaunch` (EBS mode)
     mounts: dict[str, dict[str, str]] = {}  # container name -> {volume name: path in the container}
+    family: str = ""
+    task_role_arn: str | None = None
+    execution_role_arn: str | None = None
 
 
 class RunResult(BaseModel):

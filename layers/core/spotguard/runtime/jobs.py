@@ -51,6 +51,8 @@ class JobsRuntime:
                 default_security_groups=env.default_security_groups,
                 retry_base_seconds=env.retry_base_seconds,
                 ebs_role_arn=env.ebs_role_arn or None,
+                pass_roles=env.pass_roles,
+                task_families=env.task_families,
             ),
             store=DynamoJobs(dynamodb, env.ledger_table),
             ecs=JobsEcsAdapter(ecs),

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
+from spotguard.domain.facts import TaskDefinitionInfo
 from spotguard.domain.jobs.effects import Launch
 from spotguard.domain.jobs.model import (
     ATTEMPT_TAG,
@@ -19,7 +21,9 @@ from spotguard.domain.jobs.model import (
     EbsOptions,
     Job,
     JobError,
+    JobOptions,
     Pool,
+    RunTaskRequest,
     started_by,
 )
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG
@@ -129,3 +133,36 @@ def _with_env(
         result.append(c)
     out["containerOverrides"] = result
     return out
+
+
+def not_permitted(
+    request: RunTaskRequest,
+    options: JobOptions,
+    td: TaskDefinitionInfo,
+    pass_roles: Sequence[str],
+    families: Sequence[str],
+) -> str | None:
+    """Why the stack may not run this request (None: it may): a role it would pass to ECS that is not
+    one of `pass_roles` (ARN patterns, `*` a wildcard: the stack's TaskRoleArns), or a task definition
+    family not in `families` (TaskDefinitionFamilies). Empty lists restrict nothing here (IAM still
+    does). Checked at submit, so that a user hears it in one line instead of RunTask's AccessDenied."""
+    if families and td.family and td.family not in families:
+        return (
+            f"request.taskDefinition: family {td.family!r} is not one this stack runs "
+            f"(TaskDefinitionFamilies: {', '.join(families)})"
+        )
+    if not pass_roles:
+        return None
+    overrides = request.overrides or {}
+    roles = [
+        ("request.overrides.taskRoleArn", overrides.get("taskRoleArn")),
+        ("request.overrides.executionRoleArn", overrides.get("executionRoleArn")),
+        ("the task definition's taskRoleArn", td.task_role_arn),
+        ("the task definition's executionRoleArn", td.execution_role_arn),
+        ("options.ebs.role_arn", options.ebs.role_arn if options.ebs else None),
+    ]
+    for where, role in roles:
+        if role and not any(fnmatchcase(str(role), pattern) for pattern in pass_roles):
+            allowed = ", ".join(pass_roles)
+            return f"{where}: {role} is not a role this stack may pass (TaskRoleArns: {allowed})"
+    return None

@@ -61,6 +61,8 @@ class JobsConfig(BaseModel):
     default_security_groups: tuple[str, ...] = ()
     retry_base_seconds: int = 30  # the first wait for capacity; it doubles per try, up to 15 minutes
     ebs_role_arn: str | None = None  # the role ECS manages EBS-mode volumes with (the stack's)
+    pass_roles: tuple[str, ...] = ()  # roles the stack may pass to ECS (ARN patterns); empty: any
+    task_families: tuple[str, ...] = ()  # task definition families it may run; empty: any
 
     def default_uri(self, job_id: str) -> str:
         return f"s3://{self.checkpoint_bucket}/{self.checkpoint_prefix}{job_id}/"

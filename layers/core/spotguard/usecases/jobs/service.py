@@ -18,6 +18,7 @@ from typing import Any
 from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
 from spotguard.domain.jobs.effects import Step
 from spotguard.domain.jobs.model import TERMINAL, Job, JobState, adopted_job_id, revised
+from spotguard.domain.jobs.request import not_permitted
 from spotguard.domain.jobs.spend import spend
 from spotguard.domain.jobs.transitions import on_task_event, request_cancel, request_resubmit
 from spotguard.domain.prices import task_share
@@ -70,6 +71,11 @@ class JobService:
                 f"options.checkpoint_container: {cmd.options.checkpoint_container!r} is not a container of "
                 f"{td.arn} ({', '.join(td.containers)})",
             )
+        refused = not_permitted(
+            cmd.request, cmd.options, td, self.config.pass_roles, self.config.task_families
+        )
+        if refused:
+            raise CommandError("BadRequest", refused)
         ebs = ebs_checkpointing(cmd, td, self.config.ebs_role_arn)
         now = self.clock()
         job = Job(
