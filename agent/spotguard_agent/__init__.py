@@ -1,8 +1,25 @@
 """spotguard-agent: the container side of SpotGuard (restore the newest committed checkpoint, commit new
 ones). See DESIGN.md for the contracts: the SPOTGUARD_* environment, the checkpoint layout, exit codes."""
 
-from spotguard_agent.agent import RESUME_ME, Agent, AgentEnv
+from spotguard_agent.agent import RESUME_ME, Agent, AgentEnv, RestoreFailed
 from spotguard_agent.manifest import Manifest
-from spotguard_agent.store import CheckpointStore, Committed, StoreError
+from spotguard_agent.store import (
+    CheckpointDamaged,
+    CheckpointStore,
+    CheckpointUnavailable,
+    Committed,
+    StoreError,
+)
 
-__all__ = ["RESUME_ME", "Agent", "AgentEnv", "CheckpointStore", "Committed", "Manifest", "StoreError"]
+__all__ = [
+    "RESUME_ME",
+    "Agent",
+    "AgentEnv",
+    "CheckpointDamaged",
+    "CheckpointStore",
+    "CheckpointUnavailable",
+    "Committed",
+    "Manifest",
+    "RestoreFailed",
+    "StoreError",
+]

@@ -12,6 +12,11 @@
 Signals only set flags; the loop acts at its next safe point (between steps), so a checkpoint is always
 of a whole step. `commit_async` uploads in a background thread so training goes on; the next commit,
 `should_exit` and `close` wait for it.
+
+When restore cannot go on safely it ends the process (RestoreFailed, a SystemExit: no traceback, one
+line on stderr): exit 69 when a committed checkpoint exists but cannot be read now (S3 throttling, 5xx,
+timeouts, a local I/O error: resuming later from it beats starting from scratch), exit 2 when
+SPOTGUARD_RESUME_FROM or the restore target is refused. Neither is 75: nothing was committed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -33,11 +39,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from spotguard_agent.imds import MetadataWatcher
 from spotguard_agent.manifest import Manifest
-from spotguard_agent.store import CheckpointStore, Committed, StoreError
+from spotguard_agent.store import CheckpointStore, CheckpointUnavailable, Committed, StoreError
 
 log = logging.getLogger("spotguard.agent")
 
 RESUME_ME = 75  # exit code: stopped after committing a checkpoint, resume me
+CANNOT_RESTORE_NOW = 69  # exit code (EX_UNAVAILABLE): a committed checkpoint cannot be read now
+REFUSED = 2  # exit code: SPOTGUARD_* settings or the restore target refused (as for bad command lines)
 MIN_INTERVAL_SECONDS = 60.0
 WARNING_SECONDS = 120  # a spot warning's notice: a checkpoint should commit within it
 
@@ -64,6 +72,18 @@ class AgentEnv(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             raise StoreError(f"bad environment: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+class RestoreFailed(SystemExit):
+    """Restore cannot go on safely: uncaught, it ends the process with `code` and no traceback. Its
+    one-line reason (`reason`) has already been written to stderr."""
+
+    def __init__(self, reason: str, code: int) -> None:
+        super().__init__(code)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 class Agent:
@@ -109,7 +129,18 @@ class Agent:
 
     # ----------------------------------------------------------------------------------------- state
     def restore(self, into: Path) -> Manifest | None:
-        manifest = self.store.restore(Path(into), self.env.resume_from or None)
+        """The newest committed checkpoint of this job (or SPOTGUARD_RESUME_FROM's), verified, in `into`;
+        None for a fresh start. Raises RestoreFailed (exit 69 or 2) rather than start fresh over a
+        checkpoint that cannot be read now, or restore what it was not asked to."""
+        # Another job's manifest is passed over only when SPOTGUARD_JOB_ID is set (and the manifest names
+        # a job): without it the agent cannot tell.
+        job_id = self.env.job_id if "job_id" in self.env.model_fields_set else ""
+        try:
+            manifest = self.store.restore(Path(into), self.env.resume_from or None, job_id=job_id)
+        except StoreError as exc:
+            code = CANNOT_RESTORE_NOW if isinstance(exc, CheckpointUnavailable) else REFUSED
+            print(f"spotguard-agent: {exc}", file=sys.stderr, flush=True)
+            raise RestoreFailed(str(exc), code) from exc
         if manifest is not None:
             log.info("restored checkpoint %s at step %s", manifest.sequence, manifest.step)
         self._last_commit = time.monotonic()

@@ -3,36 +3,66 @@ snapshots): write the files, then MANIFEST.json last; restore the newest good on
 
 - commit: every file goes up through boto3's transfer manager (parallel, multipart for large files);
   the manifest is written only after all of them, so a checkpoint cut short by SIGKILL has no manifest
-  and does not exist. Older checkpoints beyond `keep` are deleted only after the new one is committed.
+  and does not exist. Older checkpoints beyond `keep` are deleted only after the new one is committed
+  (see "Retention" below); a retention that fails is logged and leaves the commit standing.
 - a `file:///path/` URI keeps checkpoints in that directory: files are copied and fsynced, and the
-  manifest is written to a temporary name, fsynced and renamed, so it appears whole or not at all.
+  manifest is written to a temporary name, fsynced and renamed, so it appears whole or not at all. No
+  symbolic link below that directory is followed, on commit or on restore.
 - restore: the newest committed checkpoint (or the one named by SPOTGUARD_RESUME_FROM) is downloaded
-  beside the target, every file's size and sha256 checked, and only then moved into place; on any
-  mismatch or missing file it falls back to the previous committed checkpoint.
+  beside the target, every file's size and sha256 checked, and only then moved into place.
+
+Restore tells two kinds of failure apart, per checkpoint, newest first:
+- damaged (CheckpointDamaged: a size or hash that does not match, a manifest that is not valid or names
+  another sequence, a file missing (NoSuchKey / 404, or no such file), a symbolic link or other
+  non-regular file where a file should be): passed over with a warning, and the previous committed
+  checkpoint tried. So is a manifest of another job (its job_id is not ours, when both are set).
+- unreadable now (throttling, 5xx, timeouts, connection errors, access denied, a local I/O error such as
+  a full disk): the client's botocore retry mode retries each request first; then the whole checkpoint
+  is tried again, up to `restore_attempts` times in all with a pause that doubles, when the error is a
+  transient one; then restore raises CheckpointUnavailable. It never falls back past, nor starts fresh
+  over, a checkpoint that may well be good.
+
+Retention keeps the newest `keep` committed checkpoints that this store has no reason to distrust, and
+every sequence above the oldest of them; everything below goes (manifests first, then files). The ones
+the last restore passed over (damaged, another job's, or newer than SPOTGUARD_RESUME_FROM) are not
+counted among the `keep`, so they, and the one restored from, stay until `keep` checkpoints have been
+committed past them; another job's checkpoints are never deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from boto3.s3.transfer import TransferConfig, create_transfer_manager
-from botocore.exceptions import ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+)
+from botocore.exceptions import ConnectionError as BotocoreConnectionError
 from pydantic import ValidationError
+from s3transfer.exceptions import RetriesExceededError
 
 from spotguard_agent.manifest import MANIFEST, FileEntry, Manifest, list_files, sequence_name, sha256_of
 
 log = logging.getLogger("spotguard.agent")
+T = TypeVar("T")
 
 _URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(?P<prefix>(?:[^\s]*/)?)$")
 _SEQ_KEY = re.compile(r"checkpoints/(?P<seq>\d+)/(?P<rest>.+)$")
@@ -44,10 +74,66 @@ TRANSFER = TransferConfig(
     max_concurrency=8,
     use_threads=True,
 )
+RESTORE_ATTEMPTS = 3  # tries of one checkpoint's whole restore, each after botocore's own retries
+RETRY_PAUSE_SECONDS = 2.0  # before the second try; doubled before each further one
 
 
 class StoreError(RuntimeError):
-    """A checkpoint location that cannot be used, said in one line."""
+    """A checkpoint location, SPOTGUARD_RESUME_FROM or restore target that cannot be used, in one line."""
+
+
+class CheckpointUnavailable(StoreError):
+    """A committed checkpoint (or the list of them) exists but cannot be read now: restore stops here
+    rather than fall back to an older one or start fresh."""
+
+
+class CheckpointDamaged(ValueError):
+    """Evidence that a committed checkpoint is damaged: restore passes over it to the previous one."""
+
+
+# Error codes of an S3 answer that say "not now" rather than "no" (with any 5xx status and 429).
+_TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestThrottled",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
+_MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
+_TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.EBUSY})
+# What reading a checkpoint can raise that is not evidence of damage.
+_READ_ERRORS = (ClientError, BotoCoreError, RetriesExceededError, OSError)
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Is this error evidence that the checkpoint itself is damaged (rather than unreadable now)?"""
+    if isinstance(exc, CheckpointDamaged | ValidationError):
+        return True
+    if isinstance(exc, ClientError):  # a key that is not there (not a bucket: NoSuchBucket is no damage)
+        return exc.response.get("Error", {}).get("Code") in _MISSING_CODES
+    return False
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Might the same read succeed in a few seconds (throttling, 5xx, a timeout, a connection lost)?"""
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        code = exc.response.get("Error", {}).get("Code")
+        return code in _TRANSIENT_CODES or status == 429 or status >= 500
+    if isinstance(exc, BotoCoreError):  # before OSError: botocore's timeouts are OSErrors too
+        return isinstance(exc, BotocoreConnectionError | HTTPClientError | IncompleteReadError)
+    if isinstance(exc, RetriesExceededError):  # s3transfer gave up on a download cut short again and again
+        return True
+    return isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS
 
 
 _FILE_URI = re.compile(r"^file://(?P<root>/[^\s]*/)$")
@@ -111,47 +197,79 @@ class S3Backend:
 
     def delete(self, keys: list[str]) -> None:
         for i in range(0, len(keys), 1000):
-            self.client.delete_objects(
+            answer = self.client.delete_objects(
                 Bucket=self.bucket,
                 Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True},
             )
+            if answer.get("Errors"):  # Quiet: only the keys that were not deleted come back
+                first = answer["Errors"][0]
+                raise StoreError(
+                    f"{len(answer['Errors'])} of {len(keys[i : i + 1000])} objects not deleted, "
+                    f"such as {first.get('Key')} ({first.get('Code')})"
+                )
 
 
 class LocalBackend:
-    """Files under a directory (keys are absolute paths), written durably: what is on the disk when
-    the commit returns is what a snapshot of the volume holds."""
+    """Files under a directory (keys are absolute paths below `root`), written durably: what is on the
+    disk when the commit returns is what a snapshot of the volume holds. No symbolic link below the root
+    is ever followed, reading or writing (every path is walked with O_NOFOLLOW, one directory at a time):
+    a link where a checkpoint's file should be is not that file. The root itself may be a link (a mount)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
 
     def list_keys(self, prefix: str) -> list[str]:
-        root = Path(prefix)
-        if not root.is_dir():
-            return []
-        return sorted(str(p) for p in root.rglob("*") if p.is_file() and not p.name.startswith(".tmp-"))
+        if Path(prefix).is_symlink():
+            raise StoreError(f"{prefix} is a symbolic link: checkpoints are not read or written through one")
+        keys = []
+        for directory, _, names in os.walk(prefix):  # does not enter links to directories
+            for name in names:
+                path = os.path.join(directory, name)
+                with contextlib.suppress(FileNotFoundError):
+                    if not name.startswith(".tmp-") and stat.S_ISREG(os.lstat(path).st_mode):
+                        keys.append(path)
+        return sorted(keys)
 
     def put_files(self, pairs: list[tuple[Path, str]]) -> None:
         for path, key in pairs:
-            target = Path(key)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-            _fsync(target)
+            src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                with self._created(key) as (dst, parent):
+                    _copy(src, dst)
+                    os.fsync(dst)
+                    os.fsync(parent)
+            finally:
+                os.close(src)
 
     def put_bytes(self, key: str, body: bytes) -> None:
-        target = Path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".tmp-{target.name}"
-        tmp.write_bytes(body)
-        _fsync(tmp)
-        os.replace(tmp, target)  # whole or not at all
-        _fsync(target.parent)
+        name = Path(key).name
+        tmp = f".tmp-{name}"
+        with self._created(str(Path(key).parent / tmp)) as (fd, parent):
+            try:
+                _write_all(fd, body)
+                os.fsync(fd)
+                os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)  # whole or not at all
+                os.fsync(parent)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=parent)
+                raise
 
     def get_bytes(self, key: str) -> bytes:
-        try:
-            return Path(key).read_bytes()
-        except FileNotFoundError as exc:
-            raise ValueError(f"{key} is missing") from exc
+        with self._opened(key) as fd:
+            chunks = []
+            while chunk := os.read(fd, _COPY_CHUNK):
+                chunks.append(chunk)
+            return b"".join(chunks)
 
     def get_files(self, pairs: list[tuple[str, Path]]) -> None:
         for key, path in pairs:
-            shutil.copyfile(key, path)
+            with self._opened(key) as src:
+                dst = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+                try:
+                    _copy(src, dst)
+                finally:
+                    os.close(dst)
 
     def delete(self, keys: list[str]) -> None:
         for key in keys:
@@ -160,13 +278,89 @@ class LocalBackend:
             with contextlib.suppress(OSError):
                 d.rmdir()  # an emptied checkpoint directory
 
+    # ----------------------------------------------------------------------- paths without links
+    def _parts(self, key: str) -> tuple[list[str], str]:
+        *directories, name = Path(key).relative_to(self.root).parts
+        return directories, name
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    def _directory(self, parts: list[str], create: bool) -> int:
+        """A descriptor of root/parts..., opened without following a link below the root."""
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for part in parts:
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, dir_fd=fd)
+                below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = below
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def _opened(self, key: str) -> Iterator[int]:
+        """The regular file at `key`, for reading; anything else there is damage to the checkpoint."""
+        directories, name = self._parts(key)
+        try:
+            parent = self._directory(directories, create=False)
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=parent)
+            finally:
+                os.close(parent)
+        except FileNotFoundError as exc:
+            raise CheckpointDamaged(f"{key} is missing") from exc
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise CheckpointDamaged(f"{key} is a symbolic link or under one (not followed)") from exc
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CheckpointDamaged(f"{key} is not a regular file")
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def _created(self, key: str) -> Iterator[tuple[int, int]]:
+        """(a new regular file at `key` for writing, its directory): directories on the way are made,
+        and a link on the way is an error (ELOOP), never followed."""
+        directories, name = self._parts(key)
+        parent = self._directory(directories, create=True)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=parent)
+            try:
+                yield fd, parent
+            finally:
+                os.close(fd)
+        finally:
+            os.close(parent)
+
+
+_COPY_CHUNK = 8 * 1024 * 1024
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _copy(src: int, dst: int) -> None:
+    """All of the file `src` into `dst` (descriptors): in the kernel with sendfile where it can."""
+    offset = 0
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        while sent := os.sendfile(dst, src, offset, _COPY_CHUNK):
+            offset += sent
+        return
+    except OSError as exc:
+        if offset or exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP):
+            raise
+    while chunk := os.read(src, _COPY_CHUNK):
+        _write_all(dst, chunk)
 
 
 @dataclass(frozen=True)
@@ -181,16 +375,34 @@ class Committed:
 
 
 class CheckpointStore:
-    def __init__(self, client: Any, uri: str, keep: int = 3, transfer: TransferConfig = TRANSFER) -> None:
+    def __init__(
+        self,
+        client: Any,
+        uri: str,
+        keep: int = 3,
+        transfer: TransferConfig = TRANSFER,
+        restore_attempts: int = RESTORE_ATTEMPTS,
+        retry_pause: float | None = None,
+    ) -> None:
         if keep < 1:
             raise StoreError("keep must be at least 1")
+        if restore_attempts < 1:
+            raise StoreError("restore_attempts must be at least 1")
         self.client = client
         self.location = Location.parse(uri)
         self.keep = keep
         self.transfer = transfer
+        self.restore_attempts = restore_attempts
+        self.retry_pause = RETRY_PAUSE_SECONDS if retry_pause is None else retry_pause
         self.backend: S3Backend | LocalBackend = (
-            LocalBackend() if self.location.local else S3Backend(client, self.location.bucket, transfer)
+            LocalBackend(self.location.prefix)
+            if self.location.local
+            else S3Backend(client, self.location.bucket, transfer)
         )
+        # What the last restore found: the sequence it restored (None: a fresh start) and the committed
+        # ones it passed over, each with why. Retention does not count those (see the module's doc).
+        self.restored: int | None = None
+        self.passed_over: dict[int, str] = {}
 
     # ------------------------------------------------------------------------------------- listing
     def _keys(self) -> list[str]:
@@ -200,12 +412,16 @@ class CheckpointStore:
         """(every sequence that has any object, the committed ones), ascending."""
         seen, committed = set(), set()
         for key in keys:
-            m = _SEQ_KEY.search(key[len(self.location.prefix) :])
-            if m:
-                seen.add(int(m["seq"]))
-                if m["rest"] == MANIFEST:
-                    committed.add(int(m["seq"]))
+            seq = self._sequence_of_key(key)
+            if seq is not None:
+                seen.add(seq)
+                if key.endswith(f"/{MANIFEST}"):
+                    committed.add(seq)
         return sorted(seen), sorted(committed)
+
+    def _sequence_of_key(self, key: str) -> int | None:
+        m = _SEQ_KEY.search(key[len(self.location.prefix) :])
+        return int(m["seq"]) if m else None
 
     def committed(self) -> list[int]:
         return self._sequences(self._keys())[1]
@@ -213,12 +429,15 @@ class CheckpointStore:
     def newest(self) -> str | None:
         """URI of the newest committed manifest (what SPOTGUARD_RESUME_FROM would name)."""
         committed = self.committed()
-        return self.location.uri(self.location.key(committed[-1], MANIFEST)) if committed else None
+        return self.manifest_uri(committed[-1]) if committed else None
+
+    def manifest_uri(self, sequence: int) -> str:
+        return self.location.uri(self.location.key(sequence, MANIFEST))
 
     def read_manifest(self, sequence: int) -> Manifest:
         manifest = Manifest.model_validate_json(self.backend.get_bytes(self.location.key(sequence, MANIFEST)))
         if manifest.sequence != sequence:
-            raise ValueError(f"manifest says sequence {manifest.sequence}, found under {sequence}")
+            raise CheckpointDamaged(f"manifest says sequence {manifest.sequence}, found under {sequence}")
         return manifest
 
     # -------------------------------------------------------------------------------------- commit
@@ -253,50 +472,103 @@ class CheckpointStore:
         self.backend.put_bytes(
             self.location.key(sequence, MANIFEST), manifest.model_dump_json(indent=1).encode()
         )
-        committed = Committed(manifest, self.location.uri(self.location.key(sequence, MANIFEST)))
         new_keys = [self.location.key(sequence, rel) for rel in [*paths, MANIFEST]]
-        self._apply_retention(keys + new_keys)  # what is there now, without listing it again
-        return Committed(committed.manifest, committed.uri, time.monotonic() - started)
+        try:
+            self._apply_retention(keys + new_keys)  # what is there now, without listing it again
+        except (StoreError, *_READ_ERRORS) as exc:  # the checkpoint is committed all the same
+            log.warning(
+                "retention after checkpoint %s failed (%s); the next commit tries again",
+                sequence,
+                _short(exc),
+            )
+        return Committed(manifest, self.manifest_uri(sequence), time.monotonic() - started)
 
     def _apply_retention(self, keys: list[str]) -> None:
         _, committed = self._sequences(keys)
-        if len(committed) <= self.keep:
+        trusted = [s for s in committed if s not in self.passed_over]
+        if len(trusted) < self.keep:
             return
-        cutoff = committed[-self.keep]  # everything below the oldest kept one goes, committed or not
-        doomed = []
-        for key in keys:
-            m = _SEQ_KEY.search(key[len(self.location.prefix) :])
-            if m and int(m["seq"]) < cutoff:
-                doomed.append(key)
-        # Manifests first, so that a delete cut short never leaves a manifest without its files.
-        doomed.sort(key=lambda k: not k.endswith(f"/{MANIFEST}"))
-        self.backend.delete(doomed)
+        cutoff = trusted[-self.keep]  # everything below the oldest kept one goes, committed or not...
+        foreign = {s for s, why in self.passed_over.items() if why.startswith(_FOREIGN)}
+        doomed = [k for k in keys if (s := self._sequence_of_key(k)) is not None and s < cutoff]
+        doomed = [k for k in doomed if self._sequence_of_key(k) not in foreign]  # ...but another job's
+        # Manifests first, in requests of their own, so that a delete cut short never leaves a manifest
+        # without its files: a sequence whose manifest could not be deleted keeps its files too.
+        self.backend.delete([k for k in doomed if k.endswith(f"/{MANIFEST}")])
+        self.backend.delete([k for k in doomed if not k.endswith(f"/{MANIFEST}")])
 
     # ------------------------------------------------------------------------------------- restore
-    def restore(self, into: Path, resume_from: str | None = None) -> Manifest | None:
+    def restore(self, into: Path, resume_from: str | None = None, job_id: str = "") -> Manifest | None:
         """Restore into `into` the checkpoint named by `resume_from` (a manifest URI), or the newest;
-        fall back to older committed ones when one is damaged. None: nothing to restore (fresh start)."""
-        committed = self.committed()
-        if resume_from:
-            wanted = self._sequence_of(resume_from)
+        pass over damaged ones and other jobs' (when `job_id` is given) to older ones. None: nothing to
+        restore (a fresh start). Raises StoreError for a refused `resume_from` or target, and its
+        CheckpointUnavailable when a committed checkpoint cannot be read now (see the module's doc)."""
+        into = Path(into)
+        wanted = self._sequence_of(resume_from) if resume_from else None
+        _check_target(into)
+        self.restored, self.passed_over = None, {}
+        listing = self.location.uri(f"{self.location.prefix}checkpoints/")
+        committed = self._retrying(f"the list of checkpoints under {listing}", self.committed)
+        if wanted is not None:
+            if wanted not in committed:
+                log.warning("SPOTGUARD_RESUME_FROM names checkpoint %s, which is not committed", wanted)
+            for sequence in committed:
+                if sequence > wanted:
+                    self.passed_over[sequence] = "newer than SPOTGUARD_RESUME_FROM"
             committed = [s for s in committed if s <= wanted]
         for sequence in reversed(committed):
             try:
-                manifest = self.read_manifest(sequence)
-                self._download_verified(manifest, Path(into))
-            except (ValidationError, ValueError, ClientError, OSError) as exc:
-                log.warning(
-                    "checkpoint %s is not usable (%s); trying the previous one", sequence, _short(exc)
+                manifest = self._retrying(
+                    f"checkpoint {sequence} ({self.manifest_uri(sequence)})",
+                    functools.partial(self._restore_one, sequence, into, job_id),
                 )
+            except Exception as exc:
+                if not is_damage(exc):
+                    raise
+                log.warning("checkpoint %s is damaged (%s); trying the previous one", sequence, _short(exc))
+                self.passed_over[sequence] = "damaged"
                 continue
+            if isinstance(manifest, str):  # another job's
+                log.warning("checkpoint %s %s; trying the previous one", sequence, manifest)
+                self.passed_over[sequence] = manifest
+                continue
+            self.restored = sequence
             return manifest
         return None
 
+    def _restore_one(self, sequence: int, into: Path, job_id: str) -> Manifest | str:
+        manifest = self.read_manifest(sequence)
+        if job_id and manifest.job_id and manifest.job_id != job_id:
+            return f"{_FOREIGN} {manifest.job_id}, not {job_id}"
+        self._download_verified(manifest, into)
+        return manifest
+
+    def _retrying(self, what: str, read: Callable[[], T]) -> T:
+        """`read()`, tried again after a pause while it fails in a way that may pass; damage goes up as
+        it is; any other failure to read becomes CheckpointUnavailable, in one line."""
+        for attempt in range(1, self.restore_attempts + 1):
+            try:
+                return read()
+            except _READ_ERRORS as exc:
+                if is_damage(exc):
+                    raise
+                if not is_transient(exc) or attempt == self.restore_attempts:
+                    tries = f"{attempt} tr{'y' if attempt == 1 else 'ies'}"
+                    raise CheckpointUnavailable(
+                        f"{what} cannot be read now ({_short(exc)}; {tries}): restore later rather than "
+                        "start from scratch"
+                    ) from exc
+                pause = self.retry_pause * 2 ** (attempt - 1)
+                log.warning("%s cannot be read now (%s); trying again in %.1f s", what, _short(exc), pause)
+                time.sleep(pause)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
     def _sequence_of(self, manifest_uri: str) -> int:
+        """The sequence of a manifest URI of this store, exactly as the agent writes it; else StoreError."""
         prefix = self.location.uri(f"{self.location.prefix}checkpoints/")
         m = re.fullmatch(re.escape(prefix) + r"(\d+)/" + re.escape(MANIFEST), manifest_uri)
-        if not m:
-            raise StoreError(f"{manifest_uri!r} is not a manifest under {prefix}")
+        if not m or self.manifest_uri(int(m[1])) != manifest_uri:
+            raise StoreError(f"SPOTGUARD_RESUME_FROM {manifest_uri!r} is not a manifest under {prefix}")
         return int(m[1])
 
     def _download_verified(self, manifest: Manifest, into: Path) -> None:
@@ -312,7 +584,8 @@ class CheckpointStore:
             for e in manifest.files:
                 p = staging / e.path
                 if p.stat().st_size != e.size or sha256_of(p) != e.sha256:
-                    raise ValueError(f"{e.path} does not match its manifest")
+                    raise CheckpointDamaged(f"{e.path} does not match its manifest")
+            _check_target(into)  # again: nothing may have put a link there meanwhile
             if into.exists():
                 shutil.rmtree(into)
             staging.rename(into)
@@ -321,5 +594,18 @@ class CheckpointStore:
                 shutil.rmtree(staging, ignore_errors=True)
 
 
+_FOREIGN = "belongs to job"
+
+
+def _check_target(into: Path) -> None:
+    if into.is_symlink():
+        raise StoreError(f"restore target {into} is a symbolic link: refusing to restore through it")
+    if into.exists() and not into.is_dir():
+        raise StoreError(f"restore target {into} exists and is not a directory")
+
+
 def _short(exc: BaseException) -> str:
-    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    if isinstance(exc, RetriesExceededError) and exc.last_exception is not None:
+        exc = exc.last_exception
+    text = str(exc).splitlines()[0][:200] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,6 +1,8 @@
 """`spotguard-agent run --dir DIR -- CMD ...`: SpotGuard for a job whose code cannot change.
 
-1. restores DIR from the newest committed checkpoint (or SPOTGUARD_RESUME_FROM) before CMD starts;
+1. restores DIR from the newest committed checkpoint (or SPOTGUARD_RESUME_FROM) before CMD starts; when
+   that cannot go on safely it exits (69: a committed checkpoint cannot be read now; 2: a refused
+   SPOTGUARD_RESUME_FROM or DIR) with one line on stderr, and CMD does not run;
 2. runs CMD, forwarding SIGTERM, SIGINT and SIGUSR1 to it;
 3. commits DIR as a new checkpoint whenever CMD has written a new one into it (a change that has then
    stayed still for --quiet-seconds, so a file being written is never committed half-done);
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from spotguard_agent.agent import RESUME_ME, Agent
+from spotguard_agent.agent import RESUME_ME, Agent, RestoreFailed
 from spotguard_agent.store import StoreError
 
 log = logging.getLogger("spotguard.agent")
@@ -152,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     wrapper = Wrapper(agent, args.dir, cmd, args.poll_seconds, args.quiet_seconds, args.progress_file)
     try:
         return wrapper.run()
+    except RestoreFailed as exc:  # its one line is on stderr already
+        return int(exc.code or 1)
     except FileNotFoundError as exc:
         print(f"spotguard-agent: cannot run {cmd[0]!r}: {exc.strerror}", file=sys.stderr)
         return 127

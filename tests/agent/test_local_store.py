@@ -103,3 +103,60 @@ def test_a_job_stopped_and_resumed_on_a_local_volume_loses_no_step(tmp_path: Pat
     assert b"resumed after step" in second.stdout
     state = json.loads(out.read_text())
     assert state["next"] == 40 and sum(state["ran"].values()) == 40 and set(state["ran"]) == {"1", "2"}
+
+
+# ------------------------------------------------------------------------- symbolic links
+def _two(store: CheckpointStore, tmp_path: Path) -> Path:
+    store.commit(write(tmp_path / "a", {"w": b"good"}), step=1, progress=0.1)
+    store.commit(write(tmp_path / "b", {"w": b"newer"}), step=2, progress=0.2)
+    return tmp_path
+
+
+@pytest.mark.parametrize("what", ["file", "manifest", "sequence directory"])
+def test_a_symlink_in_a_checkpoint_is_never_followed(store, volume, tmp_path, what):
+    """A link with the very bytes the manifest expects (here a copy of them, placed outside the volume)
+    is still not the checkpoint: it is passed over, and the previous good checkpoint restored."""
+    _two(store, tmp_path)
+    seq = volume / "checkpoints" / "0000000001"
+    outside = tmp_path / "outside"
+    if what == "sequence directory":
+        seq.rename(outside)
+        seq.symlink_to(outside, target_is_directory=True)
+    else:
+        name = "w" if what == "file" else MANIFEST
+        outside.mkdir()
+        (seq / name).rename(outside / name)
+        (seq / name).symlink_to(outside / name)
+    restored = store.restore(tmp_path / "r")
+    assert restored is not None and restored.step == 1 and read(tmp_path / "r") == {"w": b"good"}
+
+
+def test_a_restore_target_that_is_a_symlink_is_an_error(store, volume, tmp_path):
+    _two(store, tmp_path)
+    elsewhere = write(tmp_path / "elsewhere", {"precious": b"x"})
+    (tmp_path / "r").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(StoreError, match="symbolic link"):
+        store.restore(tmp_path / "r")
+    assert read(elsewhere) == {"precious": b"x"} and (tmp_path / "r").is_symlink()
+
+
+def test_a_committed_checkpoint_never_writes_through_a_symlink(store, volume, tmp_path):
+    """Files written by a commit land in the volume, even where a link was planted on their path."""
+    store.commit(write(tmp_path / "a", {"w": b"good"}), step=1, progress=0.1)
+    outside = write(tmp_path / "outside", {"w": b"precious"})
+    (volume / "checkpoints" / "0000000001").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(OSError):
+        store.commit(write(tmp_path / "b", {"w": b"newer"}), step=2, progress=0.2)
+    assert read(outside) == {"w": b"precious"}
+    assert store.restore(tmp_path / "r").step == 1
+
+
+def test_a_symlinked_checkpoints_directory_is_refused_not_taken_for_empty(store, volume, tmp_path):
+    _two(store, tmp_path)
+    (volume / "checkpoints").rename(tmp_path / "real")
+    (volume / "checkpoints").symlink_to(tmp_path / "real", target_is_directory=True)
+    with pytest.raises(StoreError, match="symbolic link"):
+        store.restore(tmp_path / "r")
+    with pytest.raises(StoreError, match="symbolic link"):
+        store.commit(write(tmp_path / "c", {"w": b"third"}), step=3, progress=0.3)
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["0000000000", "0000000001"]

@@ -146,3 +146,107 @@ def test_large_files_go_up_in_parts(store, s3, bucket, tmp_path):
     assert "-" in head["ETag"]  # a multipart upload's ETag
     assert c.throughput_bytes_per_second > 0
     assert store.restore(tmp_path / "r") is not None and (tmp_path / "r" / "big.bin").read_bytes() == big
+
+
+# ------------------------------------------------------------------ unreadable now is not damaged
+def faulty_store(faults, bucket, keep=3):
+    store = CheckpointStore(faults.client, f"s3://{bucket}/jobs/j-1/", keep=keep)
+    store.retry_pause = 0.0  # the store's own pause between whole-checkpoint retries
+    return store
+
+
+def two_checkpoints(store, tmp_path):
+    store.commit(write(tmp_path / "a", {"w": b"first"}), step=1, progress=0.1)
+    store.commit(write(tmp_path / "b", {"w": b"second"}), step=2, progress=0.2)
+
+
+@pytest.mark.parametrize("kind", ["slowdown", "internal", "timeout"])
+def test_a_transient_error_during_restore_is_retried_not_taken_for_damage(faults, bucket, tmp_path, kind):
+    store = faulty_store(faults, bucket)
+    two_checkpoints(store, tmp_path)
+    # More failures than botocore's 3 attempts: the store's own retry of the whole checkpoint gets it.
+    rule = faults.add("GetObject", kind, times=4, key="/0000000001/")
+    m = store.restore(tmp_path / "r")
+    assert rule.hits == 4
+    assert m is not None and m.sequence == 1 and read(tmp_path / "r") == {"w": b"second"}
+
+
+@pytest.mark.parametrize("kind", ["slowdown", "unavailable", "internal", "timeout", "connection", "denied"])
+def test_a_checkpoint_that_cannot_be_read_now_fails_loudly_instead_of_a_fresh_start(
+    faults, bucket, tmp_path, kind
+):
+    store = faulty_store(faults, bucket)
+    two_checkpoints(store, tmp_path)
+    faults.add("GetObject", kind)  # every time: S3 does not come back within the retries
+    write(tmp_path / "r", {"mine": b"keep"})
+    with pytest.raises(StoreError, match=r"checkpoint 1 .*cannot be read now") as failed:
+        store.restore(tmp_path / "r")
+    assert "\n" not in str(failed.value)
+    assert read(tmp_path / "r") == {"mine": b"keep"}  # the target untouched
+    faults.clear()  # and once S3 answers again, the newest checkpoint is still there and restorable
+    assert store.committed() == [0, 1] and store.restore(tmp_path / "r").sequence == 1
+
+
+def test_a_listing_that_fails_now_fails_loudly(faults, bucket, tmp_path):
+    store = faulty_store(faults, bucket)
+    two_checkpoints(store, tmp_path)
+    faults.add("ListObjectsV2", "slowdown")
+    with pytest.raises(StoreError, match="cannot be read now"):
+        store.restore(tmp_path / "r")
+
+
+# --------------------------------------------------------------------------- retention's guard
+def test_retention_keeps_the_restored_and_the_damaged_newer_one_until_keep_commits_past_them(
+    store, s3, bucket, tmp_path
+):
+    store = CheckpointStore(s3, f"s3://{bucket}/jobs/j-1/", keep=2)
+    two_checkpoints(store, tmp_path)
+    s3.put_object(Bucket=bucket, Key="jobs/j-1/checkpoints/0000000001/w", Body=b"damage")
+    assert store.restore(tmp_path / "r").sequence == 0  # 1 is damaged: restored from 0
+    store.commit(write(tmp_path / "c", {"w": b"third"}), step=3, progress=0.3)
+    assert store.committed() == [0, 1, 2]  # the only good older one and the damaged one both stay
+    store.commit(write(tmp_path / "d", {"w": b"fourth"}), step=4, progress=0.4)
+    assert store.committed() == [2, 3]  # two good commits past them: now they go
+
+
+def test_retention_keeps_checkpoints_newer_than_resume_from_until_keep_commits_past_them(
+    s3, bucket, tmp_path
+):
+    store = CheckpointStore(s3, f"s3://{bucket}/jobs/j-1/", keep=2)
+    two_checkpoints(store, tmp_path)
+    first = f"s3://{bucket}/jobs/j-1/checkpoints/0000000000/MANIFEST.json"
+    assert store.restore(tmp_path / "r", resume_from=first).sequence == 0
+    store.commit(write(tmp_path / "c", {"w": b"third"}), step=3, progress=0.3)
+    assert store.committed() == [0, 1, 2]
+    store.commit(write(tmp_path / "d", {"w": b"fourth"}), step=4, progress=0.4)
+    assert store.committed() == [2, 3]
+
+
+def test_after_a_fresh_start_over_damaged_ones_nothing_goes_before_keep_commits(s3, bucket, tmp_path):
+    store = CheckpointStore(s3, f"s3://{bucket}/jobs/j-1/", keep=2)
+    two_checkpoints(store, tmp_path)
+    for seq in (0, 1):
+        s3.put_object(Bucket=bucket, Key=f"jobs/j-1/checkpoints/000000000{seq}/w", Body=b"damage")
+    assert store.restore(tmp_path / "r") is None
+    store.commit(write(tmp_path / "c", {"w": b"third"}), step=3, progress=0.3)
+    assert store.committed() == [0, 1, 2]
+    store.commit(write(tmp_path / "d", {"w": b"fourth"}), step=4, progress=0.4)
+    assert store.committed() == [2, 3]
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://{b}/jobs/j-1/checkpoints/1/MANIFEST.json",  # not the name the agent writes
+        "s3://{b}/jobs/j-1/checkpoints/0000000001/../0000000000/MANIFEST.json",
+        "s3://{b}/jobs/j-1/../j-2/checkpoints/0000000000/MANIFEST.json",
+        "s3://{b}/jobs/j-2/checkpoints/0000000000/MANIFEST.json",
+        "s3://{b}/jobs/j-1/checkpoints/0000000000/w",
+        "s3://other-bucket/jobs/j-1/checkpoints/0000000000/MANIFEST.json",
+    ],
+)
+def test_resume_from_must_name_a_manifest_of_this_job(store, bucket, tmp_path, uri):
+    two_checkpoints(store, tmp_path)
+    with pytest.raises(StoreError, match="is not a manifest under"):
+        store.restore(tmp_path / "r", resume_from=uri.format(b=bucket))
+    assert not (tmp_path / "r").exists()
