@@ -23,6 +23,9 @@ os.environ.update(
         "AWS_EC2_METADATA_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "SpotGuard",
         "POWERTOOLS_SERVICE_NAME": "spotguard",
+        # moto loads ~1,300 public AMIs into every new EC2 backend (a few tenths of a second per test that
+        # deploys the stack); no test reads them: the simulated instances use an AMI id of their own.
+        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
     }
 )
 os.environ.pop("AWS_ENDPOINT_URL", None)

@@ -7,6 +7,7 @@ CloudFormation so that what runs locally is exactly what the template says.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,23 @@ MANAGED_POLICIES = {
 
 
 def load(path: Path = TEMPLATE) -> dict[str, Any]:
+    """The template as a dict of its own (the caller may change it); parsed again only when the file
+    changed, since every stack a test deploys reads it."""
+    st = path.stat()
+    return copy.deepcopy(_parse(path, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _parse(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     from samtranslator.yaml_helper import yaml_parse  # imported when needed: the CLI starts fast
 
     return dict(yaml_parse(path.read_text()))
+
+
+def stamp(path: Path = TEMPLATE) -> tuple[int, int]:
+    """What changes when the template file does (its modification time and size)."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
 
 
 def code_locations(template: dict[str, Any]) -> dict[str, str]:
