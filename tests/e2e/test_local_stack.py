@@ -21,18 +21,26 @@ pytestmark = pytest.mark.slow
 COUNT = REPO / "examples" / "count.py"
 
 
+@pytest.fixture(scope="module")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """One moto server for the module: a new one spends seconds loading each service on its first call.
+    Each test starts from a reset server, so no test sees another's resources."""
+    with MotoServer(log_path=str(tmp_path_factory.mktemp("moto") / "moto.log")) as moto:
+        yield moto
+
+
 @pytest.fixture
-def system(tmp_path: Path) -> Iterator[LocalSystem]:
+def system(moto_server: MotoServer, tmp_path: Path) -> Iterator[LocalSystem]:
     saved = dict(os.environ)
-    with MotoServer(log_path=str(tmp_path / "moto.log")) as moto:
-        local = LocalSystem(moto.endpoint, tmp_path, reconcile_every=3600)
-        try:
-            yield local
-        finally:
-            local.close()
-            clients.reset()
-            os.environ.clear()
-            os.environ.update(saved)
+    moto_server.reset()
+    local = LocalSystem(moto_server.endpoint, tmp_path, reconcile_every=3600)
+    try:
+        yield local
+    finally:
+        local.close()
+        clients.reset()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _submit(system: LocalSystem, tmp_path: Path, steps: int = 40, job_id: str = "count") -> dict:
@@ -146,6 +154,7 @@ def test_the_demo_as_a_user_runs_it_and_no_process_is_left(tmp_path: Path):
 
 def test_up_inject_and_ctrl_c_leave_nothing_behind(tmp_path: Path):
     import signal
+    import threading
     import time
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
@@ -157,12 +166,20 @@ def test_up_inject_and_ctrl_c_leave_nothing_behind(tmp_path: Path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    lines: list[bytes] = []  # what `up` prints, as it prints it
+
+    def read() -> None:
+        for line in up.stdout or []:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     state_file = tmp_path / ".local-stack" / "up.json"
     try:
         deadline = time.monotonic() + 120
         while not state_file.exists() and time.monotonic() < deadline and up.poll() is None:
             time.sleep(0.2)
-        assert state_file.exists(), up.stdout.read().decode() if up.stdout else ""
+        assert state_file.exists(), b"".join(lines).decode()
         state = json.loads(state_file.read_text())
         instance = state["instances"][0]
         run = {"cwd": tmp_path, "env": env, "capture_output": True, "text": True}
@@ -170,11 +187,16 @@ def test_up_inject_and_ctrl_c_leave_nothing_behind(tmp_path: Path):
         assert bad.returncode == 2 and "not one of the local instances" in bad.stderr
         sent = subprocess.run([*cli, "inject", "spot-interruption", "--instance", instance], **run)
         assert sent.returncode == 0 and "put on the bus" in sent.stdout
-        time.sleep(3)  # the running stack picks it up
+        deadline = time.monotonic() + 60  # the running stack picks it up: wait until it says so
+        while not any(b"-> DRAINING" in x for x in lines) and time.monotonic() < deadline:
+            if up.poll() is not None:
+                break
+            time.sleep(0.1)
     finally:
         up.send_signal(signal.SIGINT)
-        out, _ = up.communicate(timeout=60)
-    text = out.decode()
+        up.wait(timeout=60)
+        reader.join(timeout=10)
+    text = b"".join(lines).decode()
     assert up.returncode == 0, text
     assert "-> DRAINING" in text and "stopped: moto server and every task process." in text
     assert not state_file.exists()
