@@ -146,3 +146,10 @@ def test_the_checkpoint_container_decides_not_a_sidecar():
     ]
     assert classify_stop(stopped(containers=containers), checkpoint_container="train").outcome == "succeeded"
     assert classify_stop(stopped(containers=containers), checkpoint_container=None).outcome == "failed"
+
+
+def test_exit_69_means_the_checkpoint_could_not_be_read_now_so_try_again():
+    """The agent exits 69 (EX_UNAVAILABLE) when a committed checkpoint exists but cannot be read now
+    (S3 throttling or down, access denied): the job's work is intact, so it is resubmitted, not failed."""
+    verdict = classify_stop(stopped(69, "EssentialContainerExited", "Essential container in task exited"))
+    assert verdict.outcome == "resubmit" and "69" in verdict.reason and "could not be read" in verdict.reason

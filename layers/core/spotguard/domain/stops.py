@@ -4,8 +4,9 @@ A stopped task is classified from its exit codes, `stopCode` (older events carry
 and SpotGuard's own record of having stopped it for a notice or a cancel:
 
 - succeeded: the checkpoint container exited 0 (DESIGN.md: 0 = the job finished);
-- resubmit:  exit 75 (stopped after committing a checkpoint), stopped by SpotGuard for a notice, the
-             host going away, or ECS's own SpotInterruption / TerminationNotice;
+- resubmit:  exit 75 (stopped after committing a checkpoint), exit 69 (the agent could not read a committed
+             checkpoint now), stopped by SpotGuard for a notice, the host going away, or ECS's own
+             SpotInterruption / TerminationNotice;
 - cancelled: stopped by SpotGuard because the user cancelled the job;
 - failed:    anything else (the job's own failure; its error retries are the state machine's business).
 """
@@ -19,6 +20,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 RESUME_ME = 75
+# The agent found a committed checkpoint it cannot read now (throttled, S3 down, access denied): nothing
+# is lost, so the job is tried again (an attempt of its max_attempts), never started from scratch.
+CHECKPOINT_UNAVAILABLE = 69  # EX_UNAVAILABLE
 SPOTGUARD_REASON = "SpotGuard: "
 CANCEL_REASON = "SpotGuard: cancelled"
 # Reconcile found a job's task gone from ECS (which forgets stopped tasks after about an hour) without
@@ -76,6 +80,12 @@ def classify_stop(
         )
     if reason.startswith(VANISHED_REASON):
         return StopVerdict(outcome="resubmit", reason="the task vanished from ECS before its stop was seen")
+    if code == CHECKPOINT_UNAVAILABLE:
+        return StopVerdict(
+            outcome="resubmit",
+            reason="exit 69: its committed checkpoint could not be read now; trying again",
+            exit_code=code,
+        )
     if code == RESUME_ME:
         return StopVerdict(
             outcome="resubmit", reason="exit 75: stopped after committing a checkpoint", exit_code=code
