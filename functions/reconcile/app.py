@@ -2,7 +2,9 @@
 
 Repeats launches left half-done (the same client token returns the same task), launches due jobs whose
 retry message was lost, and applies the stop of a job's task that stopped (or vanished from ECS)
-without its event being seen. Safe to run at any time and any number of times.
+without its event being seen. Safe to run at any time and any number of times. A checkpoint bucket
+the user brought is checked first (at the first sweep, then once an hour): what it lacks is logged and
+sent on the stack's topic, and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from spotguard.config import JobsEnv
 from spotguard.observability import tracer
+from spotguard.runtime.bucket_check import bucket_check
 from spotguard.runtime.jobs import JobsRuntime
 
 warnings.filterwarnings("ignore", "No application metrics to publish")
 logger = Logger()
 metrics = Metrics()
 runtime = JobsRuntime(JobsEnv.load())
+bucket = bucket_check(clock=runtime.now)  # None for the bucket the stack created
 _tracer = tracer()
 
 
@@ -28,6 +32,8 @@ _tracer = tracer()
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
     logger.set_correlation_id(event.get("id") if isinstance(event, dict) else None)
+    if bucket is not None:
+        bucket.run()  # never raises
     counts = runtime.reconciler.reconcile()
     for name, value in counts.items():
         if name != "checked" and value:
