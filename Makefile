@@ -5,15 +5,19 @@
 #   make bench   benchmarks that print figures (the interruption path, the job path; checkpoint stall and
 #                commit time); make bench-load: the local stack with 200 instances interrupted at once
 #   make sam     sam validate --lint and sam build (in a separate virtual environment)
+#   make checkov checkov on template.yaml, offline (its own virtual environment: it pins an old boto3);
+#                every finding is fixed or skipped with its reason in the resource's Metadata
 
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 SAM_VENV := .venv-sam
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo test test-py313 lint bench bench-load bench-capacity sam events clean
+.PHONY: setup demo test test-py313 lint bench bench-load bench-capacity sam checkov events clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,8 +71,18 @@ sam: $(SAM_VENV)/bin/sam
 	PATH=$(dir $(PY313)):$$PATH $(SAM_VENV)/bin/sam build --build-dir .aws-sam/build \
 		--parameter-overrides ClusterNames=gpu-spot
 
+$(CHECKOV_VENV)/bin/checkov:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
+
+# Fails on any finding that is neither fixed nor skipped with a reason (checkov:skip in Metadata).
+checkov: $(CHECKOV_VENV)/bin/checkov
+	CKV_SKIP_PACKAGE_UPDATE_CHECK=true $(CHECKOV_VENV)/bin/checkov --skip-download --quiet --compact \
+		--framework cloudformation -f template.yaml
+
 events: setup
 	$(BIN)/python -m spotguard_cli.emulator.inject
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) .venv-py313 .aws-sam .local-stack .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .venv-py313 .aws-sam .local-stack .pytest_cache .ruff_cache

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,7 +149,7 @@ def test_least_privilege(cfn):
     text = json.dumps(ecs)
     assert "task/" in text and "container-instance/" in text and "ClusterNames" in text
     ssm = [s for s in statements if "ssm:SendCommand" in s["Action"]]
-    assert ssm and "AWS-RunShellScript" in json.dumps(ssm)
+    assert ssm and "document/${SignalDocument}" in json.dumps(ssm)
 
 
 def test_ssm_rights_only_when_rebalance_checkpoints(cfn):
@@ -204,7 +208,7 @@ def test_checkpoint_manifests_reach_the_checkpoints_function(cfn):
     required = {f.alias for f in CheckpointsEnv.model_fields.values() if f.is_required()}
     assert required <= set(env)
     statements = _statements(cfn, "CheckpointsFunctionRole")
-    assert all(s["Resource"] != "*" for s in statements)
+    assert all(s.get("Resource") != "*" for s in statements)
     reads = next(s for s in statements if s["Action"] == ["s3:GetObject"])
     assert "MANIFEST.json" in json.dumps(reads["Resource"])  # it reads manifests, nothing else
 
@@ -251,7 +255,7 @@ def test_jobs_policy_is_least_privilege(cfn):
         actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
         assert all("*" not in a.split(":")[1] for a in actions), s  # no action wildcards
     unscoped = {a for s in statements if s["Resource"] == "*" for a in s["Action"]}
-    # Read-only calls without resource-level permissions, and PassRole (conditioned below).
+    # Read-only calls without resource-level permissions only (PassRole is on listed roles: below).
     assert unscoped == {
         "ecs:DescribeTaskDefinition",
         "ec2:DescribeInstances",
@@ -259,10 +263,6 @@ def test_jobs_policy_is_least_privilege(cfn):
         "ec2:DescribeSpotPriceHistory",
         "ec2:DescribeVolumes",
         "ec2:DescribeSnapshots",
-        "iam:PassRole",
-    }
-    assert by_sid["PassTaskRolesToEcsOnly"]["Condition"] == {
-        "StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}
     }
     # the EBS volumes role goes to ECS only, and EC2 changes touch only what carries a job's tag
     assert by_sid["PassTheVolumesRoleToEcs"]["Resource"] == {"Fn::GetAtt": ["EbsVolumesRole", "Arn"]}
@@ -284,6 +284,439 @@ def test_reconcile_runs_on_a_schedule(cfn):
     (schedule,) = _of_type(cfn, "AWS::Scheduler::Schedule").values()
     assert schedule["Properties"]["ScheduleExpression"] == "rate(5 minutes)"
     assert schedule["Properties"]["Target"]["Arn"] == {"Fn::GetAtt": ["ReconcileFunction", "Arn"]}
-    # no reserved concurrency anywhere: it fails deploys in accounts at the minimum unreserved concurrency
-    for fn in _of_type(cfn, "AWS::Lambda::Function").values():
-        assert "ReservedConcurrentExecutions" not in fn["Properties"]
+    # no reserved concurrency but the interruption function's optional floor (see its own test): it fails
+    # deploys in accounts at the minimum unreserved concurrency
+    for name, fn in _of_type(cfn, "AWS::Lambda::Function").items():
+        assert name == "InterruptionFunction" or "ReservedConcurrentExecutions" not in fn["Properties"]
+
+
+# ------------------------------------------------------------------ issue 17: hardening, what it checks
+# A small evaluator of the intrinsics the template uses, so that tests can read what CloudFormation would
+# make of a resource for given parameters (the policies' ARNs, the functions' environment).
+_NO_VALUE = object()
+_PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
+
+
+def _resolve(cfn: dict[str, Any], value: Any, parameters: dict[str, str] | None = None) -> Any:
+    params: dict[str, Any] = {}
+    for name, p in cfn["Parameters"].items():
+        raw = {**PARAMS, **(parameters or {})}.get(name, p.get("Default", ""))
+        params[name] = raw.split(",") if p["Type"] == "CommaDelimitedList" else raw
+
+    def ref(name: str) -> Any:
+        if name == "AWS::NoValue":
+            return _NO_VALUE
+        return _PSEUDO.get(name, params.get(name, f"<{name}>"))
+
+    def ev(v: Any) -> Any:
+        if isinstance(v, list):
+            return [x for x in map(ev, v) if x is not _NO_VALUE]
+        if not isinstance(v, dict):
+            return v
+        if len(v) == 1:
+            ((fn, a),) = v.items()
+            if fn == "Ref":
+                return ref(a)
+            if fn == "Fn::GetAtt":
+                return f"<{a[0]}.{a[1]}>"
+            if fn == "Fn::Join":
+                return a[0].join(ev(a[1]))
+            if fn == "Fn::Split":
+                return ev(a[1]).split(a[0])
+            if fn == "Fn::If":
+                return ev(a[1]) if ev(cfn["Conditions"][a[0]]) else ev(a[2])
+            if fn == "Fn::Equals":
+                return ev(a[0]) == ev(a[1])
+            if fn == "Fn::Not":
+                return not ev(a[0])
+            if fn == "Fn::Sub":
+                text, names = (a, {}) if isinstance(a, str) else (a[0], ev(a[1]))
+
+                def one(m: re.Match[str]) -> str:
+                    key = m[1]
+                    if key in names:
+                        return str(names[key])
+                    return f"<{key}>" if "." in key else str(ref(key))
+
+                return re.sub(r"\$\{([^}]+)\}", one, text)
+        return {k: x for k, x in ((k, ev(x)) for k, x in v.items()) if x is not _NO_VALUE}
+
+    return ev(value)
+
+
+def _jobs_statements(cfn):
+    return {s["Sid"]: s for s in cfn["Resources"]["JobsPolicy"]["Properties"]["PolicyDocument"]["Statement"]}
+
+
+JOBS_PATH = ("TaskEventsFunction", "JobsFunction", "ReconcileFunction")
+
+
+def test_pass_role_is_limited_to_the_listed_roles_and_to_ecs(sam, cfn):
+    p = sam["Parameters"]["TaskRoleArns"]
+    assert p["Type"] == "CommaDelimitedList" and p["Default"] == ""
+    pattern = re.compile(p["AllowedPattern"])
+    for ok in (
+        "",
+        "arn:aws:iam::123456789012:role/spotguard-tasks/*",
+        "arn:aws:iam::123456789012:role/train",
+    ):
+        assert pattern.fullmatch(ok), ok
+    for bad in ("*", "arn:aws:iam::*:role/*", "arn:aws:iam::123456789012:user/x", "role/train"):
+        assert not pattern.fullmatch(bad), bad
+    passes = [s for s in _jobs_statements(cfn).values() if "iam:PassRole" in s["Action"]]
+    assert passes and all(s["Resource"] != "*" for s in passes)
+    listed = _jobs_statements(cfn)["PassListedRolesToEcsOnly"]
+    assert listed["Condition"] == {
+        "StringEquals": {"iam:PassedToService": ["ecs-tasks.amazonaws.com", "ecs.amazonaws.com"]}
+    }
+    # the default: roles under the path /spotguard/ of the stack's own account
+    assert _resolve(cfn, listed["Resource"]) == "arn:aws:iam::123456789012:role/spotguard/*"
+    roles = "arn:aws:iam::123456789012:role/ml/*,arn:aws:iam::123456789012:role/ecsTaskExecutionRole"
+    assert _resolve(cfn, listed["Resource"], {"TaskRoleArns": roles}) == roles.split(",")
+    # the stack's EBS volumes role: to ECS (the service, for volumes) only
+    ebs = _jobs_statements(cfn)["PassTheVolumesRoleToEcs"]
+    assert ebs["Resource"] == {"Fn::GetAtt": ["EbsVolumesRole", "Arn"]}
+    assert ebs["Condition"] == {"StringEquals": {"iam:PassedToService": "ecs.amazonaws.com"}}
+
+
+def test_run_task_is_limited_to_the_listed_task_definition_families(sam, cfn):
+    p = sam["Parameters"]["TaskDefinitionFamilies"]
+    assert p["Type"] == "CommaDelimitedList" and p["Default"] == ""
+    run = _jobs_statements(cfn)["StartJobTasksInWatchedClusters"]
+    assert run["Action"] == ["ecs:RunTask"]
+    assert _resolve(cfn, run["Resource"]) == "arn:aws:ecs:us-east-1:123456789012:task-definition/*"
+    assert _resolve(cfn, run["Resource"], {"TaskDefinitionFamilies": "train,eval"}) == [
+        "arn:*:ecs:*:*:task-definition/train:*",
+        "arn:*:ecs:*:*:task-definition/eval:*",
+    ]
+    assert run["Condition"]["StringEquals"] == {"aws:RequestedRegion": {"Ref": "AWS::Region"}}
+    assert _resolve(cfn, run["Condition"]["ArnLike"]["ecs:cluster"]) == [
+        "arn:*:ecs:*:*:cluster/gpu-spot",
+        "arn:*:ecs:*:*:cluster/train-a100",
+    ]
+
+
+def test_the_jobs_path_reads_the_roles_and_families_it_may_use(cfn):
+    roles = "arn:aws:iam::123456789012:role/ml/*,arn:aws:iam::123456789012:role/x"
+    for name in JOBS_PATH:
+        env = cfn["Resources"][name]["Properties"]["Environment"]["Variables"]
+        assert _resolve(cfn, env["SPOTGUARD_PASS_ROLES"]) == "arn:aws:iam::123456789012:role/spotguard/*"
+        assert _resolve(cfn, env["SPOTGUARD_TASK_FAMILIES"]) == ""
+        given = {"TaskRoleArns": roles, "TaskDefinitionFamilies": "train,eval"}
+        assert _resolve(cfn, env["SPOTGUARD_PASS_ROLES"], given) == roles
+        assert _resolve(cfn, env["SPOTGUARD_TASK_FAMILIES"], given) == "train,eval"
+
+
+def test_snapshots_are_tagged_only_as_they_are_created(cfn):
+    statements = list(_jobs_statements(cfn).values())
+    tagging = [s for s in statements if "ec2:CreateTags" in s["Action"]]
+    assert tagging
+    for s in tagging:
+        assert s["Action"] == ["ec2:CreateTags"] and "::snapshot/*" in json.dumps(s["Resource"])
+        assert s["Condition"]["StringEquals"] == {"ec2:CreateAction": "CreateSnapshot"}
+        assert s["Condition"]["StringLike"] == {"aws:RequestTag/spotguard:job-id": "*"}
+    # and what may be deleted carries a job's tag (which nothing but CreateSnapshot and ECS put on)
+    deletes = [s for s in statements if {"ec2:DeleteVolume", "ec2:DeleteSnapshot"} & set(s["Action"])]
+    assert deletes and all(
+        s["Condition"] == {"StringLike": {"aws:ResourceTag/spotguard:job-id": "*"}} for s in deletes
+    )
+
+
+def _signal_document(cfn):
+    return cfn["Resources"]["SignalDocument"]["Properties"]
+
+
+def test_signals_go_only_through_spotguards_own_document(cfn):
+    from spotguard.adapters.ssm import SIGNALS
+
+    role = json.dumps(cfn["Resources"]["InterruptionFunctionRole"])
+    assert "AWS-RunShellScript" not in role
+    (send,) = [s for s in _statements(cfn, "InterruptionFunctionRole") if "ssm:SendCommand" in s["Action"]]
+    assert _resolve(cfn, send["Resource"]) == [
+        "arn:aws:ssm:us-east-1:123456789012:document/<SignalDocument>",
+        "arn:aws:ec2:us-east-1:123456789012:instance/*",
+    ]
+    doc = _signal_document(cfn)
+    assert doc["DocumentType"] == "Command"
+    params = doc["Content"]["parameters"]
+    assert set(params) == {"signal", "containerIds", "taskContainers"}
+    assert set(params["signal"]["allowedValues"]) == SIGNALS
+    env = cfn["Resources"]["InterruptionFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["SPOTGUARD_SIGNAL_DOCUMENT"] == {"Ref": "SignalDocument"}
+
+
+TASK_ARN = "arn:aws:ecs:us-east-1:123456789012:task/gpu-spot/0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("parameter", "value", "allowed"),
+    [
+        ("containerIds", "", True),
+        ("containerIds", "0123456789ab", True),
+        ("containerIds", "a" * 64 + " " + "b" * 12, True),
+        ("containerIds", "0123456789ab; reboot", False),
+        ("containerIds", "$(reboot)", False),
+        ("containerIds", "0123456789ab\nreboot", False),
+        ("containerIds", "0123456789ab ", False),
+        ("taskContainers", f"{TASK_ARN}=train", True),
+        ("taskContainers", f"{TASK_ARN}=train {TASK_ARN}=log-router", True),
+        (
+            "taskContainers",
+            "arn:aws:ecs:us-east-1:123456789012:task/0123abcd-0123-4567-89ab-0123456789ab=t",
+            True,
+        ),
+        ("taskContainers", f"{TASK_ARN}=train;reboot", False),
+        ("taskContainers", f"{TASK_ARN}=train' x", False),
+        ("taskContainers", f"{TASK_ARN}=`id`", False),
+        ("taskContainers", f"{TASK_ARN}", False),
+    ],
+)
+def test_the_documents_parameters_admit_ids_and_nothing_a_shell_would_read(cfn, parameter, value, allowed):
+    pattern = _signal_document(cfn)["Content"]["parameters"][parameter]["allowedPattern"]
+    assert bool(re.fullmatch(pattern, value)) is allowed
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_documents_script_signals_exactly_the_named_containers(cfn, tmp_path: Path):
+    """The document's commands, with its parameters put in as SSM does, run by bash against a fake docker
+    that records what it is asked."""
+    docker = tmp_path / "docker"
+    docker.write_text(
+        f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\nif [ "$1" = ps ]; then echo cafe0000cafe; fi\n'
+    )
+    docker.chmod(0o755)
+    values = {
+        "signal": "SIGUSR1",
+        "containerIds": "0123456789ab fedcba987654",
+        "taskContainers": f"{TASK_ARN}=train",
+    }
+    step = _signal_document(cfn)["Content"]["mainSteps"][0]
+    assert step["action"] == "aws:runShellScript"
+    script = "\n".join(step["inputs"]["runCommand"])
+    script = re.sub(r"\{\{ (\w+) \}\}", lambda m: values[m[1]], script)
+    subprocess.run(["bash", "-c", script], check=True, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=10)
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "kill --signal=SIGUSR1 0123456789ab",
+        "kill --signal=SIGUSR1 fedcba987654",
+        f"ps -q --filter label=com.amazonaws.ecs.task-arn={TASK_ARN}"
+        " --filter label=com.amazonaws.ecs.container-name=train",
+        "kill --signal=SIGUSR1 cafe0000cafe",
+    ]
+    (tmp_path / "calls").unlink()
+    empty = re.sub(
+        r"\{\{ (\w+) \}\}",
+        lambda m: {**values, "containerIds": "", "taskContainers": ""}[m[1]],
+        "\n".join(step["inputs"]["runCommand"]),
+    )
+    subprocess.run(["bash", "-c", empty], check=True, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=10)
+    assert not (tmp_path / "calls").exists()  # nothing named, nothing signalled
+
+
+RULES_OF = {
+    "InterruptionsQueue": {
+        "SpotInterruptionRule",
+        "InstanceStateRule",
+        "LifecycleActionRule",
+        "HealthEventRule",
+        "ContainerInstanceRule",
+    },
+    "CheckpointsQueue": {"ManifestCommittedRule"},
+    "TaskEventsQueue": {"TaskStateRule", "EbsSnapshotRule"},
+}
+JOBS_ROLES = {"TaskEventsFunctionRole", "JobsFunctionRole", "ReconcileFunctionRole"}
+SENDERS = {  # queue -> (the rules that may send to it, the roles that may send to it)
+    "InterruptionsQueue": (RULES_OF["InterruptionsQueue"], {"InterruptionFunctionRole"}),
+    "InterruptionsDeadLetterQueue": (RULES_OF["InterruptionsQueue"], {"InterruptionFunctionRole"}),
+    "CheckpointsQueue": (RULES_OF["CheckpointsQueue"], set()),
+    "CheckpointsDeadLetterQueue": (RULES_OF["CheckpointsQueue"], {"CheckpointsFunctionRole"}),
+    "TaskEventsQueue": (RULES_OF["TaskEventsQueue"], set()),
+    "TaskEventsDeadLetterQueue": (RULES_OF["TaskEventsQueue"], JOBS_ROLES),
+    "LaunchRetryQueue": (set(), JOBS_ROLES),
+    "ReconcileDeadLetterQueue": (set(), {"ReconcileFunctionRole", "ReconcileScheduleRole"}),
+}
+
+
+def _names(values: Any) -> set[str]:
+    values = values if isinstance(values, list) else [values]
+    return {v["Fn::GetAtt"][0] for v in values}
+
+
+def _deny_exemptions(cfn, queue: str) -> tuple[set[str], set[str]] | None:
+    """The rules and roles a queue's Deny on sqs:SendMessage exempts (None: no such Deny)."""
+    for policy in _of_type(cfn, "AWS::SQS::QueuePolicy").values():
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if s["Effect"] == "Deny" and s["Action"] == "sqs:SendMessage" and queue in _names(s["Resource"]):
+                assert s["Principal"] == "*" and set(s["Condition"]) == {"ArnNotEquals"}, s
+                keys = s["Condition"]["ArnNotEquals"]
+                assert set(keys) <= {"aws:SourceArn", "aws:PrincipalArn"}, s
+                return _names(keys.get("aws:SourceArn", [])), _names(keys.get("aws:PrincipalArn", []))
+    return None
+
+
+def _what_sends_to(cfn, queue: str) -> tuple[set[str], set[str]]:
+    """Every rule that targets the queue (or dead-letters to it), and every role granted SendMessage on it."""
+    arn = {"Fn::GetAtt": [queue, "Arn"]}
+    rules = {
+        name
+        for name, r in _of_type(cfn, "AWS::Events::Rule").items()
+        for t in r["Properties"]["Targets"]
+        if arn in (t["Arn"], t.get("DeadLetterConfig", {}).get("Arn"))
+    }
+    roles = set()
+    managed = {
+        name: p["Properties"]["PolicyDocument"]
+        for name, p in _of_type(cfn, "AWS::IAM::ManagedPolicy").items()
+    }
+    for name, role in _of_type(cfn, "AWS::IAM::Role").items():
+        docs = [p["Fn::If"][1] if "Fn::If" in p else p for p in role["Properties"].get("Policies", [])]
+        docs = [d["PolicyDocument"] for d in docs]
+        docs += [managed[m["Ref"]] for m in role["Properties"].get("ManagedPolicyArns", []) if "Ref" in m]
+        for doc in docs:
+            for s in doc["Statement"]:
+                actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+                resources = s.get("Resource", [])
+                resources = resources if isinstance(resources, list) else [resources]
+                if s["Effect"] == "Allow" and "sqs:SendMessage" in actions and arn in resources:
+                    roles.add(name)
+    return rules, roles
+
+
+def test_queues_refuse_senders_other_than_the_stacks_rules_and_functions(cfn):
+    queues = set(_of_type(cfn, "AWS::SQS::Queue"))
+    assert queues == set(SENDERS)
+    for queue, expected in SENDERS.items():
+        assert _deny_exemptions(cfn, queue) == expected, queue
+        # what the stack itself sends is exactly what the Deny lets through: no own sender refused
+        assert _what_sends_to(cfn, queue) == expected, queue
+
+
+def _alarm_on(cfn, namespace: str, metric: str, dimension: dict[str, Any]) -> dict[str, Any]:
+    (alarm,) = [
+        a["Properties"]
+        for a in _of_type(cfn, "AWS::CloudWatch::Alarm").values()
+        if (a["Properties"]["Namespace"], a["Properties"]["MetricName"]) == (namespace, metric)
+        and a["Properties"]["Dimensions"] == [dimension]
+    ]
+    assert alarm["AlarmActions"] == [{"Ref": "NotificationsTopic"}]
+    return alarm
+
+
+def test_a_notice_waiting_in_its_queue_is_alarmed_well_inside_the_two_minutes(cfn):
+    alarm = _alarm_on(
+        cfn,
+        "AWS/SQS",
+        "ApproximateAgeOfOldestMessage",
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": ["InterruptionsQueue", "QueueName"]}},
+    )
+    assert alarm["Statistic"] == "Maximum" and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["Threshold"] <= 30  # a quarter of the warning's two minutes
+    assert alarm["Period"] * alarm["EvaluationPeriods"] <= 60
+
+
+def test_every_function_has_error_and_throttle_alarms(cfn):
+    functions = _of_type(cfn, "AWS::Lambda::Function")
+    assert len(functions) == 5
+    for name in functions:
+        for metric in ("Errors", "Throttles"):
+            alarm = _alarm_on(cfn, "AWS/Lambda", metric, {"Name": "FunctionName", "Value": {"Ref": name}})
+            assert alarm["Statistic"] == "Sum" and alarm["Threshold"] == 0
+            assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["Period"] == 60
+
+
+def test_every_dead_letter_queue_is_alarmed(cfn):
+    dead = {q for q in _of_type(cfn, "AWS::SQS::Queue") if "DeadLetter" in q}
+    assert dead == {
+        "InterruptionsDeadLetterQueue",
+        "CheckpointsDeadLetterQueue",
+        "TaskEventsDeadLetterQueue",
+        "ReconcileDeadLetterQueue",
+    }
+    for q in dead:
+        alarm = _alarm_on(
+            cfn,
+            "AWS/SQS",
+            "ApproximateNumberOfMessagesVisible",
+            {"Name": "QueueName", "Value": {"Fn::GetAtt": [q, "QueueName"]}},
+        )
+        assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+
+
+def test_reconcile_failures_are_retried_dead_lettered_and_alarmed(cfn):
+    dlq = {"Fn::GetAtt": ["ReconcileDeadLetterQueue", "Arn"]}
+    (schedule,) = _of_type(cfn, "AWS::Scheduler::Schedule").values()
+    target = schedule["Properties"]["Target"]
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] >= 1
+    assert target["DeadLetterConfig"] == {"Arn": dlq}
+    assert target["RoleArn"] == {"Fn::GetAtt": ["ReconcileScheduleRole", "Arn"]}
+    assert _resolve(cfn, schedule["Properties"]["Name"]) == "<AWS::StackName>-reconcile"
+    # the schedule invokes asynchronously: the function's own retries and dead-letter queue
+    fn = cfn["Resources"]["ReconcileFunction"]["Properties"]
+    assert fn["DeadLetterConfig"] == {"TargetArn": dlq}
+    (invoke,) = _of_type(cfn, "AWS::Lambda::EventInvokeConfig").values()
+    assert invoke["Properties"]["FunctionName"] == {"Ref": "ReconcileFunction"}
+    assert invoke["Properties"]["MaximumRetryAttempts"] >= 1
+    assert invoke["Properties"]["MaximumEventAgeInSeconds"] < 300  # done before the next sweep
+
+
+def test_the_interruption_function_can_have_a_concurrency_floor(sam, cfn):
+    p = sam["Parameters"]["InterruptionReservedConcurrency"]
+    assert p["Default"] == "0"
+    pattern = re.compile(p["AllowedPattern"])
+    assert [v for v in ("0", "1", "2", "10", "999", "00", "01", "1000", "-1") if pattern.fullmatch(v)] == [
+        "0",
+        "2",
+        "10",
+        "999",
+    ]
+    fn = cfn["Resources"]["InterruptionFunction"]["Properties"]
+    mapping = cfn["Resources"]["InterruptionFunctionInterruptions"]["Properties"]
+    # none by default (a deploy at the minimum unreserved concurrency must not fail) ...
+    assert _resolve(cfn, fn).get("ReservedConcurrentExecutions") is None
+    assert "ScalingConfig" not in _resolve(cfn, mapping)
+    # ... and when asked for, the poller never drives the function past it (throttled batches would
+    # come back with their receive count up and reach the dead-letter queue)
+    given = {"InterruptionReservedConcurrency": "20"}
+    assert _resolve(cfn, fn, given)["ReservedConcurrentExecutions"] == "20"
+    assert _resolve(cfn, mapping, given)["ScalingConfig"] == {"MaximumConcurrency": "20"}
+
+
+def test_the_reconcile_function_checks_a_bucket_the_user_brought(cfn):
+    from spotguard.runtime.bucket_check import BucketCheckEnv
+
+    env = cfn["Resources"]["ReconcileFunction"]["Properties"]["Environment"]["Variables"]
+    assert {f.alias for f in BucketCheckEnv.model_fields.values()} <= set(env)
+    assert _resolve(cfn, env["SPOTGUARD_BUCKET_CHECK"]) == "off"  # the stack's own bucket
+    assert _resolve(cfn, env["SPOTGUARD_BUCKET_CHECK"], {"CheckpointBucketName": "mine"}) == "on"
+    (read,) = [
+        s
+        for s in _statements(cfn, "ReconcileFunctionRole")
+        if s.get("Sid") == "ReadTheCheckpointBucketsSettings"
+    ]
+    # the calls S3BucketSettings makes, as IAM names them; on the bucket only, reading only
+    assert set(read["Action"]) == {
+        "s3:GetBucketVersioning",
+        "s3:GetEncryptionConfiguration",
+        "s3:GetBucketPublicAccessBlock",
+        "s3:GetBucketNotification",
+    }
+    assert _resolve(cfn, read["Resource"], {"CheckpointBucketName": "mine"}) == "arn:aws:s3:::mine"
+
+
+def test_a_function_fed_by_a_queue_reads_no_other_queue(cfn):
+    """SAM attaches AWSLambdaSQSQueueExecutionRole (receive and delete on every queue of the account) to
+    each function an SQS event source feeds: a Deny leaves each its own queues only."""
+    mappings = _of_type(cfn, "AWS::Lambda::EventSourceMapping").values()
+    fed = {}
+    for m in mappings:
+        fed.setdefault(m["Properties"]["FunctionName"]["Ref"], []).append(m["Properties"]["EventSourceArn"])
+    assert set(fed) == {"InterruptionFunction", "CheckpointsFunction", "TaskEventsFunction"}
+    for fn, queues in fed.items():
+        role = cfn["Resources"][f"{fn}Role"]["Properties"]
+        assert (
+            "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole" in role["ManagedPolicyArns"]
+        )
+        (deny,) = [s for s in _statements(cfn, f"{fn}Role") if s.get("Sid") == "ReadNoQueueButItsOwn"]
+        assert deny["Effect"] == "Deny" and "Resource" not in deny
+        assert set(deny["Action"]) == {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+        not_resource = deny["NotResource"] if isinstance(deny["NotResource"], list) else [deny["NotResource"]]
+        assert sorted(map(json.dumps, not_resource)) == sorted(map(json.dumps, queues)), fn
