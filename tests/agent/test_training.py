@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 
+import boto3
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -88,9 +89,14 @@ def _same_weights(a, b) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-@pytest.fixture
-def reference(moto_server, s3, bucket, tmp_path):
-    out = tmp_path / "reference.pt"
+@pytest.fixture(scope="module")
+def reference(moto_server, tmp_path_factory):
+    """The same training, never interrupted. Run once for the module: the training is deterministic (the
+    tests say so: bit-identical weights), and the tests only compare their final weights with its."""
+    s3 = boto3.client("s3", endpoint_url=moto_server.endpoint, region_name="us-east-1")
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    out = tmp_path_factory.mktemp("reference") / "reference.pt"
     proc = _run(_env(moto_server, f"s3://{bucket}/reference/"), out)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
