@@ -40,6 +40,7 @@ ENV = {
     "SPOTGUARD_CHECKPOINT_BUCKET": "spotguard-checkpoints",
     "SPOTGUARD_INTERRUPTIONS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/interruptions",
     "SPOTGUARD_INTERRUPTIONS_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/interruptions-dlq",
+    "SPOTGUARD_SIGNAL_DOCUMENT": "spotguard-SignalDocument-0123456789AB",
     "SPOTGUARD_CHECKPOINTS_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/checkpoints-dlq",
     "SPOTGUARD_TASK_EVENTS_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/task-events-dlq",
     "SPOTGUARD_RETRY_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/retry",

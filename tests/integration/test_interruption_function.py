@@ -115,10 +115,12 @@ def test_rebalance_checkpoint_signals_over_ssm_and_leaves_tasks_running(world):
     assert set(_desired(world, managed).values()) == {"RUNNING"}
     assert world.cluster.describe_host(world.b)["status"] == "ACTIVE"
     (cmd,) = sent
-    assert cmd["InstanceIds"] == [world.b.instance_id] and cmd["DocumentName"] == "AWS-RunShellScript"
-    lines = cmd["Parameters"]["commands"]
-    assert len(lines) == 2 and all("--signal=SIGUSR1" in line for line in lines)
-    assert sorted(a for a in managed if any(a in line for line in lines)) == sorted(managed)
+    document = world.stack.functions["InterruptionFunction"].environment["SPOTGUARD_SIGNAL_DOCUMENT"]
+    assert cmd["InstanceIds"] == [world.b.instance_id] and cmd["DocumentName"] == document
+    params = cmd["Parameters"]
+    assert params["signal"] == ["SIGUSR1"] and params["containerIds"] == [""]  # moto reports no runtime ids
+    (pairs,) = params["taskContainers"]
+    assert sorted(p.split("=")[0] for p in pairs.split()) == sorted(managed)
 
 
 @pytest.mark.parametrize(("mode", "stops", "drained"), [("drain", 1, "DRAINING"), ("ignore", 0, "ACTIVE")])

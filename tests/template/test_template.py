@@ -440,7 +440,7 @@ def test_signals_go_only_through_spotguards_own_document(cfn):
     assert doc["DocumentType"] == "Command"
     params = doc["Content"]["parameters"]
     assert set(params) == {"signal", "containerIds", "taskContainers"}
-    assert set(params["signal"]["allowedValues"]) == SIGNALS
+    assert set(params["signal"]["allowedValues"]) == set(SIGNALS)
     env = cfn["Resources"]["InterruptionFunction"]["Properties"]["Environment"]["Variables"]
     assert env["SPOTGUARD_SIGNAL_DOCUMENT"] == {"Ref": "SignalDocument"}
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from spotguard.adapters.signal_document import SIGNALS, signal_document_parameters
+from spotguard.adapters.ssm import SIGNALS, signal_document_parameters
 from spotguard.domain.tasks import TaskInfo
 from spotguard_cli.emulator.template import load
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from spotguard.adapters.ecs import task_info
-from spotguard.adapters.ssm import signal_commands
 from spotguard.domain.tasks import (
     ManageMode,
     TaskInfo,
@@ -93,41 +92,3 @@ def test_managed_tasks_by_mode():
         gpu_by_definition,
         gpu_by_ids,
     ]
-
-
-def test_signal_uses_the_runtime_id_of_the_checkpoint_container_only():
-    t = _task(containers=(("train", "0123456789ab" * 2), ("log-router", "fedcba987654")))
-    assert signal_commands([t], "SIGUSR1") == ["docker kill --signal=SIGUSR1 " + "0123456789ab" * 2]
-
-
-def test_signal_can_name_another_container_by_tag():
-    t = _task(
-        containers=(("sidecar", "aaaaaaaaaaaa"), ("train", "bbbbbbbbbbbb")),
-        tags={"spotguard:checkpoint-container": "train"},
-    )
-    assert signal_commands([t], "SIGUSR1") == ["docker kill --signal=SIGUSR1 bbbbbbbbbbbb"]
-
-
-def test_signal_without_runtime_id_finds_the_container_by_ecs_labels():
-    (line,) = signal_commands([_task()], "SIGUSR1")
-    assert f"label=com.amazonaws.ecs.task-arn={ARN}" in line
-    assert "label=com.amazonaws.ecs.container-name=train" in line
-    assert line.endswith("| xargs -r docker kill --signal=SIGUSR1")
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        {"task_arn": ARN + "; rm -rf /"},
-        {"containers": (("train; reboot", None),)},
-        {"containers": ()},
-    ],
-)
-def test_signal_refuses_anything_that_is_not_a_plain_id(bad):
-    with pytest.raises(ValueError):
-        signal_commands([_task(**bad)], "SIGUSR1")
-
-
-def test_signal_refuses_unknown_signals():
-    with pytest.raises(ValueError):
-        signal_commands([_task()], "SIGKILL; reboot")

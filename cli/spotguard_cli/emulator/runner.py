@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -28,9 +27,6 @@ from typing import IO, Any
 from spotguard_cli.emulator.gpucluster import GpuCluster
 from spotguard_cli.emulator.inject import put_entry, task_event
 from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
-
-_KILL = re.compile(r"docker kill --signal=(SIG[A-Z0-9]+) ([0-9a-f]{12,64})")
-_KILL_BY_LABEL = re.compile(r"label=com\.amazonaws\.ecs\.task-arn=(\S+).*docker kill --signal=(SIG[A-Z0-9]+)")
 
 
 class SimulatedProcess:
@@ -126,22 +122,21 @@ class TaskRunner:
             if code is not None:
                 self._exited(r, code)
 
-    def signal_by_ssm(self, commands: list[str]) -> None:
-        """What the SSM agent would run on the instance: `docker kill --signal=SIG <id>`."""
-        for line in commands:
-            m = _KILL.search(line)
-            target = None
-            if m:
-                sig, runtime_id = m.groups()
-                target = next((r for r in self.running.values() if r.runtime_id == runtime_id), None)
-            else:
-                m = _KILL_BY_LABEL.search(line)
-                if m:
-                    arn, sig = m.group(1).strip("'\""), m.group(2)
-                    target = self.running.get(arn)
-            if m and target is not None:
-                self._signal(target, getattr(signal, sig))
-                self.on_change(f"  {sig} -> {_short(target.task_arn)} (pid {target.proc.pid}) via SSM")
+    def signal_by_document(self, parameters: dict[str, list[str]]) -> None:
+        """What SpotGuard's SSM document runs on the instance: `docker kill --signal=SIG` for each
+        container id, and for each `<task ARN>=<container name>` the container the ECS agent labelled so."""
+        sig = (parameters.get("signal") or [""])[0]
+        ids = " ".join(parameters.get("containerIds") or []).split()
+        pairs = " ".join(parameters.get("taskContainers") or []).split()
+        targets = [r for r in self.running.values() if r.runtime_id in ids]
+        targets += [
+            self.running[arn] for arn, _, _ in (p.partition("=") for p in pairs) if arn in self.running
+        ]
+        if sig not in ("SIGUSR1", "SIGUSR2", "SIGTERM"):
+            return
+        for target in targets:
+            self._signal(target, getattr(signal, sig))
+            self.on_change(f"  {sig} -> {_short(target.task_arn)} (pid {target.proc.pid}) via SSM")
 
     def stop_all(self) -> None:
         """Stop every process this runner started (Ctrl-C, the end of a demo): no orphans."""

@@ -188,8 +188,8 @@ class LocalSystem:
         return AWSResponse("local://autoscaling", 200, {}, None), {}
 
     def _ssm(self, params: dict[str, Any], **_: Any) -> None:
-        """The SSM agent on the simulated instance: run the signal lines of a SendCommand (moto then
-        records the command as usual)."""
+        """The SSM agent on the simulated instance: run SpotGuard's signal document with the command's
+        parameters (moto then records the command as usual)."""
         body = json.loads(params.get("body") or b"{}")
-        self.runner.signal_by_ssm(list((body.get("Parameters") or {}).get("commands") or []))
+        self.runner.signal_by_document(dict(body.get("Parameters") or {}))
         return None

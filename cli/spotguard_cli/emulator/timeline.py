@@ -55,8 +55,9 @@ def call_recorder(timeline: Timeline, calls: list[str]) -> Callable[..., None]:
                 f"  drain {params['containerInstances'][0].rsplit('/', 1)[-1][:8]}… -> {params['status']}"
             )
         elif model.name == "SendCommand":
-            cmds = params.get("Parameters", {}).get("commands", [])
-            timeline.add(f"  SSM Run Command on {params['InstanceIds'][0]}: {cmds[0] if cmds else ''}")
+            p = params.get("Parameters", {})
+            what = f"{(p.get('signal') or [''])[0]} to {' '.join(p.get('containerIds') or [])}".strip()
+            timeline.add(f"  SSM Run Command on {params['InstanceIds'][0]}: {what}")
         elif model.name in interesting:
             timeline.add(f"  {model.name}")
 

@@ -39,6 +39,7 @@ class InterruptionEnv(EnvModel):
     idempotency_table: str = Field(alias="SPOTGUARD_IDEMPOTENCY_TABLE", min_length=3)
     queue_url: str = Field(alias="SPOTGUARD_INTERRUPTIONS_QUEUE_URL", min_length=1)
     dead_letter_url: str = Field(alias="SPOTGUARD_INTERRUPTIONS_DLQ_URL", min_length=1)
+    signal_document: str = Field(alias="SPOTGUARD_SIGNAL_DOCUMENT", min_length=3)  # SpotGuard's SSM document
     lifecycle_wait_seconds: int = Field(default=900, alias="SPOTGUARD_LIFECYCLE_WAIT_SECONDS", ge=0, le=7200)
     lifecycle_check_seconds: int = Field(default=20, alias="SPOTGUARD_LIFECYCLE_CHECK_SECONDS", ge=0, le=900)
 

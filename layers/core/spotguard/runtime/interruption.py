@@ -38,7 +38,7 @@ class InterruptionRuntime:
                 lifecycle_check_seconds=env.lifecycle_check_seconds,
             ),
             ecs=EcsAdapter(client("ecs")),
-            signaller=SsmSignaller(LazyClient("ssm")),
+            signaller=SsmSignaller(LazyClient("ssm"), env.signal_document),
             lifecycle=LifecycleAdapter(LazyClient("autoscaling")),
             follow_ups=FollowUpQueue(sqs, env.queue_url),
             ledger=self.ledger,
