@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from spotguard.adapters import clients
 from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
+
+from .conftest import fresh_aws
 
 
 def _env(request: dict) -> dict[str, str]:
@@ -268,14 +271,29 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("why", "payload", "message"), BAD, ids=[b[0] for b in BAD])
-def test_bad_manual_payloads_get_a_clear_one_line_error(jobs: JobsWorld, why, payload, message):
-    answer = jobs.invoke(payload)
-    assert answer["ok"] is False
-    assert answer["error"]["type"] in ("BadRequest", "NotFound", "Conflict")
-    assert message in answer["error"]["message"] and "\n" not in answer["error"]["message"]
-    assert "Traceback" not in json.dumps(answer)
-    assert jobs.scheduler.requests == []  # never acted on
+class TestRefusals:
+    """Payloads the jobs function refuses. A refusal changes nothing, so the cases share one deployed
+    world (one deploy instead of one per case); what each case asserts on is its own: the answer, and
+    the RunTask requests, emptied before it."""
+
+    @pytest.fixture(scope="class")
+    def shared(self) -> Iterator[JobsWorld]:
+        with fresh_aws():
+            yield make_jobs_world()
+
+    @pytest.fixture
+    def jobs(self, shared: JobsWorld) -> JobsWorld:
+        shared.scheduler.requests.clear()
+        return shared
+
+    @pytest.mark.parametrize(("why", "payload", "message"), BAD, ids=[b[0] for b in BAD])
+    def test_bad_manual_payloads_get_a_clear_one_line_error(self, jobs: JobsWorld, why, payload, message):
+        answer = jobs.invoke(payload)
+        assert answer["ok"] is False
+        assert answer["error"]["type"] in ("BadRequest", "NotFound", "Conflict")
+        assert message in answer["error"]["message"] and "\n" not in answer["error"]["message"]
+        assert "Traceback" not in json.dumps(answer)
+        assert jobs.scheduler.requests == []  # never acted on
 
 
 def test_a_lost_run_task_answer_never_starts_a_second_task(jobs: JobsWorld):
