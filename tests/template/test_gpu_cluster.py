@@ -307,8 +307,11 @@ def test_spotguard_takes_the_hooks_events_and_may_signal_the_instances(cluster):
         for h in g["Properties"]["LifecycleHookSpecificationList"]
     }
     assert hook_names == {"spotguard-drain"}
-    if "LifecycleHookName" in detail:
-        assert hook_names <= set(detail["LifecycleHookName"])
+    if "LifecycleHookName" in detail:  # a prefix match on the LifecycleHookPrefix parameter
+        (match,) = detail["LifecycleHookName"]
+        prefix = spotguard["Parameters"]["LifecycleHookPrefix"]["Default"]
+        assert match == {"prefix": {"Ref": "LifecycleHookPrefix"}}
+        assert all(name.startswith(prefix) for name in hook_names)
     if "LifecycleTransition" in detail:
         assert TERMINATING in detail["LifecycleTransition"]
     assert "AutoScalingGroupName" not in detail  # any group (CloudFormation names ours)

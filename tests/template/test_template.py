@@ -720,3 +720,23 @@ def test_a_function_fed_by_a_queue_reads_no_other_queue(cfn):
         assert set(deny["Action"]) == {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
         not_resource = deny["NotResource"] if isinstance(deny["NotResource"], list) else [deny["NotResource"]]
         assert sorted(map(json.dumps, not_resource)) == sorted(map(json.dumps, queues)), fn
+
+
+def test_only_spotguards_own_lifecycle_hooks_reach_it(sam):
+    """Every terminate lifecycle action in the account reached SpotGuard, which completed it: ECS managed
+    draining's hook and other teams' were cut short. The rule now takes only hooks with SpotGuard's
+    prefix, and the function is told the same prefix (it ignores any other that still arrives)."""
+    rules = [
+        r
+        for r in sam["Resources"].values()
+        if r["Type"] == "AWS::Events::Rule"
+        and "EC2 Instance-terminate Lifecycle Action"
+        in r["Properties"]["EventPattern"].get("detail-type", [])
+    ]
+    (rule,) = rules
+    assert rule["Properties"]["EventPattern"]["detail"] == {
+        "LifecycleHookName": [{"prefix": {"Ref": "LifecycleHookPrefix"}}]
+    }
+    assert sam["Parameters"]["LifecycleHookPrefix"]["Default"] == "spotguard-"
+    env = sam["Resources"]["InterruptionFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["SPOTGUARD_LIFECYCLE_HOOK_PREFIX"] == {"Ref": "LifecycleHookPrefix"}

@@ -279,3 +279,15 @@ def test_placeholders_in_the_fields_acted_on_are_still_rejected_without_resource
     del raw["resources"]
     raw["detail"]["affectedEntities"][0]["entityValue"] = "<instance-id>"
     assert classify(raw, WATCH).outcome == "reject"
+
+
+def test_a_lifecycle_hook_that_is_not_spotguards_is_left_to_its_owner(event):
+    """SpotGuard completed every terminate lifecycle action it saw: ECS managed draining's hook, other
+    teams' hooks. It answers only hooks named with its prefix (LifecycleHookPrefix, `spotguard-`)."""
+    raw = event("asg-terminate-lifecycle-action.json")
+    raw["detail"]["LifecycleHookName"] = "ecs-managed-draining-termination-hook"
+    d = classify(raw, WATCH)
+    assert d.outcome == "ignore" and "ecs-managed-draining-termination-hook" in d.reason and not d.notices
+    assert classify(event("asg-terminate-lifecycle-action.json"), WATCH).outcome == "act"
+    every_hook = Settings(clusters=WATCH.clusters, lifecycle_hook_prefix="")
+    assert classify(raw, every_hook).outcome == "act"

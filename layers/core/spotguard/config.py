@@ -40,6 +40,9 @@ class InterruptionEnv(EnvModel):
     queue_url: str = Field(alias="SPOTGUARD_INTERRUPTIONS_QUEUE_URL", min_length=1)
     dead_letter_url: str = Field(alias="SPOTGUARD_INTERRUPTIONS_DLQ_URL", min_length=1)
     signal_document: str = Field(alias="SPOTGUARD_SIGNAL_DOCUMENT", min_length=3)  # SpotGuard's SSM document
+    lifecycle_hook_prefix: str = Field(
+        default="spotguard-", alias="SPOTGUARD_LIFECYCLE_HOOK_PREFIX", pattern=r"^[A-Za-z0-9_./-]{0,200}$"
+    )
     lifecycle_wait_seconds: int = Field(default=900, alias="SPOTGUARD_LIFECYCLE_WAIT_SECONDS", ge=0, le=7200)
     lifecycle_check_seconds: int = Field(default=20, alias="SPOTGUARD_LIFECYCLE_CHECK_SECONDS", ge=0, le=900)
 
@@ -47,7 +50,9 @@ class InterruptionEnv(EnvModel):
 
     @property
     def settings(self) -> Settings:
-        return Settings(clusters=self.clusters, rebalance=self.rebalance)
+        return Settings(
+            clusters=self.clusters, rebalance=self.rebalance, lifecycle_hook_prefix=self.lifecycle_hook_prefix
+        )
 
 
 def _comma_list(v: object) -> object:

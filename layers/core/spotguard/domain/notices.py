@@ -128,6 +128,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True)
     clusters: tuple[str, ...] = ()  # names; empty = every cluster
     rebalance: RebalanceMode = RebalanceMode.CHECKPOINT
+    # Terminate lifecycle hooks SpotGuard answers: those whose name starts with this (empty = every
+    # hook). Others (ECS managed draining's, other teams') are left to their owners.
+    lifecycle_hook_prefix: str = "spotguard-"
 
     def watches(self, cluster_arn: str) -> bool:
         if not self.clusters:
@@ -392,6 +395,13 @@ def _lifecycle(event: EventBridgeModel, settings: Settings) -> Decision:
     kind = NoticeKind.LIFECYCLE_TERMINATE
     if d.transition != "autoscaling:EC2_INSTANCE_TERMINATING":
         return _ignore(event, kind, f"lifecycle transition '{d.transition}' is not a termination")
+    if not d.hook.startswith(settings.lifecycle_hook_prefix):
+        return _ignore(
+            event,
+            kind,
+            f"lifecycle hook '{d.hook}' is not SpotGuard's (its names start with "
+            f"'{settings.lifecycle_hook_prefix}'): left to its owner",
+        )
     ref = LifecycleRef(group=d.group, hook=d.hook, token=d.token)
     notice = _notice(event, kind, d.instance_id, deadline=None, lifecycle=ref, detail=f"group={d.group}")
     return _act(event, kind, f"Auto Scaling is terminating the instance (hook {d.hook})", notice)
