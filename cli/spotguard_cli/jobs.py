@@ -38,6 +38,8 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--task-definition", help="instead of --request: the task definition")
     s.add_argument("--launch-type", choices=["EC2", "FARGATE", "EXTERNAL"])
     s.add_argument("--capacity-provider", help="a capacity provider (instead of a launch type)")
+    s.add_argument("--subnets", help="awsvpc tasks: subnet ids, comma-separated (no public IP is assigned)")
+    s.add_argument("--security-groups", help="awsvpc tasks: security group ids, comma-separated")
     s.add_argument("--job-id", help="choose the job's id (a repeated submit returns the same job)")
     s.add_argument("--max-attempts", type=int)
     s.add_argument("--max-error-retries", type=int)
@@ -100,8 +102,10 @@ def payload(args: argparse.Namespace) -> dict[str, Any]:
 
 def _request(args: argparse.Namespace) -> dict[str, Any]:
     if args.request:
-        if args.cluster or args.task_definition:
-            raise CommandError("BadRequest", "give --request, or --cluster and --task-definition, not both")
+        if args.cluster or args.task_definition or args.subnets or args.security_groups:
+            raise CommandError(
+                "BadRequest", "give --request, or --cluster, --task-definition and the rest, not both"
+            )
         text = args.request
         if text == "-":
             text = sys.stdin.read()
@@ -121,7 +125,18 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
         request["capacityProviderStrategy"] = [{"capacityProvider": args.capacity_provider}]
     if args.launch_type:
         request["launchType"] = args.launch_type
+    if args.subnets or args.security_groups:
+        if not args.subnets:
+            raise CommandError("BadRequest", "--security-groups needs --subnets (awsvpc tasks need both)")
+        vpc: dict[str, Any] = {"subnets": _ids(args.subnets), "assignPublicIp": "DISABLED"}
+        if args.security_groups:
+            vpc["securityGroups"] = _ids(args.security_groups)
+        request["networkConfiguration"] = {"awsvpcConfiguration": vpc}
     return request
+
+
+def _ids(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 # ------------------------------------------------------------------------------------------- invoke

@@ -68,6 +68,10 @@ def test_a_request_file_and_a_refusal(jobs: JobsWorld, tmp_path: Path, capsys):
             "options.deadline",
         ),
         (["status", "bad/id"], "job_id"),
+        (
+            ["submit", "--cluster", "c", "--task-definition", "t", "--security-groups", "sg-1"],
+            "needs --subnets",
+        ),
         (["resubmit", "arn:aws:ecs:us-east-1:123456789012:service/x"], "task_arn"),
     ],
 )
@@ -105,3 +109,17 @@ def test_the_function_is_found_from_the_stack_and_invoked(jobs: JobsWorld, monke
     assert jobs_cli.run(args, out=out) == 0
     assert out.getvalue().strip() == "no jobs"
     stubbers[0].assert_no_pending_responses()
+
+
+def test_an_awsvpc_task_gets_its_network_from_the_flags():
+    args = build_parser().parse_args(
+        ["jobs", "submit", "--cluster", "gpu-spot", "--task-definition", "train-1gpu",
+         "--subnets", "subnet-0aaa, subnet-0bbb", "--security-groups", "sg-0123"]
+    )  # fmt: skip
+    assert jobs_cli.payload(args)["request"]["networkConfiguration"] == {
+        "awsvpcConfiguration": {
+            "subnets": ["subnet-0aaa", "subnet-0bbb"],
+            "assignPublicIp": "DISABLED",
+            "securityGroups": ["sg-0123"],
+        }
+    }
