@@ -28,6 +28,7 @@ def _our_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("spotguard-agent: ")]
 
 
+@pytest.mark.slow  # the moto server
 def test_another_jobs_manifest_is_skipped_with_a_warning_and_never_deleted(s3, bucket, tmp_path, caplog):
     uri = f"s3://{bucket}/jobs/shared/"
     setup = CheckpointStore(s3, uri, keep=5)
@@ -44,6 +45,7 @@ def test_another_jobs_manifest_is_skipped_with_a_warning_and_never_deleted(s3, b
     assert store.committed() == [1, 3]  # keep=1 deletes my older ones, never the other job's
 
 
+@pytest.mark.slow  # the moto server
 def test_without_a_job_id_on_either_side_any_manifest_is_restored(s3, bucket, tmp_path):
     uri = f"s3://{bucket}/jobs/shared/"
     store = CheckpointStore(s3, uri)
@@ -54,6 +56,7 @@ def test_without_a_job_id_on_either_side_any_manifest_is_restored(s3, bucket, tm
     assert _agent(store).restore(tmp_path / "r2").sequence == 2  # no SPOTGUARD_JOB_ID set
 
 
+@pytest.mark.slow  # the moto server
 def test_the_agent_exits_in_one_line_when_the_newest_checkpoint_cannot_be_read_now(
     faults, bucket, tmp_path, capsys, monkeypatch
 ):
@@ -71,6 +74,7 @@ def test_the_agent_exits_in_one_line_when_the_newest_checkpoint_cannot_be_read_n
     assert "checkpoint 0" in line and "cannot be read now" in line and "SlowDown" in line
 
 
+@pytest.mark.slow  # the moto server
 def test_the_wrapper_exits_69_and_runs_nothing_when_the_checkpoint_cannot_be_read_now(
     faults, bucket, tmp_path, capsys, monkeypatch
 ):

@@ -55,6 +55,7 @@ def s3store(faults, bucket, tmp_path) -> CheckpointStore:
 
 
 # ----------------------------------------------------------------------------------- S3 commit
+@pytest.mark.slow  # the moto server
 @pytest.mark.parametrize(
     ("operation", "kind", "times", "key"),
     [
@@ -75,6 +76,7 @@ def test_a_commit_rides_out_transient_s3_errors(faults, s3store, tmp_path, opera
     intact(s3store, tmp_path, [0, 1, 2], newest=2, files={"w": b"third"})
 
 
+@pytest.mark.slow  # the moto server
 @pytest.mark.parametrize(
     ("operation", "kind", "key", "newest"),
     [
@@ -98,6 +100,7 @@ def test_a_commit_that_fails_leaves_the_newest_committed_checkpoint_restorable(
     intact(s3store, tmp_path, [0, 1], newest=newest, files=SECOND if newest == 1 else {"w": b"third"})
 
 
+@pytest.mark.slow  # the moto server
 def test_a_retention_that_fails_leaves_the_commit_standing(faults, bucket, tmp_path):
     store = CheckpointStore(faults.client, f"s3://{bucket}/jobs/j-1/", keep=2, retry_pause=0.0)
     store.commit(write(tmp_path / "a", FIRST), step=1, progress=0.1)
@@ -120,6 +123,7 @@ def half_written(s3store, faults, bucket):
     return s3store
 
 
+@pytest.mark.slow  # the moto server
 @pytest.mark.parametrize(
     ("operation", "kind", "key"),
     [
@@ -141,6 +145,7 @@ def test_a_restore_rides_out_transient_s3_errors(faults, half_written, tmp_path,
     intact(half_written, tmp_path, [0, 1], newest=1, files=SECOND)
 
 
+@pytest.mark.slow  # the moto server
 @pytest.mark.parametrize(
     ("operation", "kind", "key"),
     [
@@ -169,6 +174,7 @@ def test_a_restore_that_cannot_read_now_fails_loudly_and_deletes_nothing(
     intact(half_written, tmp_path, [0, 1], newest=1, files=SECOND)
 
 
+@pytest.mark.slow  # the moto server
 def test_a_file_gone_from_the_newest_is_damage_and_falls_back(faults, half_written, tmp_path):
     faults.add("GetObject", "missing", key="/0000000001/w")  # NoSuchKey: not a "not now"
     m = half_written.restore(tmp_path / "r")
@@ -207,6 +213,7 @@ KILLED_MID_COMMIT = {
 }
 
 
+@pytest.mark.slow  # the moto server, a process killed mid-commit
 @pytest.mark.parametrize("mode", ["s3", "file"])
 def test_a_process_killed_mid_commit_leaves_no_checkpoint_and_loses_none(
     moto_server, faults, bucket, tmp_path, mode

@@ -75,6 +75,7 @@ def test_bad_local_uris_are_refused(uri):
         CheckpointStore(None, uri)
 
 
+@pytest.mark.slow  # a training run as a process, stopped and resumed
 def test_a_job_stopped_and_resumed_on_a_local_volume_loses_no_step(tmp_path: Path):
     """examples/count.py with the agent on a file:// checkpoint URI: SIGTERM, exit 75, resume."""
     out = tmp_path / "done.json"

@@ -119,6 +119,7 @@ def _agent(s3, bucket, **env):
     return Agent(e, CheckpointStore(s3, e.checkpoint_uri), install_signals=False)
 
 
+@pytest.mark.slow  # the moto server
 def test_young_daly_interval(s3, bucket):
     plain = _agent(s3, bucket, SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS="1800")
     plain.note_cost(10)

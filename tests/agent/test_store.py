@@ -10,6 +10,8 @@ import pytest
 from spotguard_agent import CheckpointStore, StoreError
 from spotguard_agent.manifest import MANIFEST, Manifest
 
+pytestmark = pytest.mark.slow  # every test talks to the moto server
+
 
 def write(d: Path, files: dict[str, bytes]) -> Path:
     for name, data in files.items():

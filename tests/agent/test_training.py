@@ -224,6 +224,7 @@ def test_the_wrapper_makes_an_unmodified_script_survive(moto_server, s3, bucket,
     assert _same_weights(out, reference)
 
 
+@pytest.mark.slow  # the moto server, the agent as a process
 def test_the_wrapper_passes_the_command_exit_code_through(moto_server, bucket, tmp_path):
     cmd = [
         sys.executable,
@@ -241,6 +242,7 @@ def test_the_wrapper_passes_the_command_exit_code_through(moto_server, bucket, t
     assert proc.returncode == 3
 
 
+@pytest.mark.slow  # the moto server, the agent as a process
 def test_the_wrapper_explains_bad_use(moto_server, bucket, tmp_path):
     base = [sys.executable, "-m", "spotguard_agent.wrapper"]
     env = _env(moto_server, f"s3://{bucket}/x/")

@@ -117,6 +117,7 @@ def test_the_runtime_checks_only_a_bucket_the_user_brought(s3):
     clients.reset()
 
 
+@pytest.mark.slow  # deploys the stack into moto
 def test_the_reconcile_function_checks_a_brought_bucket_and_sweeps_anyway(aws, caplog):
     """The reconcile function as the stack deploys it, given a bucket of the user's: the first sweep
     checks it (warnings logged, one alert on the topic), the next ones within the hour do not, and the

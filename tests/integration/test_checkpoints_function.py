@@ -17,6 +17,8 @@ from spotguard_cli.emulator.stack import deploy
 
 from .conftest import fresh_aws
 
+pytestmark = pytest.mark.slow  # every test deploys the stack into moto
+
 
 @pytest.fixture
 def stack():

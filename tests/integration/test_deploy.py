@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from spotguard_cli.emulator.stack import deploy
+
+pytestmark = pytest.mark.slow  # deploys the stack into moto
 
 
 def test_the_resources_moto_skips_are_created_directly(aws):

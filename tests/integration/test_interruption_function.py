@@ -13,6 +13,8 @@ from spotguard_cli.emulator.inject import make_event
 
 from .conftest import fresh_aws, make_world
 
+pytestmark = pytest.mark.slow  # every test deploys the stack into moto
+
 
 def _desired(world, arns):
     tasks = world.cluster.tasks(arns)

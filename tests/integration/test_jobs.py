@@ -15,6 +15,8 @@ from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
 
 from .conftest import fresh_aws
 
+pytestmark = pytest.mark.slow  # every test deploys the stack into moto
+
 
 def _env(request: dict) -> dict[str, str]:
     (override,) = request["overrides"]["containerOverrides"]

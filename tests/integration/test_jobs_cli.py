@@ -23,6 +23,7 @@ def _run(world: JobsWorld | None, *argv: str) -> tuple[int, str]:
     return jobs_cli.run(args, invoke=invoke, out=out), out.getvalue()
 
 
+@pytest.mark.slow  # deploys the stack into moto
 def test_submit_status_list_and_cancel_from_the_command_line(jobs: JobsWorld):
     td = jobs.cluster.gpu_task_definition(gpus=4)
     code, out = _run(
@@ -46,6 +47,7 @@ def test_submit_status_list_and_cancel_from_the_command_line(jobs: JobsWorld):
     assert "cli-job" in out and "JOB" in out.splitlines()[0]
 
 
+@pytest.mark.slow  # deploys the stack into moto
 def test_a_request_file_and_a_refusal(jobs: JobsWorld, tmp_path: Path, capsys):
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"cluster": "other", "taskDefinition": "t:1"}))
@@ -81,6 +83,7 @@ def test_bad_arguments_are_refused_before_anything_is_invoked(argv, message, cap
     assert code == 2 and message in err and err.count("\n") == 1
 
 
+@pytest.mark.slow  # deploys the stack into moto
 def test_the_function_is_found_from_the_stack_and_invoked(jobs: JobsWorld, monkeypatch, tmp_path: Path):
     (tmp_path / "samconfig.toml").write_text('[default.global.parameters]\nstack_name = "spotguard"\n')
     monkeypatch.chdir(tmp_path)

@@ -9,6 +9,8 @@ import pytest
 from spotguard_cli.emulator.inject import snapshot_event
 from spotguard_cli.emulator.world import JobsWorld
 
+pytestmark = pytest.mark.slow  # every test deploys the stack into moto
+
 MOUNT = "/var/spotguard/checkpoints"
 
 

@@ -76,6 +76,7 @@ def check(costs: list[float], planned: float, baselines: dict[str, list[float]])
         assert mean < float(np.mean(other)), f"{name} is cheaper than the plan on its own model"
 
 
+@pytest.mark.slow  # 1,500 simulated runs per case: 1.5-3.5 s each here
 @pytest.mark.parametrize(
     ("job", "available_first"),
     [
