@@ -1,6 +1,7 @@
 # SpotGuard developer commands. Every target sets up what it needs itself.
 #   make demo    the README's main command: the local stack (moto server on 127.0.0.1) runs a training job
 #                that is interrupted, checkpointed, resubmitted elsewhere and finished
+#   make check   the fast loop while you work, under a minute: lint + every test not marked slow
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   benchmarks that print figures (the interruption path, the job path; checkpoint stall and
 #                commit time); make bench-load: the local stack with 200 instances interrupted at once
@@ -17,7 +18,7 @@ CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo test test-py313 lint bench bench-load bench-capacity sam checkov events clean
+.PHONY: setup demo check test test-py313 lint bench bench-load bench-capacity sam checkov events clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +39,12 @@ lint: setup
 
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# A test is marked @pytest.mark.slow (and left out here) when it starts a moto server, deploys the stack
+# into moto, runs a training or the agent as a process against moto, or takes more than ~2 s; a test file
+# whose every test is slow says so once (pytestmark). Everything else, in every test directory, runs here.
+check: lint
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
 
 # The Lambda runtime is python3.13: run the suite on it too (the .venv is 3.11, which the code must also run on).
 test-py313:
