@@ -58,6 +58,7 @@ bench: setup
 	$(BIN)/python bench/interruptions.py
 	$(BIN)/python bench/jobs.py
 	$(BIN)/python bench/checkpoint.py
+	$(BIN)/python bench/cold_start.py
 
 # Capacity policies on the Can't Be Late traces (../shared/traces): Table 3, a deadline sweep, two pools
 # at once. Long: the omniscient bound and SpotGuard's planner solve a dynamic programme per run.
