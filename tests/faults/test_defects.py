@@ -1,0 +1,62 @@
+"""The smallest reproductions of the defects the fault cases found, each marked xfail(strict=True) with
+the defect until it is fixed (in code this suite does not own)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
+from moto.ecs.models import ecs_backends
+
+from spotguard.adapters import clients
+from spotguard_cli.emulator.inject import make_event
+from tests.integration.conftest import fresh_aws, make_world
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: a notice redelivered after a partial StopTask failure records only the tasks the "
+    "redelivery stopped (InterruptionService.handle writes out.signalled of this delivery over the "
+    "notice's task_arns), and the lifecycle action completes once those have stopped, while a task the "
+    "first delivery stopped is still writing its checkpoint",
+)
+def test_a_lifecycle_action_waits_for_every_task_its_notice_stopped():
+    with fresh_aws():
+        world = make_world(env={"SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "0"})
+        first, second = world.cluster.start(world.a, world.cluster.gpu_task_definition(), count=2)
+        world.index(world.a)
+        completed: list[dict] = []
+
+        def lifecycle(model, params, **_):  # moto has neither lifecycle call: answer them here
+            if model.name == "CompleteLifecycleAction":
+                completed.append(params)
+            return AWSResponse("local://autoscaling", 200, {}, None), {}
+
+        def throttled(params, **_):  # StopTask of `second` fails beyond botocore's retries, once
+            if second in params["body"].decode() and not throttled.done:
+                throttled.done = True
+                raise ClientError(
+                    {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "StopTask"
+                )
+
+        throttled.done = False
+        clients.on_event("before-call.autoscaling.CompleteLifecycleAction", lifecycle)
+        clients.on_event("before-call.autoscaling.RecordLifecycleActionHeartbeat", lifecycle)
+        clients.on_event("before-call.ecs.StopTask", throttled)
+
+        world.send(make_event("lifecycle-terminate", world.a.instance_id))
+        assert world.poller.poll_once() == (1, 1)  # `first` stopped; the record failed on `second`
+        # `first` is stopping: its agent is writing the checkpoint (ECS keeps it out of ListTasks RUNNING)
+        task = ecs_backends["123456789012"]["us-east-1"].tasks["gpu-spot"][first]
+        task.last_status = "DEACTIVATING"
+        for receipt in world.poller.failed_receipts:  # the visibility timeout passes: SQS delivers it again
+            world.sqs.change_message_visibility(
+                QueueUrl=world.poller.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
+            )
+        world.run()  # the redelivery stops `second`, then the lifecycle follow-up checks
+
+        assert completed == [], "the instance was let go while a task it ran was still stopping"
+        (notice,) = world.host.module.runtime.ledger.notices(world.a.instance_id)
+        assert sorted(json.loads(notice["outcome"])["signalled"]) == sorted([first, second])
