@@ -42,9 +42,11 @@ test: lint
 
 # A test is marked @pytest.mark.slow (and left out here) when it starts a moto server, deploys the stack
 # into moto, runs a training or the agent as a process against moto, or takes more than ~2 s; a test file
-# whose every test is slow says so once (pytestmark). Everything else, in every test directory, runs here.
+# whose every test is slow says so once (pytestmark). tests/e2e is slow throughout; a new test directory
+# joins FAST_TESTS once its slow tests carry the mark.
+FAST_TESTS := tests/unit tests/template tests/agent tests/integration
 check: lint
-	$(BIN)/pytest -q -p no:cacheprovider -m "not slow"
+	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" $(FAST_TESTS)
 
 # The Lambda runtime is python3.13: run the suite on it too (the .venv is 3.11, which the code must also run on).
 test-py313:
