@@ -24,37 +24,14 @@ def recorded_cases() -> list[tuple[str, str, str]]:
     return cases
 
 
-# Defects the cases found (in code this suite does not own): the cases that show them are kept, marked
-# xfail(strict=True) with the defect, so that the fix makes them pass (and strict makes them fail
-# until the mark is removed). Each has a smaller reproduction in test_defects.py.
-NOTICE_FORGETS_TASKS = (
-    "defect: after a StopTask that failed and SQS's redelivery, the notice's ledger record (outcome and "
-    "task_arns) lists only the tasks the redelivery stopped; a lifecycle action then completes without "
-    "waiting for the tasks stopped by the first delivery (test_defects.py::"
-    "test_a_lifecycle_action_waits_for_every_task_its_notice_stopped)"
-)
-
-
-# every failure after a StopTask took effect: the redelivery finds the task stopped and records nothing
-_AFTER_STOPS = {
-    **{
-        (f"StopTask#{n}", kind): NOTICE_FORGETS_TASKS
-        for n in (1, 2)
-        for kind in ("throttle-exhaust", "5xx-exhaust", "lost")
-    },
-    **{
-        ("UpdateItem:ledger:INSTANCE/NOTICE#2", kind): NOTICE_FORGETS_TASKS
-        for kind in ("throttle-exhaust", "5xx-exhaust", "lost")
-    },
-    **{
-        ("UpdateItem:idempotency#1", kind): NOTICE_FORGETS_TASKS
-        for kind in ("throttle-exhaust", "5xx-exhaust")
-    },
-}
+# Defects the cases found are kept here, each as the case ids that show it, marked xfail(strict=True) with
+# the defect until it is fixed (strict then fails the run until the mark is removed); each has a smaller
+# reproduction in test_defects.py. None is open.
+KNOWN_DEFECTS: dict[tuple[str, str, str], str] = {}
 
 
 def known_defect(path: str, call: str, kind: str) -> str | None:
-    return _AFTER_STOPS.get((call, kind)) if path == "interruption" else None
+    return KNOWN_DEFECTS.get((path, call, kind))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

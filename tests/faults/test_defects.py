@@ -1,11 +1,10 @@
-"""The smallest reproductions of the defects the fault cases found, each marked xfail(strict=True) with
-the defect until it is fixed (in code this suite does not own)."""
+"""The smallest reproductions of the defects the fault cases found: each was marked xfail(strict=True)
+with the defect until it was fixed, and now guards against its return."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from moto.ecs.models import ecs_backends
@@ -15,14 +14,10 @@ from spotguard_cli.emulator.inject import make_event
 from tests.integration.conftest import fresh_aws, make_world
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a notice redelivered after a partial StopTask failure records only the tasks the "
-    "redelivery stopped (InterruptionService.handle writes out.signalled of this delivery over the "
-    "notice's task_arns), and the lifecycle action completes once those have stopped, while a task the "
-    "first delivery stopped is still writing its checkpoint",
-)
 def test_a_lifecycle_action_waits_for_every_task_its_notice_stopped():
+    """A notice redelivered after a partial StopTask failure recorded only the tasks the redelivery
+    stopped, and the lifecycle action completed while a task the first delivery stopped was still writing
+    its checkpoint. The claim now names every task the notice stops, on every try."""
     with fresh_aws():
         world = make_world(env={"SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "0"})
         first, second = world.cluster.start(world.a, world.cluster.gpu_task_definition(), count=2)

@@ -93,6 +93,7 @@ class FakeLedger:
             )
         self.versions: dict[str, int] = {}
         self.notices: dict[str, dict] = {}
+        self.claimed_tasks: dict[str, list[str]] = {}
         self.claims: dict[str, str] = {}
         self.task_index: dict[str, TaskInfo] = {}  # what task events told the ledger
 
@@ -122,9 +123,13 @@ class FakeLedger:
     def record_notice(self, notice, received):
         self.notices.setdefault(notice.key, {})
 
-    def claim_host(self, instance_id, notice_key, at):
+    def claim_host(self, instance_id, notice_key, at, task_arns):
         holder = self.claims.setdefault(instance_id, notice_key)
-        return None if holder == notice_key else holder
+        if holder != notice_key:
+            return holder, []
+        claimed = self.claimed_tasks.setdefault(instance_id, [])
+        claimed += [a for a in task_arns if a not in claimed]
+        return None, list(claimed)
 
     def finish_notice(self, notice, outcome):
         self.notices[notice.key] = outcome
@@ -232,7 +237,8 @@ def test_a_failed_stop_is_raised_after_the_others_and_the_retry_finishes_the_job
     assert ecs.tasks[tasks[0].task_arn].desired_status == "STOPPED"
     assert ecs.tasks[tasks[2].task_arn].desired_status == "STOPPED"
     out = svc.handle(notice())  # SQS redelivers the record: same notice, claim is ours
-    assert out.signalled == [tasks[1].task_arn]
+    # the notice's record names every task it stopped, on either try (a lifecycle action waits for all)
+    assert out.signalled == [t.task_arn for t in tasks]
     assert ecs.calls.count("stop") == 4  # 3 tries + the one retried; none stopped twice
 
 

@@ -4,8 +4,9 @@
   typed maps by boto3's TypeSerializer and back by its TypeDeserializer: str <-> S, int <-> N (read back
   as Decimal), bool <-> BOOL, None <-> NULL, list <-> L. This is the layout the tables have always held,
   so items written before and after read the same. A float is refused: ledger numbers are ints.
-- `written` / `refusal`: a conditional write (PutItem, UpdateItem) whose failed condition is an answer,
-  not an error; any other error is raised (botocore's standard retry mode has retried what it could).
+- `conditional` / `written` / `refusal`: a conditional write (PutItem, UpdateItem) whose failed
+  condition is an answer, not an error; any other error is raised (botocore's standard retry mode has
+  retried what it could).
 
 The low-level client (not the Table resource) is kept on purpose: tests and benchmarks count its
 operations through botocore's event hooks, and it is the client every other adapter uses.
@@ -42,17 +43,25 @@ def conditional_failed(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
 
 
-def refusal(write: Callable[..., object], /, **request: Any) -> dict[str, Any] | None:
-    """Run a conditional write, `write(**request)` (e.g. `client.put_item`). None: it went in.
-    Otherwise its condition did not hold and nothing changed: the item that stood in the way, as plain
-    values (empty unless the request asked ReturnValuesOnConditionCheckFailure="ALL_OLD" and one stood)."""
+def conditional(write: Callable[..., Any], /, **request: Any) -> tuple[bool, dict[str, Any]]:
+    """Run a conditional write, `write(**request)` (e.g. `client.update_item`). (True, the attributes
+    the write returned, as plain values: those its ReturnValues asked for) when it went in; (False, the
+    item that stood in the way: empty unless the request asked ReturnValuesOnConditionCheckFailure=
+    "ALL_OLD" and one stood) when its condition did not hold and nothing changed."""
     try:
-        write(**request)
+        answer = write(**request)
     except ClientError as exc:
         if not conditional_failed(exc):
             raise
-        return plain(exc.response.get("Item"))
-    return None
+        return False, plain(exc.response.get("Item"))
+    return True, plain((answer or {}).get("Attributes"))
+
+
+def refusal(write: Callable[..., object], /, **request: Any) -> dict[str, Any] | None:
+    """A conditional write. None: it went in; otherwise the item that stood in the way (see
+    `conditional`)."""
+    went_in, item = conditional(write, **request)
+    return None if went_in else item
 
 
 def written(write: Callable[..., object], /, **request: Any) -> bool:

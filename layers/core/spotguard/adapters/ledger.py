@@ -17,10 +17,11 @@ Notices and claims expire (TTL) after RETENTION_DAYS; EC2 never reuses an instan
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from spotguard.adapters.dynamo import key, marshal, plain, refusal, written
+from spotguard.adapters.dynamo import conditional, key, marshal, plain, written
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.notices import ContainerInstanceUpdate, Notice
 from spotguard.domain.tasks import ContainerInstanceRef, TaskInfo
@@ -154,26 +155,35 @@ class DynamoLedger:
             ),
         )
 
-    def claim_host(self, instance_id: str, notice_key: str, at: datetime) -> str | None:
-        """Claim the right to stop the host's tasks. None = ours (new, or ours from an earlier try);
-        otherwise the key of the notice that holds it."""
-        holder = refusal(
-            self.client.put_item,
+    def claim_host(
+        self, instance_id: str, notice_key: str, at: datetime, task_arns: Sequence[str]
+    ) -> tuple[str | None, list[str]]:
+        """Claim the right to stop the host's tasks, naming the tasks about to be stopped, in one write.
+        (None, every task this notice has claimed, on every try so far) when the claim is ours (new, or
+        ours from an earlier try: a redelivery after a partial failure adds to, never replaces, what the
+        first try stopped); otherwise (the key of the notice that holds it, [])."""
+        went_in, item = conditional(
+            self.client.update_item,
             TableName=self.table,
-            Item=marshal(
+            Key=key(f"INSTANCE#{instance_id}", "CLAIM#STOP"),
+            UpdateExpression="SET notice_key = :k, claimed_at = if_not_exists(claimed_at, :t), "
+            "expires_at = :x, task_arns = list_append(if_not_exists(task_arns, :none), :tasks)",
+            ConditionExpression="attribute_not_exists(pk) OR notice_key = :k",
+            ExpressionAttributeValues=marshal(
                 {
-                    "pk": f"INSTANCE#{instance_id}",
-                    "sk": "CLAIM#STOP",
-                    "notice_key": notice_key,
-                    "claimed_at": at.isoformat(),
-                    "expires_at": _ttl(at),
+                    ":k": notice_key,
+                    ":t": at.isoformat(),
+                    ":x": _ttl(at),
+                    ":none": [],
+                    ":tasks": list(task_arns),
                 }
             ),
-            ConditionExpression="attribute_not_exists(pk) OR notice_key = :k",
-            ExpressionAttributeValues=marshal({":k": notice_key}),
+            ReturnValues="ALL_NEW",
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
-        return None if holder is None else str(holder.get("notice_key", "another notice"))
+        if not went_in:
+            return str(item.get("notice_key", "another notice")), []
+        return None, list(dict.fromkeys(str(a) for a in item.get("task_arns") or []))
 
     def stop_claim(self, instance_id: str) -> str | None:
         """The key of the notice that stopped the host's tasks, if one did."""

@@ -108,14 +108,18 @@ class InterruptionService:
             out.drained = True
         holder = notice.key
         if Action.STOP_TASKS in steps:
-            claimed = self.ledger.claim_host(notice.instance_id, notice.key, received)
+            # The tasks go into the claim itself (one write, before the stops), so that a redelivery
+            # after a partial failure knows every task this notice stopped, not only the ones it stops.
+            tasks = self._managed(ref)
+            claimed, stopping = self.ledger.claim_host(
+                notice.instance_id, notice.key, received, [t.task_arn for t in tasks]
+            )
             if claimed is None:
-                tasks = self._managed(ref)
                 self._stop_all(tasks, stop_reason(notice))
-                out.signal, out.signalled = "stop", [t.task_arn for t in tasks]
+                out.signal, out.signalled = "stop", stopping
                 if tasks:
                     out.signal_latency_seconds = self._latency(notice)
-                else:
+                elif not stopping:
                     out.skipped = "no managed task on this instance"
             else:
                 holder = claimed
