@@ -20,7 +20,7 @@ from spotguard.config import CheckpointsEnv
 from spotguard.domain.checkpoints import ManifestEvent, classify_object_created
 from spotguard.handling import Router
 from spotguard.runtime.checkpoints import CheckpointsRuntime
-from spotguard.usecases.checkpoints import BadManifest
+from spotguard.usecases.checkpoints import BadManifest, ManifestGone
 
 warnings.filterwarnings("ignore", "No application metrics to publish")
 logger = Logger()
@@ -41,6 +41,9 @@ def record_checkpoint(record: SQSRecord, event: ManifestEvent) -> None:
     except BadManifest as exc:
         metrics.add_metric(name="BadManifests", unit=MetricUnit.Count, value=1)
         router.reject(record, str(exc), "bad manifest")
+        return
+    except ManifestGone as exc:  # rotated away since, or a replayed event: nothing to record
+        logger.info("ignored", extra={"reason": str(exc), "key": event.key})
         return
     metrics.add_metric(name="CheckpointsCommitted", unit=MetricUnit.Count, value=1)
     logger.info(

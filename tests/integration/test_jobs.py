@@ -450,3 +450,26 @@ def test_submit_refuses_a_role_or_family_the_stack_may_not_use(aws):
     assert world.scheduler.requests == []
     ours = submit("gpu-train", {"taskRoleArn": "arn:aws:iam::123456789012:role/spotguard-train"})
     assert ours["ok"] is True and len(world.scheduler.requests) == 1
+
+
+def test_a_request_ecs_would_refuse_is_refused_at_submit_not_at_launch(jobs: JobsWorld):
+    """The request's overrides are free-form: a shape RunTask refuses (a command that is not a list)
+    passed submit, and botocore's validation then failed every launch of the job (the property suite
+    found it). It is checked against ECS's API model at submit."""
+    td = jobs.cluster.gpu_task_definition(gpus=1)
+    answer = jobs.invoke(
+        {
+            "action": "submit",
+            "request": {
+                "cluster": "gpu-spot",
+                "taskDefinition": td,
+                "launchType": "EC2",
+                "overrides": {"containerOverrides": [{"name": "train", "command": {"n": 1}}]},
+            },
+        }
+    )
+    assert answer["ok"] is False and answer["error"]["type"] == "BadRequest"
+    assert answer["error"]["message"].startswith(
+        "request: Invalid type for parameter overrides.containerOverrides[0].command"
+    )
+    assert jobs.scheduler.requests == [] and jobs.invoke({"action": "list"})["jobs"] == []

@@ -16,14 +16,13 @@ import os
 import tempfile
 from typing import Any
 
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spotguard.domain.commands import ACTIONS
 from spotguard_cli.main import main
 from tests.conftest import REPO
 from tests.property.harness import PropertyWorld, mutating
-from tests.property.known_defects import known_defect
 from tests.property.strategies import SQS_TEXT, dumps, json_values, mutated
 
 JOB_SAMPLES = {p.stem: json.loads(p.read_text()) for p in sorted((REPO / "events" / "jobs").glob("*.json"))}
@@ -107,7 +106,6 @@ def test_explain_prints_one_line_per_file_and_never_a_traceback(system: Property
                 event, _ = data.draw(
                     st.sampled_from(ALL_SAMPLES).flatmap(lambda n: mutated(system.sample(n)))
                 )
-                assume(not known_defect(event, set(), system.bucket) or event.get("source") == "aws.s3")
                 texts.append(dumps(event))
             else:
                 texts.append(data.draw(raw))

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
+from botocore.validate import ParamValidator
 
 from spotguard.adapters.ecs import EcsAdapter, chunks
 from spotguard.domain.facts import RunResult, TaskDefinitionInfo
@@ -16,9 +17,21 @@ from spotguard.domain.tasks import TaskEvent, gpu_count
 
 
 class JobsEcsAdapter(EcsAdapter):
+    def check_run_task(self, params: dict[str, Any]) -> str | None:
+        """What is wrong with these RunTask parameters by ECS's own API model (botocore's validator,
+        the one every call goes through), in one line; None when nothing is. No call is made."""
+        shape = self.client.meta.service_model.operation_model("RunTask").input_shape
+        report = ParamValidator().validate(params, shape)
+        if not report.has_errors():
+            return None
+        line = report.generate_report().splitlines()[0].strip()
+        return line if len(line) <= 300 else line[:297] + "..."
+
     def run_task(self, params: dict[str, Any]) -> RunResult:
         try:
             resp = self.client.run_task(**params)
+        except ParamValidationError as exc:  # checked at submit; an adopted request may still hold one
+            return RunResult(failure="request", reason=str(exc).splitlines()[-1][:500])
         except ClientError as exc:
             err = exc.response.get("Error", {})
             code, message = str(err.get("Code", "")), str(err.get("Message", ""))

@@ -5,9 +5,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from spotguard.domain.checkpoints import MANIFEST, manifest_location
+from botocore.exceptions import ClientError, ParamValidationError
+
+from spotguard.domain.checkpoints import MANIFEST, ManifestUnreadable, manifest_location
 
 _URI = re.compile(r"^s3://(?P<bucket>[^/]+)/(?P<prefix>.*)$")
+_GONE = {"NoSuchKey", "404", "NotFound"}
+_NOT_OURS = {
+    "NoSuchBucket",
+    "AccessDenied",
+    "403",
+    "InvalidBucketName",
+    "AllAccessDisabled",
+    "InvalidObjectState",
+}
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -22,7 +33,20 @@ class S3Checkpoints:
         self.client = client
 
     def read(self, bucket: str, key: str) -> bytes:
-        return bytes(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        """The manifest's bytes. Raises ManifestUnreadable for what no retry can mend; other errors
+        (throttling, 5xx: what outlived botocore's retries) are raised as they are, to be retried."""
+        try:
+            return bytes(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        except ParamValidationError as exc:  # a bucket or key S3 would refuse: botocore refuses it first
+            raise ManifestUnreadable(f"s3://{bucket}/{key}: {str(exc).splitlines()[0]}", gone=False) from None
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            where = f"s3://{bucket}/{key}"
+            if code in _GONE:
+                raise ManifestUnreadable(f"{where}: no such manifest ({code})", gone=True) from None
+            if code in _NOT_OURS:
+                raise ManifestUnreadable(f"{where}: cannot be read ({code})", gone=False) from None
+            raise
 
     def committed(self, prefix_uri: str) -> list[tuple[int, str]]:
         """(sequence, manifest key) of every committed checkpoint under the prefix, newest first."""

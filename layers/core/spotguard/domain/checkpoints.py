@@ -37,6 +37,16 @@ class CheckpointRef(BaseModel):
     total_bytes: int = 0
 
 
+class ManifestUnreadable(Exception):
+    """A manifest an event names that cannot be read, and never will be by retrying: gone (deleted by
+    the agent's retention since, or never there) or not SpotGuard's to read (another bucket, a name S3
+    refuses, access denied). Throttling and server errors are not this: they are retried."""
+
+    def __init__(self, reason: str, gone: bool) -> None:
+        super().__init__(reason)
+        self.gone = gone
+
+
 class ManifestEvent(BaseModel):
     model_config = ConfigDict(frozen=True)
     outcome: Literal["act", "ignore", "reject"]

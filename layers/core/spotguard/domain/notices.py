@@ -27,12 +27,21 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
 from spotguard.domain.own_events import LIFECYCLE_CHECK, SOURCE
 
 SPOT_WARNING_SECONDS = 120
+MAX_VERSION = 2**53  # ECS versions are small counters; DynamoDB numbers hold 38 digits at most
 INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 _PLACEHOLDER = re.compile(r"<[^<>]*>|\byyyy\b|\bhh:mm|\{\{|\$\{", re.IGNORECASE)
 
@@ -221,11 +230,13 @@ class HealthDetail(_EventDetail):
 
 
 class ContainerInstanceDetail(_EventDetail):
-    cluster_arn: str = Field(alias="clusterArn", pattern=r"^arn:aws[\w-]*:ecs:")
-    container_instance_arn: str = Field(alias="containerInstanceArn", pattern=r"^arn:aws[\w-]*:ecs:")
+    cluster_arn: str = Field(alias="clusterArn", pattern=r"^arn:aws[\w-]*:ecs:", max_length=1000)
+    container_instance_arn: str = Field(
+        alias="containerInstanceArn", pattern=r"^arn:aws[\w-]*:ecs:", max_length=1000
+    )
     instance_id: InstanceId = Field(alias="ec2InstanceId")
-    status: str
-    version: int
+    status: str = Field(max_length=64)
+    version: int = Field(ge=0, le=MAX_VERSION)
 
 
 class LifecycleCheckDetail(_EventDetail):
@@ -233,8 +244,8 @@ class LifecycleCheckDetail(_EventDetail):
 
     instance_id: InstanceId = Field(alias="instance-id")
     lifecycle: LifecycleRef
-    deadline: datetime
-    notice_key: str = Field(alias="notice-key")
+    deadline: AwareDatetime
+    notice_key: str = Field(alias="notice-key", max_length=512)
 
 
 # --------------------------------------------------------------------------------------------- classify
@@ -279,6 +290,16 @@ class Envelope(EventBridgeModel):
     account: str = ""
     region: str = ""
     resources: list[str] = Field(default_factory=list)
+    # EventBridge ids are UUIDs; the ledger keys notices by it, and a key has a bounded length
+    id: str = Field(min_length=1, max_length=256)
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time_is_text(cls, v: Any) -> Any:
+        """An event's time is an ISO 8601 string: a number is not read as seconds since 1970."""
+        if not isinstance(v, str | datetime):
+            raise ValueError("must be an ISO 8601 time string")
+        return v
 
 
 def envelope(raw: str | bytes | dict[str, Any]) -> Envelope | Decision:
@@ -322,7 +343,10 @@ def classify(raw: str | bytes | dict[str, Any], settings: Settings) -> Decision:
     event = envelope(raw)
     if isinstance(event, Decision):
         return event
-    return _classify_event(event, settings)
+    try:
+        return _classify_event(event, settings)
+    except OverflowError:  # a time so close to the end of the calendar that its deadline overflows
+        return reject("time: out of range", event.id)
 
 
 def _str(v: Any) -> str | None:

@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from spotguard.domain.errors import one_line
-from spotguard.domain.notices import Decision, Settings, envelope
+from spotguard.domain.notices import MAX_VERSION, Decision, Settings, envelope
 from spotguard.domain.own_events import LAUNCH_DUE, SOURCE
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, MANAGED_TAG, TaskEvent, TaskInfo
 
@@ -41,27 +41,28 @@ class TaskDetail(BaseModel):
     """The fields of an ECS Task State Change detail that SpotGuard reads (others are ignored)."""
 
     model_config = ConfigDict(extra="ignore")
-    taskArn: str = Field(pattern=r"^arn:aws[a-z-]*:ecs:[a-z0-9-]+:\d{12}:task/")
-    clusterArn: str = Field(pattern=r"^arn:aws[a-z-]*:ecs:[a-z0-9-]+:\d{12}:cluster/")
+    # ARNs and ids key ledger items, whose keys have a bounded length: real ones are far shorter
+    taskArn: str = Field(pattern=r"^arn:aws[a-z-]*:ecs:[a-z0-9-]+:\d{12}:task/", max_length=1000)
+    clusterArn: str = Field(pattern=r"^arn:aws[a-z-]*:ecs:[a-z0-9-]+:\d{12}:cluster/", max_length=1000)
     lastStatus: str = Field(min_length=1)
     desiredStatus: str = ""
-    version: int = Field(ge=0)
+    version: int = Field(ge=0, le=MAX_VERSION)
     startedBy: str = ""
     taskDefinitionArn: str = ""
-    containerInstanceArn: str | None = None
+    containerInstanceArn: str | None = Field(default=None, max_length=1000)
     availabilityZone: str | None = None
     capacityProviderName: str | None = None
     launchType: str | None = None
     group: str | None = None
-    startedAt: datetime | None = None
-    stoppingAt: datetime | None = None
-    stoppedAt: datetime | None = None
+    startedAt: AwareDatetime | None = None
+    stoppingAt: AwareDatetime | None = None
+    stoppedAt: AwareDatetime | None = None
     stopCode: str | None = None
     stoppedReason: str | None = None
     containers: list[ContainerDetail] = Field(default_factory=list)
     overrides: dict[str, Any] | None = None
     enableExecuteCommand: bool | None = None
-    createdAt: datetime | None = None
+    createdAt: AwareDatetime | None = None
     platformVersion: str | None = None
     attachments: list[dict[str, Any]] = Field(default_factory=list)
     tags: list[dict[str, Any]] = Field(default_factory=list)  # DescribeTasks with TAGS; not in events

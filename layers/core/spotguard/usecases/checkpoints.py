@@ -7,11 +7,23 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from spotguard.domain.checkpoints import CheckpointManifest, CheckpointRef, ManifestEvent, parse_manifest
+from spotguard.domain.checkpoints import (
+    CheckpointManifest,
+    CheckpointRef,
+    ManifestEvent,
+    ManifestUnreadable,
+    parse_manifest,
+)
 
 
 class BadManifest(ValueError):
-    """A manifest that is not valid: the checkpoint cannot be used (said in one line)."""
+    """A manifest that is not valid, or not SpotGuard's to read: the checkpoint cannot be used (said in
+    one line); the event is rejected."""
+
+
+class ManifestGone(ValueError):
+    """The manifest an event names is not there (the agent's retention deleted it since, or the event
+    was replayed): nothing to record, the event is ignored."""
 
 
 class Manifests(Protocol):
@@ -46,6 +58,8 @@ class CheckpointService:
     def _load(self, prefix_uri: str, bucket: str, key: str, sequence: int) -> CheckpointRef:
         try:
             manifest = parse_manifest(self.manifests.read(bucket, key))
+        except ManifestUnreadable as exc:
+            raise (ManifestGone if exc.gone else BadManifest)(str(exc)) from None
         except ValidationError as exc:
             err = exc.errors()[0]
             raise BadManifest(
@@ -71,7 +85,7 @@ class CheckpointService:
         for sequence, key in self.manifests.committed(prefix_uri):
             try:
                 ref = self._load(prefix_uri, bucket, key, sequence)
-            except BadManifest:
+            except (BadManifest, ManifestGone):
                 continue
             self.ledger.record_checkpoint(ref)
             return ref

@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
-from spotguard.domain.jobs.effects import Step
-from spotguard.domain.jobs.model import TERMINAL, Job, JobState, adopted_job_id, revised
-from spotguard.domain.jobs.request import not_permitted
+from spotguard.domain.jobs.effects import Launch, Step
+from spotguard.domain.jobs.model import TERMINAL, Job, JobState, adopted_job_id, client_token, revised
+from spotguard.domain.jobs.request import not_permitted, run_task_params
 from spotguard.domain.jobs.spend import spend
 from spotguard.domain.jobs.transitions import on_task_event, request_cancel, request_resubmit
 from spotguard.domain.prices import task_share
@@ -90,6 +90,12 @@ class JobService:
             updated_at=now,
             ebs_volume=ebs[0] if ebs else None,
         )
+        # The request as RunTask will get it, checked against ECS's API model before the job exists: a
+        # request botocore would refuse must be refused now, not fail the job at its first launch.
+        first = Launch(attempt=1, client_token=client_token(job_id, 1, 1))
+        wrong = self.ecs.check_run_task(run_task_params(job, first, "", now, self.config.ebs_role_arn))
+        if wrong:
+            raise CommandError("BadRequest", f"request: {wrong}")
         if not self.store.create(job):  # the same id, submitted at the same moment
             again = self.store.get(job_id)
             assert again is not None
