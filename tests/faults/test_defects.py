@@ -19,7 +19,7 @@ def test_a_lifecycle_action_waits_for_every_task_its_notice_stopped():
     stopped, and the lifecycle action completed while a task the first delivery stopped was still writing
     its checkpoint. The claim now names every task the notice stops, on every try."""
     with fresh_aws():
-        world = make_world(env={"SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "0"})
+        world = make_world(env={"SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "30"})  # the follow-up waits
         first, second = world.cluster.start(world.a, world.cluster.gpu_task_definition(), count=2)
         world.index(world.a)
         completed: list[dict] = []
