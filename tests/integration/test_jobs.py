@@ -420,6 +420,10 @@ def test_a_job_that_cannot_be_read_is_skipped_by_list_and_reconcile_and_named_by
     answer = jobs.invoke({"action": "status", "job_id": bad["job_id"]})
     assert answer["ok"] is False and answer["error"]["type"] == "Unreadable"
     assert bad["job_id"] in answer["error"]["message"] and "exit_codes" in answer["error"]["message"]
+    # an event for it is dead-lettered once with the reason, not retried: no retry can mend the item
+    jobs.emit(bad["task_arn"])
+    (dead,) = _task_events_dead_letters(jobs)
+    assert "cannot be read" in dead["MessageAttributes"]["spotguard-reject-reason"]["StringValue"]
 
 
 def test_submit_refuses_a_role_or_family_the_stack_may_not_use(aws):
@@ -473,3 +477,18 @@ def test_a_request_ecs_would_refuse_is_refused_at_submit_not_at_launch(jobs: Job
         "request: Invalid type for parameter overrides.containerOverrides[0].command"
     )
     assert jobs.scheduler.requests == [] and jobs.invoke({"action": "list"})["jobs"] == []
+
+
+def test_a_cluster_reconcile_cannot_describe_stops_no_sweep(jobs: JobsWorld, monkeypatch):
+    """A watched cluster deleted, or no longer the stack's to read: its DescribeTasks fails, and the
+    sweep counts its jobs as failed and goes on (it aborted the whole sweep, every run)."""
+    job = jobs.submit(gpus=1)
+    jobs.emit(job["task_arn"])
+    ecs = jobs.reconcile_fn.module.runtime.service.ecs
+
+    def gone(cluster, arns):
+        raise RuntimeError(f"ClusterNotFoundException: {cluster}")
+
+    monkeypatch.setattr(ecs, "describe_many", gone)
+    counts = jobs.reconcile()
+    assert counts["failed"] == 1 and counts["checked"] == 1

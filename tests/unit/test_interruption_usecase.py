@@ -93,7 +93,8 @@ class FakeLedger:
             )
         self.versions: dict[str, int] = {}
         self.notices: dict[str, dict] = {}
-        self.claimed_tasks: dict[str, list[str]] = {}
+        self.claimed: dict[str, list[str]] = {}
+        self.claim_cluster: dict[str, str] = {}
         self.claims: dict[str, str] = {}
         self.task_index: dict[str, TaskInfo] = {}  # what task events told the ledger
 
@@ -123,20 +124,20 @@ class FakeLedger:
     def record_notice(self, notice, received):
         self.notices.setdefault(notice.key, {})
 
-    def claim_host(self, instance_id, notice_key, at, task_arns):
+    def claim_host(self, instance_id, notice_key, at, cluster_arn, task_arns):
         holder = self.claims.setdefault(instance_id, notice_key)
+        claimed = self.claimed.setdefault(instance_id, [])
         if holder != notice_key:
-            return holder, []
-        claimed = self.claimed_tasks.setdefault(instance_id, [])
+            return holder, list(claimed)
         claimed += [a for a in task_arns if a not in claimed]
+        self.claim_cluster[instance_id] = cluster_arn
         return None, list(claimed)
+
+    def claimed_tasks(self, instance_id):
+        return self.claim_cluster.get(instance_id, ""), list(self.claimed.get(instance_id, []))
 
     def finish_notice(self, notice, outcome):
         self.notices[notice.key] = outcome
-
-    def signalled_tasks(self, notice_key, instance_id):
-        o = self.notices.get(notice_key) or {}
-        return o.get("cluster_arn") or "", list(o.get("signalled") or [])
 
 
 class Recorder:
@@ -395,3 +396,17 @@ def test_a_fully_indexed_host_is_not_described_at_all():
     ledger.task_index = {t.task_arn: t for t in tasks}
     svc.handle(notice())
     assert "describe-tasks" not in ecs.calls and ecs.calls.count("stop") == 8
+
+
+def test_a_lifecycle_action_waits_for_the_tasks_another_notice_is_still_stopping():
+    """The spot warning claimed the host and is still stopping its tasks (it has not finished, so its
+    notice record names none yet) when the terminate hook arrives: the hook must wait for the tasks the
+    claim names, not complete at once and let the instance go mid-checkpoint."""
+    tasks = [task(1), task(2)]
+    svc, ecs, ledger, rec, _ = service(tasks)
+    ledger.claims[HOST] = "spot-interruption:w-1:" + HOST
+    ledger.claimed[HOST] = [t.task_arn for t in tasks]
+    ledger.claim_cluster[HOST] = CLUSTER
+    out = svc.handle(lifecycle_notice())
+    assert out.lifecycle == "waiting" and ("complete", HOST) not in rec.calls
+    assert ecs.calls.count("stop") == 0  # the warning's notice stops them, not this one

@@ -362,3 +362,28 @@ def test_attempt_liveness():
     assert a.live
     assert not a.model_copy(update={"last_status": "STOPPED"}).live
     assert avoid_constraints([], [], T0) == []
+
+
+def test_a_request_may_not_borrow_the_stacks_ebs_role_nor_an_unlisted_one_for_its_volumes():
+    """The stack may pass its EBS role to ECS (for EBS mode): a request that configured its own volume
+    with that role could have any snapshot restored into its task. Its own volumes take its own roles."""
+    from spotguard.domain.facts import TaskDefinitionInfo
+    from spotguard.domain.jobs.request import not_permitted
+
+    stack_role = "arn:aws:iam::123456789012:role/spotguard-EbsVolumesRole-ABC"
+    td = TaskDefinitionInfo(arn="arn:td", containers=["train"], gpus=1, environment={}, family="train")
+
+    def volume(role: str) -> RunTaskRequest:
+        config = {
+            "name": "data",
+            "managedEBSVolume": {"roleArn": role, "snapshotId": "snap-0123456789abcdef0"},
+        }
+        return RunTaskRequest(cluster="gpu-spot", taskDefinition="train:1", volumeConfigurations=[config])
+
+    borrowed = not_permitted(volume(stack_role), JobOptions(), td, ["arn:aws:iam::*:role/*"], [], stack_role)
+    assert borrowed and "the stack's own EBS role" in borrowed
+    ml = ["arn:aws:iam::*:role/ml/*"]
+    unlisted = not_permitted(volume("arn:aws:iam::1:role/x"), JobOptions(), td, ml, [])
+    assert unlisted and "volumeConfigurations.0.managedEBSVolume.roleArn" in unlisted
+    own = volume("arn:aws:iam::123456789012:role/ml/volumes")
+    assert not_permitted(own, JobOptions(), td, ml, [], stack_role) is None

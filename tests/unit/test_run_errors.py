@@ -24,6 +24,12 @@ DOCUMENTED = [
     ("ServerException", "Service unavailable. Please try again later.", "transient"),
     ("UnsupportedFeatureException", "not supported in this Region", "request"),
     ("ThrottlingException", "Rate exceeded", "transient"),
+    ("ClientException", "Tasks provisioning capacity limit exceeded.", "capacity"),
+    (
+        "InvalidParameterException",
+        "Error retrieving security group information for [sg-1]: Request limit exceeded.",
+        "transient",
+    ),
 ]
 
 
@@ -65,3 +71,20 @@ def test_failures_in_the_answer_are_capacity_and_an_unknown_error_is_raised():
         with pytest.raises(Exception, match="SomethingNew"):
             adapter.run_task({"cluster": "gpu-spot", "taskDefinition": "train:1"})
     assert placed_none.failure == "capacity" and placed_none.reason == "RESOURCE:GPU"
+
+
+def test_a_conflict_over_the_client_token_is_the_task_that_token_started():
+    """A repeated launch whose parameters moved on (a newer checkpoint) gets ConflictException naming
+    the task its token started: that task is the attempt; retrying with a new token would start a
+    second one beside it."""
+    adapter, stub = _adapter()
+    arn = "arn:aws:ecs:us-east-1:123456789012:task/gpu-spot/0123456789abcdef0123456789abcdef"
+    stub.add_client_error(
+        "run_task",
+        "ConflictException",
+        "The clientToken is already in use with a different request",
+        modeled_fields={"resourceIds": [arn]},
+    )
+    with stub:
+        result = adapter.run_task({"cluster": "gpu-spot", "taskDefinition": "train:1", "clientToken": "t"})
+    assert result.task_arn == arn and result.failure is None

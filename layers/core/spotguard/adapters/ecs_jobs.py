@@ -35,6 +35,11 @@ class JobsEcsAdapter(EcsAdapter):
         except ClientError as exc:
             err = exc.response.get("Error", {})
             code, message = str(err.get("Code", "")), str(err.get("Message", ""))
+            started = exc.response.get("resourceIds") or err.get("resourceIds") or []
+            if code == "ConflictException" and started:
+                # The client token already started a task (a repeated launch whose parameters moved on,
+                # e.g. a newer checkpoint): that task is the attempt, never a second one beside it.
+                return RunResult(task_arn=str(started[0]))
             failure = classify_run_error(code, message)
             if failure is None:
                 raise  # not an error ECS documents for RunTask: the record is retried, then dead-lettered

@@ -81,28 +81,31 @@ class DynamoJobs:
         state: JobState | None,
         limit: int,
         on_unreadable: Callable[[UnreadableJob], None] | None = None,
+        oldest_first: bool = False,
     ) -> list[Job]:
-        """Newest first: one index query per state asked for. A job that cannot be read is left out
-        (logged, and handed to `on_unreadable`), so that one bad item never hides every other job."""
+        """Up to `limit` jobs per state asked for, newest first (or oldest first), following the index's
+        pages. A job that cannot be read is left out (logged, and handed to `on_unreadable`), so that
+        one bad item never hides every other job."""
         states = [state] if state else list(JobState)
         jobs: list[Job] = []
         for s in states:
-            resp = self.client.query(
+            pages = self.client.get_paginator("query").paginate(
                 TableName=self.table,
                 IndexName=BY_STATE_INDEX,
                 KeyConditionExpression="job_state = :s",
                 ExpressionAttributeValues=marshal({":s": str(s)}),
-                ScanIndexForward=False,
-                Limit=limit,
+                ScanIndexForward=oldest_first,
+                PaginationConfig={"MaxItems": limit},
             )
-            for i in resp.get("Items", []):
-                try:
-                    jobs.append(_job(plain(i)))
-                except UnreadableJob as exc:
-                    log.warning("skipped a job that cannot be read: %s", exc)
-                    if on_unreadable is not None:
-                        on_unreadable(exc)
-        jobs.sort(key=lambda j: j.updated_at, reverse=True)
+            for page in pages:
+                for i in page.get("Items", []):
+                    try:
+                        jobs.append(_job(plain(i)))
+                    except UnreadableJob as exc:
+                        log.warning("skipped a job that cannot be read: %s", exc)
+                        if on_unreadable is not None:
+                            on_unreadable(exc)
+        jobs.sort(key=lambda j: j.updated_at, reverse=not oldest_first)
         return jobs[:limit]
 
     # ------------------------------------------------------------------------- tasks not managed

@@ -156,23 +156,26 @@ class DynamoLedger:
         )
 
     def claim_host(
-        self, instance_id: str, notice_key: str, at: datetime, task_arns: Sequence[str]
+        self, instance_id: str, notice_key: str, at: datetime, cluster_arn: str, task_arns: Sequence[str]
     ) -> tuple[str | None, list[str]]:
         """Claim the right to stop the host's tasks, naming the tasks about to be stopped, in one write.
         (None, every task this notice has claimed, on every try so far) when the claim is ours (new, or
         ours from an earlier try: a redelivery after a partial failure adds to, never replaces, what the
-        first try stopped); otherwise (the key of the notice that holds it, [])."""
+        first try stopped); otherwise (the key of the notice that holds it, the tasks it claimed), so
+        that a lifecycle action waits for those even while that notice is still stopping them."""
         went_in, item = conditional(
             self.client.update_item,
             TableName=self.table,
             Key=key(f"INSTANCE#{instance_id}", "CLAIM#STOP"),
             UpdateExpression="SET notice_key = :k, claimed_at = if_not_exists(claimed_at, :t), "
-            "expires_at = :x, task_arns = list_append(if_not_exists(task_arns, :none), :tasks)",
+            "cluster_arn = :c, expires_at = :x, "
+            "task_arns = list_append(if_not_exists(task_arns, :none), :tasks)",
             ConditionExpression="attribute_not_exists(pk) OR notice_key = :k",
             ExpressionAttributeValues=marshal(
                 {
                     ":k": notice_key,
                     ":t": at.isoformat(),
+                    ":c": cluster_arn,
                     ":x": _ttl(at),
                     ":none": [],
                     ":tasks": list(task_arns),
@@ -181,9 +184,20 @@ class DynamoLedger:
             ReturnValues="ALL_NEW",
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
-        if not went_in:
-            return str(item.get("notice_key", "another notice")), []
-        return None, list(dict.fromkeys(str(a) for a in item.get("task_arns") or []))
+        tasks = list(dict.fromkeys(str(a) for a in item.get("task_arns") or []))
+        return (None if went_in else str(item.get("notice_key", "another notice"))), tasks
+
+    def claimed_tasks(self, instance_id: str) -> tuple[str, list[str]]:
+        """(cluster, every task) the notice holding the host's claim stops: what a lifecycle action
+        waits for. Written with the claim, before the stops, so it is never behind them."""
+        item = plain(
+            self.client.get_item(
+                TableName=self.table, Key=key(f"INSTANCE#{instance_id}", "CLAIM#STOP"), ConsistentRead=True
+            ).get("Item")
+        )
+        return str(item.get("cluster_arn", "")), list(
+            dict.fromkeys(str(a) for a in item.get("task_arns") or [])
+        )
 
     def stop_claim(self, instance_id: str) -> str | None:
         """The key of the notice that stopped the host's tasks, if one did."""
@@ -205,17 +219,6 @@ class DynamoLedger:
             ),
         )
 
-    def signalled_tasks(self, notice_key: str, instance_id: str) -> tuple[str, list[str]]:
-        item = plain(
-            self.client.get_item(
-                TableName=self.table,
-                Key=key(f"INSTANCE#{instance_id}", f"NOTICE#{notice_key}"),
-                ConsistentRead=True,
-            ).get("Item")
-        )
-        return item.get("cluster_arn", ""), list(item.get("task_arns", []))
-
-    # -------------------------------------------------------------------------------- checkpoints
     def record_checkpoint(self, ref: CheckpointRef) -> bool:
         """Record `ref`, and make it the newest checkpoint of its prefix unless a newer (or the same)
         one is in. Both writes are safe to repeat."""

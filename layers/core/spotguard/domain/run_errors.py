@@ -4,7 +4,8 @@ Every error ECS documents for the two calls, and the throttling and server error
 answer, falls in one class:
 
 - capacity:  nothing could be placed now (an empty cluster, no container instance in the capacity
-             provider); the job waits in the retry queue and SpotGuard asks for capacity;
+             provider, the cluster's limit of tasks waiting in PROVISIONING reached); the job waits in
+             the retry queue and SpotGuard asks for capacity;
 - transient: throttling, a server error, or a conflict over the launch's client token (a launch in
              flight); the job waits in the retry queue and tries again with a new token;
 - access:    SpotGuard may not do this (AccessDenied: a role outside the stack's TaskRoleArns, a
@@ -24,8 +25,13 @@ from typing import Literal
 
 RunErrorClass = Literal["capacity", "transient", "access", "request"]
 
-# InvalidParameterException messages that say "no room now", not "bad request".
-_NO_ROOM = re.compile(r"No Container Instances were found in your (cluster|capacity provider)", re.IGNORECASE)
+# Messages that say "no room now" or "too fast now" under a code that otherwise means a bad request.
+_NO_ROOM = re.compile(
+    r"No Container Instances were found in your (cluster|capacity provider)"
+    r"|provisioning capacity limit",  # ClientException: too many tasks in PROVISIONING in the cluster
+    re.IGNORECASE,
+)
+_TOO_FAST = re.compile(r"Request limit exceeded|Rate exceeded|Throttl", re.IGNORECASE)
 
 _BY_CODE: dict[str, RunErrorClass] = {
     # documented for RunTask and StartTask
@@ -55,6 +61,9 @@ _BY_CODE: dict[str, RunErrorClass] = {
 
 def classify_run_error(code: str, message: str) -> RunErrorClass | None:
     """The class of a RunTask/StartTask error; None for a code ECS does not document for them."""
-    if code == "InvalidParameterException" and _NO_ROOM.search(message):
-        return "capacity"
+    if code in ("InvalidParameterException", "ClientException"):
+        if _NO_ROOM.search(message):
+            return "capacity"
+        if _TOO_FAST.search(message):  # e.g. "Error retrieving security group information ... Request
+            return "transient"  # limit exceeded": a throttled lookup inside ECS, not a bad request
     return _BY_CODE.get(code)

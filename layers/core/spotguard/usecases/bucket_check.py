@@ -6,7 +6,8 @@ notifications (the MANIFEST.json events that record each committed checkpoint as
 stack sets all four on a bucket it creates; a bucket given as CheckpointBucketName is checked by the
 reconcile function at its first sweep after a cold start and then once an hour. Each missing setting is
 logged at warning level every time, and sent on the stack's topic when the findings differ from the last
-ones sent, so that an unchanged bucket does not mail every hour. Nothing is assumed: a setting that
+ones this container sent, so that an unchanged bucket does not mail every hour (a new container, after a
+cold start, sends them once again). Nothing is assumed: a setting that
 cannot be read is a finding too. The check never raises: the sweep goes on whatever it finds.
 """
 

@@ -106,13 +106,14 @@ class InterruptionService:
         if Action.DRAIN in steps and ref.status != "DRAINING":
             self.ecs.drain(ref)
             out.drained = True
-        holder = notice.key
+        holder: str = notice.key
+        waiting_for: list[str] = []
         if Action.STOP_TASKS in steps:
             # The tasks go into the claim itself (one write, before the stops), so that a redelivery
             # after a partial failure knows every task this notice stopped, not only the ones it stops.
             tasks = self._managed(ref)
             claimed, stopping = self.ledger.claim_host(
-                notice.instance_id, notice.key, received, [t.task_arn for t in tasks]
+                notice.instance_id, notice.key, received, ref.cluster_arn, [t.task_arn for t in tasks]
             )
             if claimed is None:
                 self._stop_all(tasks, stop_reason(notice))
@@ -124,12 +125,9 @@ class InterruptionService:
             else:
                 holder = claimed
                 out.skipped = f"managed tasks were already stopped for notice {holder}"
+            waiting_for = stopping  # ours, or what the holding notice stops: written before its stops
 
         if Action.COMPLETE_LIFECYCLE in steps and notice.lifecycle is not None:
-            if holder == notice.key:
-                waiting_for = out.signalled
-            else:  # another notice stopped the tasks: wait for those
-                _, waiting_for = self.ledger.signalled_tasks(holder, notice.instance_id)
             if not waiting_for:
                 self.lifecycle.complete(notice.lifecycle, notice.instance_id)
                 out.lifecycle = "completed"
@@ -193,7 +191,7 @@ class InterruptionService:
         assert notice.lifecycle is not None and notice.deadline is not None
         holder = notice.detail
         out = NoticeOutcome(notice_key=notice.key, kind=notice.kind, instance_id=notice.instance_id)
-        cluster_arn, task_arns = self.ledger.signalled_tasks(holder, notice.instance_id)
+        cluster_arn, task_arns = self.ledger.claimed_tasks(notice.instance_id)
         stopped = set(self.ecs.stopped(cluster_arn, task_arns)) if task_arns else set()
         still = [a for a in task_arns if a not in stopped]
         if not still or self.clock() >= notice.deadline:

@@ -141,11 +141,21 @@ def not_permitted(
     td: TaskDefinitionInfo,
     pass_roles: Sequence[str],
     families: Sequence[str],
+    stack_volume_role: str | None = None,
 ) -> str | None:
     """Why the stack may not run this request (None: it may): a role it would pass to ECS that is not
     one of `pass_roles` (ARN patterns, `*` a wildcard: the stack's TaskRoleArns), or a task definition
     family not in `families` (TaskDefinitionFamilies). Empty lists restrict nothing here (IAM still
-    does). Checked at submit, so that a user hears it in one line instead of RunTask's AccessDenied."""
+    does). Checked at submit, so that a user hears it in one line instead of RunTask's AccessDenied.
+    A volume the request configures itself may not use the stack's own EBS role (`stack_volume_role`):
+    that role is SpotGuard's, for EBS mode, and with it a request could have any snapshot restored."""
+    for i, volume in enumerate(request.volumeConfigurations or []):
+        role = ((volume or {}).get("managedEBSVolume") or {}).get("roleArn")
+        if role and stack_volume_role and role == stack_volume_role:
+            return (
+                f"request.volumeConfigurations.{i}.managedEBSVolume.roleArn: the stack's own EBS role is "
+                "SpotGuard's (EBS mode); name a role of yours"
+            )
     if families and td.family and td.family not in families:
         return (
             f"request.taskDefinition: family {td.family!r} is not one this stack runs "
@@ -160,6 +170,13 @@ def not_permitted(
         ("the task definition's taskRoleArn", td.task_role_arn),
         ("the task definition's executionRoleArn", td.execution_role_arn),
         ("options.ebs.role_arn", options.ebs.role_arn if options.ebs else None),
+        *(
+            (
+                f"request.volumeConfigurations.{i}.managedEBSVolume.roleArn",
+                ((v or {}).get("managedEBSVolume") or {}).get("roleArn"),
+            )
+            for i, v in enumerate(request.volumeConfigurations or [])
+        ),
     ]
     for where, role in roles:
         if role and not any(fnmatchcase(str(role), pattern) for pattern in pass_roles):

@@ -50,7 +50,8 @@ class Reconciler:
             counts["unreadable"] += 1
 
         def each(state: JobState) -> list[Job]:
-            jobs = self.store.list(state, limit, on_unreadable=unreadable)
+            # oldest first: the jobs most likely to be stuck are the ones that waited longest
+            jobs = self.store.list(state, limit, on_unreadable=unreadable, oldest_first=True)
             counts["checked"] += len(jobs)
             return jobs
 
@@ -80,7 +81,14 @@ class Reconciler:
             if attempt is not None:
                 live.setdefault(job.request.cluster, []).append((job, attempt))
         for cluster, pairs in live.items():
-            found, missing = self.jobs.ecs.describe_many(cluster, [a.task_arn for _, a in pairs])
+            try:
+                found, missing = self.jobs.ecs.describe_many(cluster, [a.task_arn for _, a in pairs])
+            except Exception:  # a cluster gone or no longer ours stops no sweep of the others
+                log.exception(
+                    "reconcile could not describe the tasks of cluster %s; the sweep goes on", cluster
+                )
+                counts["failed"] += len(pairs)
+                continue
             for job, attempt in pairs:
                 task = found.get(attempt.task_arn)
                 if task is not None and task.last_status == "STOPPED":

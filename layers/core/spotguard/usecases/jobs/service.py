@@ -100,7 +100,7 @@ class JobService:
             again = self.store.get(job_id)
             assert again is not None
             return _same_submit(again, cmd)
-        return self.engine.drive(job_id)
+        return self.engine.drive(job_id, job)
 
     def resubmit(self, cmd: Resubmit) -> Job:
         if cmd.task_arn is not None:
