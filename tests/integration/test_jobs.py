@@ -279,7 +279,8 @@ class TestRefusals:
     the RunTask requests, emptied before it."""
 
     @pytest.fixture(scope="class")
-    def shared(self) -> Iterator[JobsWorld]:
+    @classmethod
+    def shared(cls) -> Iterator[JobsWorld]:
         with fresh_aws():
             yield make_jobs_world()
 
