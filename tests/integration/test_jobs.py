@@ -493,3 +493,24 @@ def test_a_cluster_reconcile_cannot_describe_stops_no_sweep(jobs: JobsWorld, mon
     monkeypatch.setattr(ecs, "describe_many", gone)
     counts = jobs.reconcile()
     assert counts["failed"] == 1 and counts["checked"] == 1
+
+
+def test_submit_refuses_a_volume_configured_with_the_stacks_own_ebs_role(jobs: JobsWorld):
+    """The stack may pass its EBS role to ECS, for EBS mode: a request that configures a volume of its
+    own with that role could have any snapshot restored into its task."""
+    stack_role = jobs.jobs_fn.module.runtime.service.config.ebs_role_arn
+    assert stack_role
+    td = jobs.cluster.gpu_task_definition(gpus=1)
+    volume = {
+        "name": "data",
+        "managedEBSVolume": {"roleArn": stack_role, "snapshotId": "snap-0123456789abcdef0"},
+    }
+    answer = jobs.invoke(
+        {
+            "action": "submit",
+            "request": {"cluster": "gpu-spot", "taskDefinition": td, "volumeConfigurations": [volume]},
+            "options": {"checkpoint_mode": "s3"},
+        }
+    )
+    assert answer["ok"] is False and "the stack's own EBS role" in answer["error"]["message"]
+    assert jobs.scheduler.requests == []

@@ -71,8 +71,9 @@ class JobService:
                 f"options.checkpoint_container: {cmd.options.checkpoint_container!r} is not a container of "
                 f"{td.arn} ({', '.join(td.containers)})",
             )
+        config = self.config
         refused = not_permitted(
-            cmd.request, cmd.options, td, self.config.pass_roles, self.config.task_families
+            cmd.request, cmd.options, td, config.pass_roles, config.task_families, config.ebs_role_arn
         )
         if refused:
             raise CommandError("BadRequest", refused)
