@@ -25,6 +25,7 @@ from spotguard.domain.commands import (
     Submit,
     parse_command,
 )
+from spotguard.domain.jobs.model import UnreadableJob
 from spotguard.observability import tracer
 from spotguard.runtime.jobs import JobsRuntime
 from spotguard.usecases.jobs.service import summary
@@ -62,7 +63,7 @@ def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
     action = action if isinstance(action, str) else None  # {"action": 1} is answered, not raised on
     try:
         answer = handle(event)
-    except CommandError as exc:
+    except (CommandError, UnreadableJob) as exc:
         logger.warning("refused", extra={"action": action, "type": exc.kind, "reason": str(exc)})
         answer = Answer(ok=False, action=action, error=ErrorBody(type=exc.kind, message=str(exc)))
     except Exception:

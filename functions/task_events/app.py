@@ -18,7 +18,6 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from spotguard.config import JobsEnv
-from spotguard.domain.commands import CommandError
 from spotguard.domain.jobs.model import UnreadableJob
 from spotguard.domain.task_events import TaskMessage, classify_task_message
 from spotguard.handling import Router
@@ -38,10 +37,6 @@ def record_handler(record: SQSRecord) -> None:
     try:
         router.route(record, classify_task_message(record.body, runtime.settings), act)
     except UnreadableJob as exc:  # no retry can mend the job's item: say so once, in the dead-letter queue
-        router.reject(record, str(exc), "job cannot be read")
-    except CommandError as exc:
-        if exc.kind != "Unreadable":
-            raise
         router.reject(record, str(exc), "job cannot be read")
 
 

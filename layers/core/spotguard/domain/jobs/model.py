@@ -42,7 +42,10 @@ TERMINAL = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.GA
 
 
 class UnreadableJob(Exception):
-    """A job in the ledger that no longer parses: named, with the first reason, in one line."""
+    """A job in the ledger that no longer parses: named, with the first reason, in one line. The jobs
+    function answers it as an error of this `kind`; the task-events function dead-letters its events."""
+
+    kind = "Unreadable"
 
     def __init__(self, job_id: str, reason: str) -> None:
         super().__init__(f"job {job_id} cannot be read: {reason}")

@@ -32,7 +32,7 @@ from spotguard.domain.jobs.effects import (
     Step,
     Stop,
 )
-from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem, UnreadableJob, revised
+from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem, revised
 from spotguard.domain.jobs.request import run_task_params
 from spotguard.domain.jobs.transitions import (
     begin_launch,
@@ -104,10 +104,7 @@ class JobEngine:
         self.volumes = volumes or VolumeEffects()
 
     def get(self, job_id: str) -> Job:
-        try:
-            job = self.store.get(job_id)
-        except UnreadableJob as exc:
-            raise CommandError("Unreadable", str(exc)) from None
+        job = self.store.get(job_id)  # UnreadableJob: the caller says which job, and why, in one line
         if job is None:
             raise CommandError("NotFound", f"job {job_id} does not exist")
         return job
