@@ -12,8 +12,8 @@ import pytest
 from moto import mock_aws
 
 from spotguard.adapters import clients
-from spotguard.adapters.alerts import TopicAlerts
 from spotguard.adapters.bucket import S3BucketSettings
+from spotguard.adapters.notify import TopicAlerts
 from spotguard.runtime.bucket_check import bucket_check
 from spotguard.usecases.bucket_check import PUBLIC_ACCESS_SETTINGS, BucketCheck, missing
 

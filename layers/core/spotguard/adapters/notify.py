@@ -1,9 +1,11 @@
 """Job notifications: the SNS topic (e-mail and whatever else subscribes) and EventBridge events with
-source `spotguard` on the default bus, for users' own automation."""
+source `spotguard` on the default bus, for users' own automation; and operational alerts on the same
+topic (the one the alarms use), JSON as everything else on it."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from spotguard.domain.facts import Notification
@@ -38,16 +40,9 @@ class Notifier:
                 failed = next(e for e in resp.get("Entries", []) if e.get("ErrorCode"))
                 raise RuntimeError(f"EventBridge refused a notification: {failed.get('ErrorCode')}")
         for n in notifications:
-            if n.kind in EMAILED and self.topic_arn:
-                self.sns.publish(
-                    TopicArn=self.topic_arn,
-                    Subject=f"SpotGuard: job {n.job_id} {n.kind}"[:100],
-                    Message=json.dumps(_detail(n), indent=2, default=str),
-                    MessageAttributes={
-                        "kind": {"DataType": "String", "StringValue": n.kind},
-                        "job_id": {"DataType": "String", "StringValue": n.job_id},
-                    },
-                )
+            if n.kind in EMAILED:
+                subject = f"SpotGuard: job {n.job_id} {n.kind}"
+                publish(self.sns, self.topic_arn, subject, _detail(n), kind=n.kind, job_id=n.job_id)
 
     def _entry(self, n: Notification) -> dict[str, Any]:
         return {
@@ -61,3 +56,26 @@ class Notifier:
 
 def _detail(n: Notification) -> dict[str, Any]:
     return {"notification-id": n.id, "job-id": n.job_id, "kind": n.kind, "message": n.message, **n.detail}
+
+
+class TopicAlerts:
+    """Operational alerts (a checkpoint bucket missing a setting) on the stack's topic."""
+
+    def __init__(self, sns: Any, topic_arn: str) -> None:
+        self.sns, self.topic_arn = sns, topic_arn
+
+    def alert(self, subject: str, detail: Mapping[str, object]) -> None:
+        publish(self.sns, self.topic_arn, subject, detail, kind=str(detail.get("kind", "alert")))
+
+
+def publish(sns: Any, topic_arn: str, subject: str, detail: Mapping[str, object], **attributes: str) -> None:
+    """One JSON message on the topic (nothing when the stack has none), with string attributes that
+    subscriptions can filter on."""
+    if not topic_arn:
+        return
+    sns.publish(
+        TopicArn=topic_arn,
+        Subject=subject[:100],
+        Message=json.dumps(detail, indent=2, default=str),
+        MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+    )

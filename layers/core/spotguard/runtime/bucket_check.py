@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from spotguard.adapters.alerts import TopicAlerts
 from spotguard.adapters.bucket import S3BucketSettings
 from spotguard.adapters.clients import LazyClient
+from spotguard.adapters.notify import TopicAlerts
 from spotguard.config import EnvModel
 from spotguard.runtime import utcnow
 from spotguard.usecases.bucket_check import BucketCheck
