@@ -22,6 +22,7 @@ from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, MANAGED_TAG
 
 TASK_STATE_CHANGE = "ECS Task State Change"
 EBS_SNAPSHOT = "EBS Snapshot Notification"
+LAUNCH_UNSUCCESSFUL = "EC2 Instance Launch Unsuccessful"  # aws.autoscaling: a pool had no capacity
 _SNAPSHOT_ID = re.compile(r"(snap-[0-9a-f]{8,17})$")
 
 
@@ -82,9 +83,34 @@ class SnapshotDetail(BaseModel):
     cause: str = ""
 
 
+class LaunchUnsuccessfulDetail(BaseModel):
+    """Auto Scaling could not launch an instance: for a spot group, usually no spot capacity of its
+    types in that zone now (`StatusMessage` says)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    group: str = Field(alias="AutoScalingGroupName", min_length=1, max_length=255)
+    status_message: str = Field(default="", alias="StatusMessage", max_length=4000)
+    cause: str = Field(default="", alias="Cause", max_length=4000)
+    details: dict[str, str] = Field(default_factory=dict, alias="Details")
+
+    @property
+    def zone(self) -> str | None:
+        return self.details.get("Availability Zone") or None
+
+
+class PoolEvent(BaseModel):
+    """A fact about a pool's capacity that arrived as an event (today: Auto Scaling's launch failures)."""
+
+    model_config = ConfigDict(frozen=True)
+    group: str
+    zone: str | None
+    message: str
+    at: datetime
+
+
 class TaskMessage(BaseModel):
     model_config = ConfigDict(frozen=True)
-    outcome: Literal["act", "launch", "snapshot", "ignore", "reject"]
+    outcome: Literal["act", "launch", "snapshot", "pool", "ignore", "reject"]
     reason: str
     event_id: str | None = None
     task: TaskEvent | None = None
@@ -92,6 +118,7 @@ class TaskMessage(BaseModel):
     launch_try: int | None = None
     snapshot_id: str | None = None
     snapshot_ok: bool | None = None
+    pool_event: PoolEvent | None = None
 
 
 def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings) -> TaskMessage:
@@ -102,6 +129,8 @@ def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings)
         return _launch_due(event)
     if event.source == "aws.ec2" and event.detail_type == EBS_SNAPSHOT:
         return _snapshot(event)
+    if event.source == "aws.autoscaling" and event.detail_type == LAUNCH_UNSUCCESSFUL:
+        return _launch_unsuccessful(event)
     if event.source != "aws.ecs" or event.detail_type != TASK_STATE_CHANGE:
         return TaskMessage(
             outcome="ignore",
@@ -211,3 +240,18 @@ def indexed_info(task: TaskEvent, managed: bool, gpu: bool, checkpoint_container
     if managed and checkpoint_container:
         tags[CHECKPOINT_CONTAINER_TAG] = checkpoint_container
     return task.info(gpu=gpu, tags=tags)
+
+
+def _launch_unsuccessful(event: EventBridgeModel) -> TaskMessage:
+    try:
+        d = LaunchUnsuccessfulDetail.model_validate(event.detail)
+    except ValidationError as exc:
+        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+    message = (d.status_message or d.cause or "no reason given")[:500]
+    pool = PoolEvent(group=d.group, zone=d.zone, message=message, at=event.time)
+    return TaskMessage(
+        outcome="pool",
+        reason=f"Auto Scaling group {d.group}: launch failed",
+        event_id=event.id,
+        pool_event=pool,
+    )

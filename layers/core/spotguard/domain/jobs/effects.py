@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,8 +43,18 @@ class Stop(BaseModel):
 
 class Notify(BaseModel):
     model_config = ConfigDict(frozen=True)
-    kind: Literal["interrupted", "resubmitted", "succeeded", "failed", "gave-up", "cancelled", "waiting"]
+    kind: Literal[
+        "interrupted", "resubmitted", "succeeded", "failed", "gave-up", "cancelled", "waiting", "decision"
+    ]
     message: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Checkpoint(BaseModel):
+    """Ask the attempt's checkpoint container to commit a checkpoint now and keep going (SIGUSR1)."""
+
+    model_config = ConfigDict(frozen=True)
+    attempt: int
 
 
 class CapacityWanted(BaseModel):
@@ -57,7 +67,7 @@ class CapacityWanted(BaseModel):
     avoid_pools: tuple[tuple[str, str], ...] = ()
 
 
-Effect = Launch | Stop | Notify | CapacityWanted | Snapshot | Cleanup
+Effect = Launch | Stop | Notify | CapacityWanted | Snapshot | Cleanup | Checkpoint
 
 
 class Step(BaseModel):

@@ -10,6 +10,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from spotguard.domain.jobs.placement import Move, PlacementDecision
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, JOB_TAG, STARTED_BY
 
 ATTEMPT_TAG = "spotguard:attempt"
@@ -148,6 +149,20 @@ class JobOptions(BaseModel):
     avoid_pool_seconds: int = Field(default=1800, ge=0, le=7 * 86400)
     # The container that runs the agent (gets SIGUSR1); None = the first in the task definition.
     checkpoint_container: str | None = Field(default=None, min_length=1, max_length=255)
+    # Capacity (docs: README "Pools, decisions and moves"). auto: when the cluster has pools, the capacity
+    # policy chooses each launch's pool (spot or on-demand) or a wait, and may move a job with a deadline;
+    # fixed: every launch is the request as submitted.
+    capacity: Literal["auto", "fixed"] = "auto"
+    # The user's estimate of the whole job's work, in hours of running; replaced by the measured rate of
+    # progress once two checkpoints of one attempt exist.
+    work_hours: float | None = Field(default=None, gt=0, le=10000)
+    # Moves of a running job to other capacity (to on-demand to keep its deadline, back to spot when it
+    # pays): at most this many, and never two within `min_move_interval_seconds`.
+    max_moves: int = Field(default=4, ge=0, le=20)
+    min_move_interval_seconds: int = Field(default=3600, ge=0, le=7 * 86400)
+    # A task of a pool still PROVISIONING (no instance for it) this long: the pool has no capacity now;
+    # the task is stopped and the job launched again where the policy says.
+    provisioning_timeout_seconds: int = Field(default=600, ge=60, le=86400)
 
 
 # ----------------------------------------------------------------------------------------- the job
@@ -184,6 +199,8 @@ class Attempt(BaseModel):
     interrupted_by: str | None = None  # the notice that stopped it, or the ECS stop code
     volume_id: str | None = None  # EBS mode: the attempt's volume, and the snapshot taken of it
     snapshot_id: str | None = None
+    pool: str | None = None  # the pool a capacity decision placed it in, and the market
+    market: Literal["spot", "on-demand"] | None = None
 
     @property
     def live(self) -> bool:
@@ -227,6 +244,10 @@ class Job(BaseModel):
     doomed_volumes: list[str] = Field(default_factory=list)  # EBS mode: old volumes still to delete
     last_reason: str = ""
     outbox: list[OutboxItem] = Field(default_factory=list)
+    decisions: list[PlacementDecision] = Field(default_factory=list)  # capacity decisions, newest last
+    placement: PlacementDecision | None = None  # the decision the launch in flight (or next) carries out
+    move: Move | None = None  # a move of the live attempt to other capacity, under way
+    moves_made: int = 0
 
     @field_validator("job_id")
     @classmethod

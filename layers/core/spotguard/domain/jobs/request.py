@@ -26,16 +26,18 @@ from spotguard.domain.jobs.model import (
     RunTaskRequest,
     started_by,
 )
+from spotguard.domain.jobs.placement import placement_params
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG
 
 
 def run_task_params(
     job: Job, launch: Launch, resume_from: str, avoid_at: datetime, ebs_role: str | None = None
 ) -> dict[str, Any]:
-    """The RunTask parameters for an attempt: the job's request, the SpotGuard environment in every
-    container, the attempt's startedBy, tags and client token, and constraints away from the
-    interrupted instances and (for a while) their spot pools."""
-    params = job.request.model_dump(mode="json", exclude_none=True)
+    """The RunTask parameters for an attempt: the job's request placed as its capacity decision says,
+    the SpotGuard environment in every container, the attempt's startedBy, tags and client token, and
+    constraints away from the interrupted instances and (for a while) their spot pools."""
+    # where the job's capacity decision placed it (the request as submitted when there is none)
+    params = placement_params(job.request.model_dump(mode="json", exclude_none=True), job.placement)
     env = {
         ENV_JOB_ID: job.job_id,
         ENV_ATTEMPT: str(launch.attempt),

@@ -7,7 +7,16 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from spotguard.domain.jobs.effects import CapacityWanted, Effect, Launch, Notify, Snapshot, Step, Stop
+from spotguard.domain.jobs.effects import (
+    CapacityWanted,
+    Checkpoint,
+    Effect,
+    Launch,
+    Notify,
+    Snapshot,
+    Step,
+    Stop,
+)
 from spotguard.domain.jobs.model import (
     ENV_RESUME_FROM,
     RETRY_BASE_SECONDS,
@@ -23,14 +32,22 @@ from spotguard.domain.jobs.model import (
     replace_attempt,
     revised,
 )
+from spotguard.domain.jobs.placement import Move, PlacementDecision, remember
 from spotguard.domain.stops import OwnRecord, classify_stop
 from spotguard.domain.tasks import TaskEvent
 
 
 # ------------------------------------------------------------------------------------ transitions
-def begin_launch(job: Job, now: datetime) -> Step:
-    """queued (and due) -> launching. A job already launching gets its launch again (the Lambda that
-    began it may have died before RunTask answered; the same client token returns the same task)."""
+def due(job: Job, now: datetime) -> bool:
+    """A queued job whose wait (retry or capacity) is over."""
+    return job.state is JobState.QUEUED and (job.retry_at is None or now >= job.retry_at)
+
+
+def begin_launch(job: Job, now: datetime, decision: PlacementDecision | None = None) -> Step:
+    """queued (and due) -> launching, placed as `decision` says (None: the request as submitted). A
+    decision to wait keeps the job queued until its recheck instead. A job already launching gets its
+    launch again (the Lambda that began it may have died before RunTask answered; the same client token
+    returns the same task)."""
     if job.state is JobState.LAUNCHING:
         return Step(job=None, effects=[_launch_effect(job)], note="launch in progress: repeat it")
     if job.state is not JobState.QUEUED:
@@ -42,8 +59,48 @@ def begin_launch(job: Job, now: datetime) -> Step:
         )
     if job.retry_at is not None and now < job.retry_at:
         return Step(note=f"not due until {job.retry_at.isoformat()}")
-    new = bump(job, now, state=JobState.LAUNCHING, launch_tries=job.launch_tries + 1, retry_at=None)
-    return Step(job=new, effects=[_launch_effect(new)])
+    if decision is not None and decision.placement == "none":
+        return capacity_wait(job, decision, now)
+    changes: dict[str, Any] = {}
+    effects: list[Effect] = []
+    if decision is not None:
+        changes = {"placement": decision, "decisions": remember(job.decisions, decision)}
+        effects.append(decision_notice(decision))
+    new = bump(
+        job, now, state=JobState.LAUNCHING, launch_tries=job.launch_tries + 1, retry_at=None, **changes
+    )
+    return Step(job=new, effects=[*effects, _launch_effect(new)])
+
+
+def capacity_wait(job: Job, decision: PlacementDecision, now: datetime) -> Step:
+    """The policy says wait (spot is expected back in time, or no pool can serve the job): queued until
+    the recheck it asked for, when the retry message the use case scheduled (try `launch_tries + 1`)
+    brings it back. Said once per reason, not at every recheck."""
+    seconds = max(1, decision.recheck_seconds)
+    last = job.decisions[-1] if job.decisions else None
+    repeated = last is not None and last.placement == "none" and last.reason == decision.reason
+    new = bump(
+        job,
+        now,
+        launch_tries=job.launch_tries + 1,  # a retry message of an earlier wait is now stale
+        retry_at=now + timedelta(seconds=seconds),
+        placement=None,
+        decisions=remember(job.decisions, decision) if not repeated else job.decisions,
+        last_reason=f"waiting: {decision.reason}; next decision in {seconds} s",
+    )
+    effects: list[Effect] = []
+    if not repeated:
+        effects = [decision_notice(decision), Notify(kind="waiting", message=decision.reason)]
+    return Step(job=new, effects=effects)
+
+
+def decision_notice(decision: PlacementDecision) -> Notify:
+    """The decision on the bus (`SpotGuard Job Capacity PlacementDecision`)."""
+    return Notify(
+        kind="decision",
+        message=decision.summary(),
+        detail=decision.model_dump(mode="json", exclude={"at"}),
+    )
 
 
 def _launch_effect(job: Job) -> Launch:
@@ -65,12 +122,15 @@ def launch_succeeded(
             effects=[Stop(cluster=job.request.cluster, task_arn=task_arn, reason=stray_reason(job))],
             note=f"job is {job.state}: stopping the task just started",
         )
+    placed = job.placement
     attempt = Attempt(
         number=job.next_attempt,
         task_arn=task_arn,
         client_token=token,
         resume_from=resume_from,
         launched_at=now,
+        pool=placed.pool if placed else None,
+        market=placed.placement if placed and placed.placement != "none" else None,
     )
     new = bump(
         job,
@@ -201,17 +261,22 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             job=replace_attempt(job, updated, now, state=JobState.CANCELLED, last_reason=verdict.reason),
             effects=[Notify(kind="cancelled", message=f"attempt {n}: {verdict.reason}")],
         )
-    if verdict.outcome == "resubmit":
+    moved = job.move is not None and job.move.attempt == n and job.move.stop_requested_at is not None
+    if verdict.outcome == "resubmit" and moved and job.move is not None:
+        # SpotGuard's own move: not an interruption; the next launch follows the move's decision.
+        updated = revised(updated, outcome_reason=f"moved: {job.move.to.summary()}"[:500])
+        changes = {"moves_made": job.moves_made + 1, "move": None, "placement": job.move.to}
+    elif verdict.outcome == "resubmit":
         updated = revised(updated, interrupted_by=updated.interrupted_by or verdict.reason)
         effects = [Notify(kind="interrupted", message=f"attempt {n}: {verdict.reason}")]
-        changes = _avoidance(job, updated, now)
+        changes = {**_avoidance(job, updated, now), "move": None, "placement": None}
     else:  # failed
         if job.error_retries_used >= job.options.max_error_retries:
             return Step(
                 job=replace_attempt(job, updated, now, state=JobState.FAILED, last_reason=verdict.reason),
                 effects=[Notify(kind="failed", message=f"attempt {n}: {verdict.reason}")],
             )
-        changes = {"error_retries_used": job.error_retries_used + 1}
+        changes = {"error_retries_used": job.error_retries_used + 1, "move": None, "placement": None}
     if job.attempts_used >= job.options.max_attempts:
         used, most = job.attempts_used, job.options.max_attempts
         why = f"{used} attempts used (max_attempts {most}); last: {verdict.reason}"
@@ -337,3 +402,57 @@ def cancel_reason(job: Job) -> str:
 
 def stray_reason(job: Job) -> str:
     return f"SpotGuard: job {job.job_id} has another live attempt (or none)"[:255]
+
+
+# ------------------------------------------------------------------------------------------ moves
+def request_move(job: Job, decision: PlacementDecision, now: datetime) -> Step:
+    """Move the running job to other capacity: ask its checkpoint container to commit now (SIGUSR1);
+    once that checkpoint is committed (`move_checkpointed`) the task is stopped and the job relaunched as
+    `decision` says. Refused (no change) when a move is under way or the job is not running."""
+    live = job.live_attempt
+    if job.state is not JobState.RUNNING or live is None or job.move is not None or job.cancel_requested:
+        return Step(note="no move: the job is not running one attempt, or a move is under way")
+    move = Move(attempt=live.number, to=decision, requested_at=now)
+    new = bump(
+        job,
+        now,
+        move=move,
+        decisions=remember(job.decisions, decision),
+        last_reason=f"moving: {decision.summary()}"[:500],
+    )
+    return Step(job=new, effects=[decision_notice(decision), Checkpoint(attempt=live.number)])
+
+
+def move_checkpointed(job: Job, now: datetime) -> Step:
+    """The checkpoint the move asked for is committed: stop the task (a SpotGuard stop, so it is
+    resubmitted), saying why. Safe to repeat: StopTask on a stopping task changes nothing."""
+    move, live = job.move, job.live_attempt
+    if move is None or live is None or live.number != move.attempt:
+        return Step(note="no move under way for the live attempt")
+    where = "on-demand" if move.to.placement == "on-demand" else f"spot in {move.to.pool}"
+    reason = f"SpotGuard: moving job {job.job_id} to {where}: {move.to.reason}"[:255]
+    new = job if move.stop_requested_at else bump(job, now, move=revised(move, stop_requested_at=now))
+    return Step(
+        job=None if new is job else new,
+        effects=[Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=reason)],
+    )
+
+
+def move_abandoned(job: Job, now: datetime, why: str) -> Step:
+    """The move is given up (no checkpoint came in time, or the task stopped first): the job goes on
+    where it is; the move does not count against `max_moves`."""
+    if job.move is None or job.move.stop_requested_at is not None:
+        return Step(note="no move to abandon")
+    return Step(job=bump(job, now, move=None, last_reason=f"move abandoned: {why}"[:500]))
+
+
+def abandon_provisioning(job: Job, why: str) -> Step:
+    """The live attempt waits for an instance its pool cannot give (`why`: the provisioning bound
+    passed, or Auto Scaling said it could not launch): stop it, a SpotGuard stop, so that the job is
+    launched again where the policy now says (the caller has marked the pool unavailable)."""
+    live = job.live_attempt
+    waiting = live is not None and live.last_status in ("PROVISIONING", "PENDING")
+    if job.state is not JobState.RUNNING or live is None or not waiting:
+        return Step(note="no attempt waiting for an instance")
+    reason = f"SpotGuard: no instance in {live.pool or 'its capacity'} ({why}); launching elsewhere"
+    return Step(effects=[Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=reason[:255])])

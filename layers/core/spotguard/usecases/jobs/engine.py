@@ -6,7 +6,8 @@
 3. carry out the step's effects (StopTask, RunTask, in EBS mode snapshots and clean-up); an effect whose
    outcome changes the job (RunTask's answer, a snapshot taken) hands back the next transition, which
    goes through 1-3 in the same loop;
-4. when asked to drive: while the job is queued and due (or a launch is in flight), begin a launch.
+4. when asked to drive: while the job is queued and due (or a launch is in flight), begin a launch,
+   placed where the capacity advisor (capacity.py) decides, or wait as long as it says.
 
 Nothing here calls back into `run`: effects only ever return transitions for the loop to apply.
 """
@@ -14,9 +15,9 @@ Nothing here calls back into `run`: effects only ever return transitions for the
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,6 +25,7 @@ from spotguard.domain.commands import CommandError
 from spotguard.domain.facts import Notification
 from spotguard.domain.jobs.effects import (
     CapacityWanted,
+    Checkpoint,
     Cleanup,
     Effect,
     Launch,
@@ -33,9 +35,11 @@ from spotguard.domain.jobs.effects import (
     Stop,
 )
 from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem, revised
+from spotguard.domain.jobs.placement import PlacementDecision
 from spotguard.domain.jobs.request import run_task_params
 from spotguard.domain.jobs.transitions import (
     begin_launch,
+    due,
     launch_failed,
     launch_refused,
     launch_succeeded,
@@ -44,6 +48,9 @@ from spotguard.domain.jobs.transitions import (
 from spotguard.domain.notices import Settings
 from spotguard.domain.tasks import ManageMode
 from spotguard.ports import JobEcs, JobStore, LaunchRetries, NewestCheckpoint, Notifications
+
+if TYPE_CHECKING:
+    from spotguard.domain.task_events import PoolEvent
 
 MAX_WRITE_TRIES = 8  # compare-and-set conflicts (concurrent events for one job) before giving up
 MAX_DRIVE_STEPS = 6  # launches begun in one run (each RunTask answer is applied before the next)
@@ -82,6 +89,31 @@ class VolumeEffects:
         raise RuntimeError("EBS mode without an EBS adapter")
 
 
+class Placement:
+    """Where each launch goes (usecases.jobs.capacity.CapacityAdvisor): this default places every
+    launch as its request says, and has nothing to learn from a failed one."""
+
+    def decide(self, job: Job, trigger: str) -> PlacementDecision | None:
+        return None
+
+    def launch_failed(self, job: Job, reason: str) -> None:
+        pass
+
+    def checkpoint(self, job: Job, attempt: int) -> None:
+        raise RuntimeError("a move without a signaller")
+
+    def pool_event(self, ev: PoolEvent) -> list[tuple[str, str]]:
+        """Record a pool event; the (cluster, pool) it marked unavailable."""
+        return []
+
+    def provisioning_timed_out(self, job: Job) -> None:
+        """The live attempt's pool gave it no instance in time: mark the pool unavailable."""
+
+    def refresh(self, clusters: Sequence[str]) -> int:
+        """Discover the clusters' pools again (and their prices); how many pools there are."""
+        return 0
+
+
 class JobEngine:
     def __init__(
         self,
@@ -93,6 +125,7 @@ class JobEngine:
         retries: LaunchRetries,
         clock: Callable[[], datetime],
         volumes: VolumeEffects | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -102,6 +135,7 @@ class JobEngine:
         self.retries = retries
         self.clock = clock
         self.volumes = volumes or VolumeEffects()
+        self.placement = placement or Placement()
 
     def get(self, job_id: str) -> Job:
         job = self.store.get(job_id)  # UnreadableJob: the caller says which job, and why, in one line
@@ -126,9 +160,17 @@ class JobEngine:
             job = self.flush(job)
             if job.state not in (JobState.QUEUED, JobState.LAUNCHING):
                 break
-            job, _, launched = self._settle(job_id, [lambda j: begin_launch(j, self.clock())], job)
+            decision = None
+            if due(job, self.clock()) and not job.cancel_requested:
+                decision = self.placement.decide(job, "launch")
+                if decision is not None and decision.placement == "none":
+                    # the retry message first, as for a failed launch: a wait nobody ends cannot happen
+                    self.retries.schedule(job_id, job.launch_tries + 1, max(1, decision.recheck_seconds))
+            job, _, launched = self._settle(
+                job_id, [lambda j, d=decision: begin_launch(j, self.clock(), d)], job
+            )
             if not launched:
-                break  # not due yet, or cancelled before it started
+                break  # not due yet, waiting for capacity, or cancelled before it started
         return job
 
     def flush(self, job: Job) -> Job:
@@ -219,6 +261,8 @@ class JobEngine:
             return self.volumes.snapshot(job, effect.attempt)
         elif isinstance(effect, Cleanup):
             return self.volumes.cleanup(job, effect)
+        elif isinstance(effect, Checkpoint):
+            self.placement.checkpoint(job, effect.attempt)
         return []
 
     def _launch(self, job: Job, launch: Launch) -> Transition:
@@ -241,6 +285,11 @@ class JobEngine:
         # spare message (dropped as stale) but never a job nobody will launch again.
         self.retries.schedule(job.job_id, job.launch_tries, delay)
         capacity = result.failure == "capacity"
+        if capacity and job.placement is not None:
+            # The pool has no capacity now: it is marked so, and the job is decided again at once
+            # (another pool, on-demand or a wait), the retry message only a backstop.
+            self.placement.launch_failed(job, reason)
+            delay = 0
         return lambda j: launch_failed(j, reason, self.clock(), delay, capacity=capacity)
 
     def _newest(self, job: Job) -> str:
@@ -259,6 +308,7 @@ def outbox_item(job: Job, index: int, effect: Notify | CapacityWanted) -> Outbox
             "attempt": live.number if live else 0,
             "task-arn": live.task_arn if live else None,
             "gpus": job.gpus,
+            **effect.detail,
         }
         return OutboxItem(
             id=item_id, kind=effect.kind, message=effect.message, at=job.updated_at, detail=detail

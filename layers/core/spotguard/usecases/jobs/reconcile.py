@@ -7,6 +7,14 @@
 - a running job whose task stopped unseen (or vanished from ECS) gets its stop applied, as the event
   would have done.
 
+And capacity (README "Pools, decisions and moves"): the watched clusters' pools are discovered again
+(prices and placement scores refreshed when stale); a task that waits for an instance past its job's
+`provisioning_timeout_seconds` is stopped and launched elsewhere, its pool marked unavailable; a running
+job with a deadline is decided again, and moved when the plan says so (to on-demand when spot can no
+longer meet the deadline, back to spot when it pays), at most `max_moves` times and never within
+`min_move_interval_seconds` of its launch; a move whose checkpoint is committed has its task stopped,
+and one whose checkpoint does not come within `MOVE_COMMIT_SECONDS` is given up.
+
 One job never stops the sweep for the others: a job that cannot be read is counted (`unreadable`) and
 left out, and one whose handling fails is logged and counted (`failed`); the function turns both counts
 into metrics, which are alarmed.
@@ -20,11 +28,18 @@ from datetime import datetime
 
 from spotguard.domain.jobs.effects import Cleanup
 from spotguard.domain.jobs.model import Attempt, Job, JobState, UnreadableJob, revised, started_by
+from spotguard.domain.jobs.transitions import (
+    abandon_provisioning,
+    move_abandoned,
+    move_checkpointed,
+    request_move,
+)
 from spotguard.domain.stops import VANISHED_REASON
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.service import JobService
 
 STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
+MOVE_COMMIT_SECONDS = 900  # a move's checkpoint not committed this long after SIGUSR1: the move is off
 log = logging.getLogger(__name__)
 
 
@@ -44,7 +59,18 @@ class Reconciler:
             "snapshots_settled": 0,
             "unreadable": 0,
             "failed": 0,
+            "pools": 0,
+            "provisioning_abandoned": 0,
+            "moves_started": 0,
+            "moves_stopped": 0,
+            "moves_abandoned": 0,
         }
+        placement = self.engine.placement
+        try:
+            counts["pools"] = placement.refresh(self.jobs.config.settings.clusters)
+        except Exception:  # discovery failing stops no sweep: jobs are placed on the pools known
+            log.exception("reconcile could not refresh the pools; the sweep goes on")
+            counts["failed"] += 1
 
         def unreadable(exc: UnreadableJob) -> None:
             counts["unreadable"] += 1
@@ -80,6 +106,7 @@ class Reconciler:
             attempt = job.live_attempt
             if attempt is not None:
                 live.setdefault(job.request.cluster, []).append((job, attempt))
+                isolated(job, lambda job=job, attempt=attempt: self._capacity(job, attempt, now, counts))
         for cluster, pairs in live.items():
             try:
                 found, missing = self.jobs.ecs.describe_many(cluster, [a.task_arn for _, a in pairs])
@@ -100,6 +127,50 @@ class Reconciler:
                     isolated(job, lambda event=event: self.jobs.on_task_event(event))
                     counts["vanished"] += 1
         return counts
+
+    def _capacity(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> None:
+        """A running job's capacity: a task stuck waiting for an instance, a move under way, or a move
+        its plan now asks for."""
+        placement, options = self.engine.placement, job.options
+        if job.move is not None:
+            if job.move.stop_requested_at is not None:
+                return  # stopped; the STOPPED event relaunches it
+            if self._committed_since(job, job.move.attempt, job.move.requested_at):
+                self.engine.run(job.job_id, lambda j: move_checkpointed(j, now), current=job, drive=False)
+                counts["moves_stopped"] += 1
+            elif (now - job.move.requested_at).total_seconds() > MOVE_COMMIT_SECONDS:
+                why = f"no checkpoint committed within {MOVE_COMMIT_SECONDS} s of the request"
+                self.engine.run(job.job_id, lambda j: move_abandoned(j, now, why), current=job, drive=False)
+                counts["moves_abandoned"] += 1
+            return
+        waited = (now - attempt.launched_at).total_seconds()
+        if attempt.last_status in ("PROVISIONING", "PENDING"):
+            if attempt.pool is not None and waited > options.provisioning_timeout_seconds:
+                placement.provisioning_timed_out(job)
+                why = f"still {attempt.last_status.lower()} after {int(waited)} s"
+                self.engine.run(job.job_id, lambda j: abandon_provisioning(j, why), current=job, drive=False)
+                counts["provisioning_abandoned"] += 1
+            return
+        if (
+            options.deadline is None
+            or options.capacity != "auto"
+            or attempt.market is None
+            or attempt.last_status != "RUNNING"
+            or job.moves_made >= options.max_moves
+            or waited < options.min_move_interval_seconds
+        ):
+            return
+        decision = placement.decide(job, "reconcile")
+        if decision is None or decision.placement in ("none", attempt.market):
+            return
+        self.engine.run(job.job_id, lambda j: request_move(j, decision, now), current=job, drive=False)
+        counts["moves_started"] += 1
+
+    def _committed_since(self, job: Job, attempt: int, since: datetime) -> bool:
+        return any(
+            r.attempt == attempt and r.created_at is not None and r.created_at > since
+            for r in self.store.checkpoints(job.checkpoint_uri)
+        )
 
     def _delete_volumes(self, job: Job) -> None:
         assert self.jobs.volumes is not None

@@ -20,9 +20,14 @@ from spotguard.domain.jobs.effects import Launch, Step
 from spotguard.domain.jobs.model import TERMINAL, Job, JobState, adopted_job_id, client_token, revised
 from spotguard.domain.jobs.request import not_permitted, run_task_params
 from spotguard.domain.jobs.spend import spend
-from spotguard.domain.jobs.transitions import on_task_event, request_cancel, request_resubmit
+from spotguard.domain.jobs.transitions import (
+    abandon_provisioning,
+    on_task_event,
+    request_cancel,
+    request_resubmit,
+)
 from spotguard.domain.prices import task_share
-from spotguard.domain.task_events import indexed_info
+from spotguard.domain.task_events import PoolEvent, indexed_info
 from spotguard.domain.tasks import TaskEvent
 from spotguard.ports import Hosts, JobEcs, JobStore, StopClaims, TaskIndex
 from spotguard.usecases.jobs.adoption import Adoption
@@ -192,6 +197,23 @@ class JobService:
             return f"job {job_id} is not in the ledger"
         note = self.engine.run(job_id, self.volumes.settled(snapshot_id, ok), current=job)[1]
         return note or f"snapshot {'completed' if ok else 'failed'}"
+
+    def on_pool_event(self, ev: PoolEvent) -> str:
+        """Auto Scaling could not launch an instance for a group: its pools in that zone are marked
+        unavailable, and the tasks waiting for an instance there are stopped and launched elsewhere."""
+        marked = set(self.engine.placement.pool_event(ev))
+        if not marked:
+            return f"group {ev.group} is no pool of a watched cluster"
+        moved = 0
+        for job in self.store.list(JobState.RUNNING, 500):
+            live = job.live_attempt
+            if live is None or live.pool is None or (job.request.cluster_name, live.pool) not in marked:
+                continue
+            why = f"Auto Scaling: {ev.message}"[:150]
+            self.engine.run(job.job_id, lambda j, why=why: abandon_provisioning(j, why), current=job)
+            moved += 1
+        pools = ", ".join(sorted(p for _, p in marked))
+        return f"marked unavailable: {pools}; {moved} waiting task(s) stopped to launch elsewhere"
 
     # ------------------------------------------------------------------------------------ internals
     def _task_event(self, ev: TaskEvent) -> Transition:
