@@ -1,5 +1,5 @@
-"""Task-events function: ECS task state changes (with SpotGuard's own Launch Due retries and, in EBS
-mode, EBS snapshot notifications) -> jobs.
+"""Task-events function: ECS task state changes (with SpotGuard's own Launch Due retries, Auto Scaling's
+launch failures, which say a pool has no capacity, and, in EBS mode, EBS snapshot notifications) -> jobs.
 
 Per record: classify it; a reject goes straight to the dead-letter queue; an ignore is logged; a task
 event moves its job through its states (stale and repeated events change nothing); a Launch Due message
@@ -50,6 +50,12 @@ def act(msg: TaskMessage) -> None:
         assert msg.snapshot_id is not None
         note = runtime.service.on_snapshot(msg.snapshot_id, bool(msg.snapshot_ok))
         logger.info("snapshot", extra={"snapshot": msg.snapshot_id, "ok": msg.snapshot_ok, "note": note})
+        return
+    if msg.outcome == "pool":
+        assert msg.pool_event is not None
+        note = runtime.service.on_pool_event(msg.pool_event)
+        metrics.add_metric(name="PoolLaunchFailures", unit=MetricUnit.Count, value=1)
+        logger.info("pool event", extra={"group": msg.pool_event.group, "note": note})
         return
     assert msg.task is not None
     note = runtime.service.on_task_event(msg.task)

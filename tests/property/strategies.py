@@ -147,6 +147,7 @@ KINDS = {  # sample -> (source, detail-type) the sample is
     "lifecycle-check": ("spotguard", "Lifecycle Check"),
     "ecs-task-state-change": ("aws.ecs", "ECS Task State Change"),
     "ebs-snapshot-notification": ("aws.ec2", "EBS Snapshot Notification"),
+    "asg-launch-unsuccessful": ("aws.autoscaling", "EC2 Instance Launch Unsuccessful"),
     "launch-due": ("spotguard", "Launch Due"),
     "s3-manifest-created": ("aws.s3", "Object Created"),
 }
@@ -270,6 +271,12 @@ DETAIL_RULES: dict[str, list[tuple[str, bool, Any]]] = {
         ("snapshot_id", True, lambda v: is_str(v) and v != ""),
     ],
     "launch-due": [("job-id", True, is_str), ("launch-try", True, lambda v: is_int(v) and v >= 0)],
+    "asg-launch-unsuccessful": [
+        ("AutoScalingGroupName", True, lambda v: is_str(v) and 1 <= len(v) <= 255),
+        ("StatusMessage", False, lambda v: is_str(v) and len(v) <= 4000),
+        ("Cause", False, lambda v: is_str(v) and len(v) <= 4000),
+        ("Details", False, lambda v: isinstance(v, dict) and all(is_str(x) for x in v.values())),
+    ],
 }
 DETAIL_RULES["spot-interruption-hibernate"] = DETAIL_RULES["spot-interruption-warning"]
 DETAIL_RULES["instance-state-running"] = DETAIL_RULES["instance-state-shutting-down"]

@@ -39,7 +39,12 @@ QUEUES = {
         "ecs-container-instance-state-change",
         "lifecycle-check",
     ],
-    "task-events": ["ecs-task-state-change", "ebs-snapshot-notification", "launch-due"],
+    "task-events": [
+        "ecs-task-state-change",
+        "ebs-snapshot-notification",
+        "asg-launch-unsuccessful",
+        "launch-due",
+    ],
     "checkpoints": ["s3-manifest-created"],
 }
 EXAMPLES = {"interruptions": 120, "task-events": 100, "checkpoints": 60}

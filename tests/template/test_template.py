@@ -521,7 +521,7 @@ RULES_OF = {
         "ContainerInstanceRule",
     },
     "CheckpointsQueue": {"ManifestCommittedRule"},
-    "TaskEventsQueue": {"TaskStateRule", "EbsSnapshotRule"},
+    "TaskEventsQueue": {"TaskStateRule", "EbsSnapshotRule", "PoolLaunchFailureRule"},
 }
 JOBS_ROLES = {"TaskEventsFunctionRole", "JobsFunctionRole", "ReconcileFunctionRole"}
 SENDERS = {  # queue -> (the rules that may send to it, the roles that may send to it)

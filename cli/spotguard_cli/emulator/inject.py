@@ -27,6 +27,7 @@ KINDS = {
     "checkpoint-manifest": "s3-manifest-created.json",
     "task-state-change": "ecs-task-state-change.json",
     "ebs-snapshot": "ebs-snapshot-notification.json",
+    "launch-unsuccessful": "asg-launch-unsuccessful.json",
 }
 
 

@@ -22,6 +22,7 @@ DETAIL_TYPES = {
     "cancelled": "SpotGuard Job Cancelled",
     "waiting": "SpotGuard Job Waiting For Capacity",
     "capacity-wanted": "SpotGuard Capacity Wanted",
+    "decision": "SpotGuard Job Capacity Decision",
 }
 # Worth an e-mail: the rest go to EventBridge only.
 EMAILED = {"interrupted", "resubmitted", "succeeded", "failed", "gave-up", "cancelled"}
