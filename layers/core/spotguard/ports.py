@@ -114,3 +114,33 @@ class Volumes(Protocol):
 
 class LaunchRetries(Protocol):
     def schedule(self, job_id: str, launch_try: int, delay_seconds: int) -> None: ...
+
+
+# ------------------------------------------------------------------------------------------ pools
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from spotguard.domain.pools import Discovery, Observation, PoolRecord, ScoreQuote, SpotQuote
+
+
+class PoolFinder(Protocol):
+    """The cluster's pools as AWS describes them, with spot prices and placement scores
+    (adapters/pools.py: PoolDiscovery)."""
+
+    def discover(self, cluster: str, now: datetime | None = None) -> Discovery: ...
+    def spot_prices(
+        self, instance_types: Collection[str], zones: Collection[str], now: datetime | None = None
+    ) -> list[SpotQuote]: ...
+    def placement_scores(self, instance_types: Collection[str], region: str) -> dict[str, int]: ...
+
+
+class PoolLedger(Protocol):
+    """The pools kept in the ledger (adapters/pool_store.py: PoolStore)."""
+
+    def pools(self, cluster: str, include_gone: bool = False) -> list[PoolRecord]: ...
+    def save_discovered(
+        self, cluster: str, pools: Sequence[PoolRecord], now: datetime, complete: bool = True
+    ) -> list[PoolRecord]: ...
+    def record(self, cluster: str, pool_name: str, fact: Observation) -> PoolRecord | None: ...
+    def set_prices(self, cluster: str, quotes: Sequence[SpotQuote]) -> int: ...
+    def set_scores(self, cluster: str, quotes: Sequence[ScoreQuote]) -> int: ...

@@ -1,0 +1,159 @@
+"""The pools of the watched clusters: discovered, priced, scored, kept in the ledger, and offered to the
+capacity policy.
+
+- `refresh(cluster, now)`: reconcile calls it for each watched cluster. It discovers the pools, reads the
+  spot prices that are older than `price_ttl_hours` (one DescribeSpotPriceHistory for them all), asks
+  the placement scores that are older than `score_ttl_hours` (one GetSpotPlacementScores per distinct
+  set of a provider's types), and saves the lot (facts kept, vanished pools marked gone).
+- `options(cluster, now)`: the jobs path calls it before each launch: one Query, no AWS call besides.
+- `record_fact` / `record_group_fact`: what happened in a pool (a launch, an interruption, a failure).
+
+Placement scores are asked only for providers of at least MIN_SCORED_TYPES instance types: EC2 scores
+fewer types low whatever the capacity (its documented minimum), and a score that says nothing would bias
+the policy against single-type pools. A failed score request means no score until the next one is due.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spotguard.domain.pools import (
+    Observation,
+    PoolRecord,
+    ScoreQuote,
+    matching_pools,
+    pool_options,
+    with_score,
+    with_spot_price,
+)
+from spotguard.ports import PoolFinder, PoolLedger
+
+if TYPE_CHECKING:
+    from spotguard.domain.planner import PoolOption
+
+log = logging.getLogger(__name__)
+
+MIN_SCORED_TYPES = 3
+
+
+class PoolSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    price_ttl_hours: float = Field(1.0, gt=0)  # spot prices move slowly: read them hourly
+    score_ttl_hours: float = Field(6.0, gt=0)  # placement scores are rate limited: every 6 h
+    tick_hours: float = Field(1 / 6, gt=0)  # the planner's tick (choose_capacity's default)
+    half_life_hours: float = Field(168.0, gt=0)  # how fast a pool's past counts less
+    hold_hours: float = Field(2.0, gt=0)  # how long an observation holds in the history
+
+
+class PoolService:
+    def __init__(
+        self, finder: PoolFinder, ledger: PoolLedger, region: str, settings: PoolSettings | None = None
+    ) -> None:
+        self.finder = finder
+        self.ledger = ledger
+        self.region = region
+        self.settings = settings or PoolSettings()
+
+    def refresh(self, cluster: str, now: datetime) -> list[PoolRecord]:
+        """Discover, price, score and save a cluster's pools; the pools as stored now."""
+        discovery = self.finder.discover(cluster, now)
+        for s in discovery.skipped:
+            log.info(
+                "cluster %s: capacity provider %s is not a pool: %s", cluster, s.capacity_provider, s.reason
+            )
+        name = discovery.cluster
+        stored = {p.name: p for p in self.ledger.pools(name, include_gone=True)}
+        found = list(discovery.pools)
+        found = self._priced(found, stored, now)
+        found = self._scored(found, stored, now)
+        return self.ledger.save_discovered(name, found, now, complete=discovery.complete)
+
+    def _priced(
+        self, found: list[PoolRecord], stored: dict[str, PoolRecord], now: datetime
+    ) -> list[PoolRecord]:
+        due = timedelta(hours=self.settings.price_ttl_hours)
+        stale = [
+            p for p in found if p.market == "spot" and _older(stored.get(p.name), "spot_priced_at", now, due)
+        ]
+        if not stale:
+            return found
+        quotes = self.finder.spot_prices(
+            {p.instance_type for p in stale}, {p.availability_zone for p in stale}, now
+        )
+        by_pair = {(q.instance_type, q.availability_zone): q for q in quotes}
+        names = {p.name for p in stale}
+        return [
+            with_spot_price(p, by_pair[(p.instance_type, p.availability_zone)])
+            if p.name in names and (p.instance_type, p.availability_zone) in by_pair
+            else p
+            for p in found
+        ]
+
+    def _scored(
+        self, found: list[PoolRecord], stored: dict[str, PoolRecord], now: datetime
+    ) -> list[PoolRecord]:
+        due = timedelta(hours=self.settings.score_ttl_hours)
+        providers: dict[tuple[str, ...], set[str]] = defaultdict(set)  # type set -> providers due a score
+        for p in found:
+            types = tuple(sorted(set(p.group_instance_types)))
+            if (
+                p.market == "spot"
+                and len(types) >= MIN_SCORED_TYPES
+                and p.availability_zone_id
+                and _older(stored.get(p.name), "scored_at", now, due)
+            ):
+                providers[types].add(p.capacity_provider)
+        quotes: list[ScoreQuote] = []
+        for types, names in providers.items():
+            scores = self.finder.placement_scores(types, self.region)
+            zone_ids = {p.availability_zone_id for p in found if p.capacity_provider in names}
+            quotes += [
+                ScoreQuote(capacity_provider=cp, availability_zone_id=z, score=scores.get(z), at=now)
+                for cp in sorted(names)
+                for z in sorted(z for z in zone_ids if z)
+            ]
+        for quote in quotes:
+            found = [with_score(p, quote) for p in found]
+        return found
+
+    def options(self, cluster: str, now: datetime) -> list[PoolOption]:
+        """The capacity policy's candidates for a launch now (domain.pools.pool_options): one Query."""
+        s = self.settings
+        return pool_options(self.ledger.pools(cluster), now, s.tick_hours, s.half_life_hours, s.hold_hours)
+
+    def pools(self, cluster: str) -> list[PoolRecord]:
+        return self.ledger.pools(cluster)
+
+    def record_fact(self, cluster: str, pool_name: str, fact: Observation) -> PoolRecord | None:
+        """Keep a fact about a pool (safe to repeat). None: the pool is not known (yet), the fact is lost."""
+        pool = self.ledger.record(cluster, pool_name, fact)
+        if pool is None:
+            log.info("cluster %s has no pool %s: %s fact not kept", cluster, pool_name, fact.source)
+        return pool
+
+    def record_group_fact(
+        self,
+        cluster: str,
+        auto_scaling_group: str,
+        fact: Observation,
+        availability_zone: str | None = None,
+        instance_type: str | None = None,
+    ) -> list[str]:
+        """Keep a fact about a group's pools (in a zone, of a type, when known), e.g. Auto Scaling's
+        "EC2 Instance Launch Unsuccessful" (domain.task_events.PoolEvent: group, zone). The pools' names."""
+        pools = matching_pools(
+            self.ledger.pools(cluster), auto_scaling_group, availability_zone, instance_type
+        )
+        return [p.name for p in pools if self.ledger.record(cluster, p.name, fact) is not None]
+
+
+def _older(pool: PoolRecord | None, field: str, now: datetime, due: timedelta) -> bool:
+    """Whether a pool's reading (`spot_priced_at`, `scored_at`) is missing or `due` old."""
+    at = getattr(pool, field, None) if pool is not None else None
+    return at is None or now - at >= due
