@@ -21,6 +21,18 @@ class Host:
     container_instance_arn: str
     availability_zone: str
     instance_type: str
+    capacity_provider: str | None = None  # the pool's provider it belongs to (None: registered by hand)
+
+
+@dataclass(frozen=True)
+class PoolGroup:
+    """A capacity provider of the cluster: its Auto Scaling group (one type, in `zones`), spot or not."""
+
+    capacity_provider: str
+    group: str
+    instance_type: str
+    zones: tuple[str, ...]
+    spot: bool
 
 
 class GpuCluster:
@@ -30,14 +42,66 @@ class GpuCluster:
         self.image_id = ECS_GPU_AMI
         self.hosts: list[Host] = []  # in the order they joined
 
-    def add_host(self, instance_type: str = "g5.xlarge", availability_zone: str = "us-east-1a") -> Host:
+    def add_pools(self, autoscaling: Any, pools: list[PoolGroup]) -> None:
+        """The cluster's capacity providers, as examples/gpu-cluster makes them: an Auto Scaling group per
+        pool (spot or on-demand, over its zones' subnets, from one launch template), each a capacity
+        provider of the cluster. SpotGuard discovers them as it would in AWS."""
+        vpc = self.ec2.create_vpc(CidrBlock="10.8.0.0/16")["Vpc"]["VpcId"]
+        zones = sorted({z for p in pools for z in p.zones})
+        subnet = {
+            z: self.ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.8.{i}.0/24", AvailabilityZone=z)["Subnet"][
+                "SubnetId"
+            ]
+            for i, z in enumerate(zones)
+        }
+        template = self.ec2.create_launch_template(
+            LaunchTemplateName=f"{self.name}-gpu", LaunchTemplateData={"ImageId": self.image_id}
+        )["LaunchTemplate"]["LaunchTemplateId"]
+        for p in pools:
+            autoscaling.create_auto_scaling_group(
+                AutoScalingGroupName=p.group,
+                MinSize=0,
+                MaxSize=10,
+                VPCZoneIdentifier=",".join(subnet[z] for z in p.zones),
+                MixedInstancesPolicy={
+                    "InstancesDistribution": {
+                        "OnDemandBaseCapacity": 0,
+                        "OnDemandPercentageAboveBaseCapacity": 0 if p.spot else 100,
+                        "SpotAllocationStrategy": "price-capacity-optimized",
+                    },
+                    "LaunchTemplate": {
+                        "LaunchTemplateSpecification": {"LaunchTemplateId": template, "Version": "$Latest"},
+                        "Overrides": [{"InstanceType": p.instance_type}],
+                    },
+                },
+            )
+            arn = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[p.group])[
+                "AutoScalingGroups"
+            ][0]["AutoScalingGroupARN"]
+            self.ecs.create_capacity_provider(
+                name=p.capacity_provider, autoScalingGroupProvider={"autoScalingGroupArn": arn}
+            )
+        self.ecs.put_cluster_capacity_providers(
+            cluster=self.name,
+            capacityProviders=[p.capacity_provider for p in pools],
+            defaultCapacityProviderStrategy=[],
+        )
+
+    def add_host(
+        self,
+        instance_type: str = "g5.xlarge",
+        availability_zone: str = "us-east-1a",
+        capacity_provider: str | None = None,
+        spot: bool = True,
+    ) -> Host:
+        market = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
         inst = self.ec2.run_instances(
             ImageId=self.image_id,
             MinCount=1,
             MaxCount=1,
             InstanceType=instance_type,
             Placement={"AvailabilityZone": availability_zone},
-            InstanceMarketOptions={"MarketType": "spot"},
+            **market,
         )["Instances"][0]
         doc = json.dumps(
             {
@@ -52,6 +116,7 @@ class GpuCluster:
             container_instance_arn=ci["containerInstance"]["containerInstanceArn"],
             availability_zone=availability_zone,
             instance_type=instance_type,
+            capacity_provider=capacity_provider,
         )
         self.hosts.append(host)
         return host
@@ -110,8 +175,10 @@ class GpuCluster:
 class GpuScheduler:
     """Stands in for ECS task placement, which moto does not model: it answers RunTask (through a
     botocore `before-call` hook, after botocore validated the request) by placing the task on a host
-    with free GPUs that meets the request's memberOf constraints, and it honours client tokens.
-    When nothing fits it answers as ECS does: no task, and a failure with reason RESOURCE:GPU.
+    with free GPUs that meets the request's memberOf constraints (and, for a request with a capacity
+    provider strategy, belongs to one of its providers), and it honours client tokens. When nothing fits
+    it answers as ECS does: no task, and a failure with reason RESOURCE:GPU. (ECS would leave a task with
+    a provider strategy PROVISIONING while managed scaling adds an instance; here no instance is added.)
 
     `requests` keeps every RunTask request as botocore validated it, for tests to assert on; `refuse`
     makes the next N calls find no capacity; `lose_answers` makes the next N calls start their task
@@ -163,10 +230,12 @@ class GpuScheduler:
         td = self._definition(request["taskDefinition"])
         need = gpu_count(td, request.get("overrides"))
         constraints = request.get("placementConstraints") or []
+        providers = {p["capacityProvider"] for p in request.get("capacityProviderStrategy") or []}
         fitting = [
             (free, order, host)
             for order, host in enumerate(self.cluster.hosts)
             if self.status.get(host.container_instance_arn, "ACTIVE") == "ACTIVE"
+            and (not providers or host.capacity_provider in providers)
             and all(_member_of(c.get("expression", ""), _as_container_instance(host)) for c in constraints)
             and (free := self.free_gpus(host)) >= need
         ]

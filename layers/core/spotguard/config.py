@@ -86,6 +86,8 @@ class JobsEnv(EnvModel):
     # families it may run (the TaskRoleArns and TaskDefinitionFamilies parameters); empty: no check.
     pass_roles: tuple[str, ...] = Field(default=(), alias="SPOTGUARD_PASS_ROLES")
     task_families: tuple[str, ...] = Field(default=(), alias="SPOTGUARD_TASK_FAMILIES")
+    # SpotGuard's SSM document: a move asks the job's checkpoint container to commit through it.
+    signal_document: str = Field(default="", alias="SPOTGUARD_SIGNAL_DOCUMENT")
 
     _split = field_validator(
         "clusters", "default_subnets", "default_security_groups", "pass_roles", "task_families", mode="before"

@@ -18,16 +18,21 @@ from spotguard.adapters.hosts import Ec2Hosts
 from spotguard.adapters.job_store import DynamoJobs
 from spotguard.adapters.ledger import DynamoLedger
 from spotguard.adapters.notify import Notifier
+from spotguard.adapters.pool_store import PoolStore
+from spotguard.adapters.pools import PoolDiscovery
 from spotguard.adapters.queues import DeadLetters, RetryQueue
 from spotguard.adapters.s3 import S3Checkpoints
+from spotguard.adapters.ssm import SsmSignaller
 from spotguard.config import JobsEnv
 from spotguard.domain.commands import Submit
 from spotguard.runtime import utcnow
 from spotguard.usecases.checkpoints import CheckpointService
+from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.ebs import EbsVolumes
 from spotguard.usecases.jobs.engine import JobEngine, JobsConfig
 from spotguard.usecases.jobs.reconcile import Reconciler
 from spotguard.usecases.jobs.service import JobService, summary
+from spotguard.usecases.pools import PoolService
 
 SUBMIT_IDEMPOTENCY_SECONDS = 600  # the same submit payload again within 10 minutes: the same job
 
@@ -42,6 +47,13 @@ class JobsRuntime:
         ledger = DynamoLedger(dynamodb, env.ledger_table)
         self.clock = utcnow  # every part of the jobs path reads the time through `now` (tests move it)
         volumes = EbsVolumes(EbsAdapter(LazyClient("ec2")), self.now)
+        store = DynamoJobs(dynamodb, env.ledger_table)
+        self.pools = PoolService(
+            PoolDiscovery(ecs, LazyClient("autoscaling"), LazyClient("ec2")),
+            PoolStore(dynamodb, env.ledger_table),
+            region=dynamodb.meta.region_name,
+        )
+        signals = SsmSignaller(LazyClient("ssm"), env.signal_document) if env.signal_document else None
         engine = JobEngine(
             config=JobsConfig(
                 settings=env.settings,
@@ -54,13 +66,14 @@ class JobsRuntime:
                 pass_roles=env.pass_roles,
                 task_families=env.task_families,
             ),
-            store=DynamoJobs(dynamodb, env.ledger_table),
+            store=store,
             ecs=JobsEcsAdapter(ecs),
             checkpoints=CheckpointService(S3Checkpoints(LazyClient("s3")), ledger),
             notifier=Notifier(LazyClient("sns"), LazyClient("events"), env.topic_arn),
             retries=RetryQueue(sqs, env.retry_queue_url),
             clock=self.now,
             volumes=volumes,
+            placement=CapacityAdvisor(self.pools, store, self.now, env.clusters, signals),
         )
         self.service = JobService(
             engine, hosts=Ec2Hosts(ecs, LazyClient("ec2")), claims=ledger, index=ledger, volumes=volumes

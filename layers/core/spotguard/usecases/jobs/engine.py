@@ -106,6 +106,9 @@ class Placement:
         """Record a pool event; the (cluster, pool) it marked unavailable."""
         return []
 
+    def task_seen(self, before: Job | None, after: Job) -> None:
+        """What a task event taught about the pool its attempt runs in."""
+
     def provisioning_timed_out(self, job: Job) -> None:
         """The live attempt's pool gave it no instance in time: mark the pool unavailable."""
 

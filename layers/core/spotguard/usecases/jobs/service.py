@@ -10,6 +10,7 @@ compare-and-set write -> engine.drive -> transitions.begin_launch -> RunTask (re
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable
 from datetime import datetime
@@ -33,6 +34,8 @@ from spotguard.ports import Hosts, JobEcs, JobStore, StopClaims, TaskIndex
 from spotguard.usecases.jobs.adoption import Adoption
 from spotguard.usecases.jobs.ebs import EbsVolumes, ebs_checkpointing
 from spotguard.usecases.jobs.engine import JobEngine, JobsConfig, Transition
+
+log = logging.getLogger(__name__)
 
 
 class JobService:
@@ -146,6 +149,10 @@ class JobService:
             "checkpoints": [r.model_dump(mode="json", exclude_none=True) for r in refs],
             "snapshots": job.snapshots,  # EBS mode: the volumes' snapshots, oldest first
             "spend": spend(job, by_attempt, now).model_dump(mode="json"),
+            # capacity: every decision (newest last), and a move under way
+            "decisions": [d.model_dump(mode="json", exclude_none=True) for d in job.decisions],
+            "move": job.move.model_dump(mode="json", exclude_none=True) if job.move else None,
+            "moves_made": job.moves_made,
             "avoiding": {
                 "instances": job.avoid_instances,
                 "pools": [p.model_dump(mode="json") for p in job.avoid_pools if p.until > now],
@@ -168,7 +175,12 @@ class JobService:
             return (
                 "not a managed task" if ref is None else f"job {job_id} is not in the ledger: event ignored"
             )
-        return self.engine.run(job_id, self._task_event(ev), current=job)[1]
+        after, note = self.engine.run(job_id, self._task_event(ev), current=job)
+        try:
+            self.engine.placement.task_seen(job, after)
+        except Exception:  # a pool fact lost costs a little knowledge, never the job's event
+            log.exception("job %s: could not record what its task taught about its pool", job_id)
+        return note
 
     def on_launch_due(self, job_id: str, launch_try: int) -> str:
         """A retry message: a job that waited for capacity is due for another RunTask."""
@@ -290,6 +302,7 @@ def summary(job: Job) -> dict[str, Any]:
         "retry_at": job.retry_at.isoformat() if job.retry_at else None,
         "finished": job.state in TERMINAL,
         "last_reason": job.last_reason,
+        "decision": job.decisions[-1].summary() if job.decisions else None,
     }
 
 

@@ -1,0 +1,297 @@
+"""The capacity advisor: where each launch of a job goes, decided by the capacity policy on the pools of
+its cluster, and the pool facts the jobs path learns on the way.
+
+`decide` is asked before every launch (first attempt, resubmission, each retry) and, for jobs with a
+deadline, on every reconcile tick: it reads the cluster's pools (one ledger Query), tells the policy what
+the job needs (`domain.jobs.placement.job_needs`: GPUs, work left at its measured rate, its measured
+restart overhead, the deadline, what it holds now) and turns the policy's answer into a
+`PlacementDecision`: spot in a pool, on-demand in the cluster's on-demand pool of that instance type,
+or a wait of the policy's length. Jobs without pools (a cluster with no capacity providers, Fargate,
+`options.capacity: fixed`, CPU jobs) get None: the request as submitted, as before.
+
+What the jobs path learns is written on the pools as observations (`domain.pools.Observation`): a task
+that starts running (spot was there), an interruption, RunTask's capacity failures, a task that waited
+for an instance past its bound, Auto Scaling's launch failures. A failure backs the pool off at once, so
+the decision that follows goes elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from spotguard.domain.capacity import Placement as Market
+from spotguard.domain.jobs.model import Attempt, Job, JobState
+from spotguard.domain.jobs.placement import PlacementDecision, job_needs
+from spotguard.domain.planner import CapacityDecision, JobNeeds, PoolOption, choose_capacity
+from spotguard.domain.pools import (
+    Observation,
+    PoolRecord,
+    Source,
+    by_name,
+    on_demand_pool,
+    pool_options,
+)
+from spotguard.domain.task_events import PoolEvent
+from spotguard.domain.tasks import TaskInfo
+from spotguard.ports import JobStore
+from spotguard.usecases.jobs.engine import Placement
+
+TICK_HOURS = 1 / 6  # the policy's tick: 10 minutes, the resolution of the traces it was built on
+MOVE_DECISION_SECONDS = 1800  # a move's decision is followed by the launch after it this long at most
+NO_POOL_RECHECK_SECONDS = 900  # a job no pool can serve asks again this often (pools may be added)
+log = logging.getLogger(__name__)
+
+
+class PoolBook(Protocol):
+    """The pools of the watched clusters, as the ledger keeps them (usecases.pools.PoolService)."""
+
+    def pools(self, cluster: str) -> list[PoolRecord]: ...
+    def record_fact(self, cluster: str, pool_name: str, fact: Observation) -> PoolRecord | None: ...
+    def record_group_fact(
+        self, cluster: str, auto_scaling_group: str, fact: Observation, availability_zone: str | None = None
+    ) -> list[str]: ...
+    def refresh(self, cluster: str, now: datetime) -> list[PoolRecord]: ...
+
+
+class Signals(Protocol):
+    def signal(self, instance_id: str, tasks: Sequence[TaskInfo], signal: str) -> str: ...
+
+
+class CapacityAdvisor(Placement):
+    def __init__(
+        self,
+        book: PoolBook,
+        store: JobStore,
+        clock: Callable[[], datetime],
+        clusters: Sequence[str] = (),
+        signals: Signals | None = None,
+    ) -> None:
+        self.book, self.store, self.clock = book, store, clock
+        self.clusters = tuple(clusters)
+        self.signals = signals
+
+    # ------------------------------------------------------------------------------------ decisions
+    def decide(self, job: Job, trigger: str) -> PlacementDecision | None:
+        if job.options.capacity != "auto" or job.request.fargate or job.gpus < 1:
+            return None
+        pools = self.book.pools(job.request.cluster_name)
+        if not pools:
+            return None
+        now = self.clock()
+        carried = job.placement
+        if (
+            trigger == "launch"
+            and carried is not None
+            and carried.trigger == "move"
+            and (now - carried.at).total_seconds() < MOVE_DECISION_SECONDS
+        ):
+            pool = by_name(pools).get(carried.pool or "")
+            if pool is not None and pool.available_at(now):
+                return carried  # the move's own decision, for the launch it stopped the task for
+        live = job.live_attempt if trigger != "launch" else None
+        needs = job_needs(
+            job.gpus,
+            self.store.checkpoints(job.checkpoint_uri),
+            [(a.number, a.launched_at) for a in job.attempts],
+            job.options.work_hours,
+            job.created_at,
+            job.options.deadline,
+            now,
+        )
+        held = _held(live)
+        options = [
+            o if not _avoided(job, o, now) else replace(o, available=False)
+            for o in pool_options(pools, now, TICK_HOURS)
+        ]
+        asked = JobNeeds(
+            gpus=job.gpus,
+            work_left_hours=needs.work_left_hours,
+            restart_hours=needs.restart_hours,
+            time_left_hours=needs.time_left_hours,
+            placement=held,
+            pool=live.pool if live is not None and held is Market.SPOT else None,
+            overhead_left_hours=_overhead_left(live, needs.restart_hours, now),
+            waited_hours=_waited_hours(job, now),
+        )
+        answer = choose_capacity(asked, options, TICK_HOURS)
+        common: dict[str, Any] = {
+            "at": now,
+            "trigger": trigger,
+            "expected_cost": answer.expected_cost,
+            "work_left_hours": round(needs.work_left_hours, 4),
+            "time_left_hours": round(needs.time_left_hours, 4) if needs.time_left_hours is not None else None,
+            "restart_hours": round(needs.restart_hours, 4),
+        }
+        return self._placed(job, answer, pools, options, now, common)
+
+    def _placed(
+        self,
+        job: Job,
+        answer: CapacityDecision,
+        pools: Sequence[PoolRecord],
+        options: Sequence[PoolOption],
+        now: datetime,
+        common: dict[str, Any],
+    ) -> PlacementDecision:
+        """The policy's answer as a decision the launch can carry out."""
+        named = by_name(pools)
+        if answer.placement is Market.SPOT and answer.pool in named:
+            return _in_pool(named[answer.pool], "spot", answer.reason, common)
+        if answer.placement is Market.ON_DEMAND:
+            spot_twin = named.get(answer.instance_pool)
+            zone = spot_twin.availability_zone if spot_twin else None
+            wanted = spot_twin.instance_type if spot_twin else None
+            pool = (on_demand_pool(pools, wanted, now, zone) if wanted else None) or _any_on_demand(
+                pools, job.gpus, now
+            )
+            if pool is not None:
+                return _in_pool(pool, "on-demand", answer.reason, common)
+            spot = [o for o in options if o.available and o.gpus_per_instance >= job.gpus]
+            missing = f"{answer.reason}, but the cluster has no on-demand pool for {job.gpus} GPU(s)"
+            if spot:
+                best = min(spot, key=lambda o: (o.spot_price / o.gpus_per_instance, o.name))
+                return _in_pool(named[best.name], "spot", f"{missing}: spot instead", common)
+            why = f"{missing} and no spot now"
+            return PlacementDecision(placement="none", reason=why[:500], recheck_seconds=300, **common)
+        return PlacementDecision(
+            placement="none",
+            reason=answer.reason[:500],
+            servable=answer.servable,
+            recheck_seconds=answer.recheck_seconds if answer.servable else NO_POOL_RECHECK_SECONDS,
+            **common,
+        )
+
+    # ---------------------------------------------------------------------------- what is learnt
+    def launch_failed(self, job: Job, reason: str) -> None:
+        if job.placement is not None and job.placement.pool:
+            self._record(job.request.cluster_name, job.placement.pool, False, "runtask", reason)
+
+    def provisioning_timed_out(self, job: Job) -> None:
+        live = job.live_attempt
+        if live is not None and live.pool:
+            why = f"task {live.task_arn.rsplit('/', 1)[-1]} got no instance"
+            self._record(job.request.cluster_name, live.pool, False, "provisioning-timeout", why)
+
+    def task_seen(self, before: Job | None, after: Job) -> None:
+        """What a task event taught about its pool: spot was there (the task started), or was taken
+        away (the attempt was interrupted)."""
+        old = {a.number: a for a in (before.attempts if before else [])}
+        for a in after.attempts:
+            was = old.get(a.number)
+            if a.pool is None or a.market != "spot":
+                continue
+            if a.started_at is not None and (was is None or was.started_at is None):
+                self._record(
+                    after.request.cluster_name, a.pool, True, "launch", a.task_arn.rsplit("/", 1)[-1]
+                )
+            if a.interrupted_by and (was is None or not was.interrupted_by) and a.outcome == "resubmit":
+                self._record(after.request.cluster_name, a.pool, False, "interruption", a.interrupted_by)
+
+    def pool_event(self, ev: PoolEvent) -> list[tuple[str, str]]:
+        fact = Observation(at=ev.at, available=False, source="launch-failure", detail=ev.message)
+        return [
+            (cluster, name)
+            for cluster in self.clusters
+            for name in self.book.record_group_fact(cluster, ev.group, fact, availability_zone=ev.zone)
+        ]
+
+    def refresh(self, clusters: Sequence[str]) -> int:
+        now, found = self.clock(), 0
+        for cluster in clusters or self.clusters:
+            try:
+                found += len(self.book.refresh(cluster, now))
+            except Exception:  # one cluster's discovery failing stops no other's
+                log.exception("could not refresh the pools of cluster %s", cluster)
+        return found
+
+    def checkpoint(self, job: Job, attempt: int) -> None:
+        """SIGUSR1 to the attempt's checkpoint container (a move asks for a checkpoint first)."""
+        live = next((a for a in job.attempts if a.number == attempt), None)
+        if self.signals is None or live is None or not live.instance_id:
+            log.warning(
+                "job %s: cannot signal attempt %s (no instance known); the move waits", job.job_id, attempt
+            )
+            return
+        container = job.options.checkpoint_container or (job.containers[0] if job.containers else None)
+        task = TaskInfo(
+            task_arn=live.task_arn,
+            cluster_arn=job.request.cluster,
+            task_definition_arn=job.request.taskDefinition,
+            container_instance_arn=live.container_instance_arn,
+            containers=((container, None),) if container else (),
+        )  # no runtime id: the signal document finds the container by the task's labels
+        self.signals.signal(live.instance_id, [task], "SIGUSR1")
+
+    def _record(
+        self,
+        cluster: str,
+        pool: str,
+        available: bool,
+        source: Source,
+        detail: str,
+        at: datetime | None = None,
+    ) -> None:
+        fact = Observation(at=at or self.clock(), available=available, source=source, detail=detail)
+        self.book.record_fact(cluster, pool, fact)
+
+
+# -------------------------------------------------------------------------------------------- helpers
+def _in_pool(pool: PoolRecord, market: Any, reason: str, common: dict[str, Any]) -> PlacementDecision:
+    return PlacementDecision(
+        placement=market,
+        pool=pool.name,
+        capacity_provider=pool.capacity_provider,
+        instance_type=pool.instance_type,
+        availability_zone=pool.availability_zone,
+        constrain_type=pool.constrain_type,
+        constrain_zone=pool.constrain_zone,
+        reason=reason[:500],
+        **common,
+    )
+
+
+def _any_on_demand(pools: Sequence[PoolRecord], gpus: int, now: datetime) -> PoolRecord | None:
+    """The cheapest on-demand pool per GPU with room for the job, when none has the type the plan chose."""
+    fits = [
+        p for p in pools if p.market == "on-demand" and p.gpus_per_instance >= gpus and p.available_at(now)
+    ]
+    return min(
+        fits,
+        key=lambda p: ((p.on_demand_price or float("inf")) / max(p.gpus_per_instance, 1), p.name),
+        default=None,
+    )
+
+
+def _held(live: Attempt | None) -> Market:
+    if live is None or live.last_status != "RUNNING":
+        return Market.NONE
+    return {"spot": Market.SPOT, "on-demand": Market.ON_DEMAND}.get(live.market or "", Market.NONE)
+
+
+def _overhead_left(live: Attempt | None, restart_hours: float, now: datetime) -> float:
+    """Restart overhead the running attempt has still to pay (it is paid from its launch on)."""
+    if live is None or live.last_status != "RUNNING":
+        return 0.0
+    return max(0.0, restart_hours - (now - live.launched_at).total_seconds() / 3600)
+
+
+def _waited_hours(job: Job, now: datetime) -> float:
+    """Hours since the job last ran (since it was submitted, if it never did)."""
+    if job.state is JobState.RUNNING:
+        return 0.0
+    ends = [a.stopped_at for a in job.attempts if a.stopped_at is not None]
+    since = max(ends) if ends else job.created_at
+    return max(0.0, (now - since).total_seconds() / 3600)
+
+
+def _avoided(job: Job, option: PoolOption, now: datetime) -> bool:
+    """A pool the job stays off for now (interrupted there lately: `options.avoid_pool_seconds`)."""
+    _, instance_type, zone = option.name.rsplit("/", 2)
+    return any(
+        p.until > now and (p.instance_type, p.availability_zone) == (instance_type, zone)
+        for p in job.avoid_pools
+    )
