@@ -41,7 +41,8 @@ ACCOUNT = "123456789012"
 
 
 def asg_arn(name: str) -> str:
-    return f"arn:aws:autoscaling:us-east-1:{ACCOUNT}:autoScalingGroup:5f3c2e1a-0000-4000-8000-000000000000:autoScalingGroupName/{name}"
+    group_id = "5f3c2e1a-0000-4000-8000-000000000000"
+    return f"arn:aws:autoscaling:us-east-1:{ACCOUNT}:autoScalingGroup:{group_id}:autoScalingGroupName/{name}"
 
 
 def provider(name: str, group: str, tags: dict[str, str] | None = None) -> dict[str, Any]:
@@ -324,7 +325,7 @@ def test_a_mixed_group_without_overrides_takes_its_templates_type_and_failures_m
 
 # ====================================================================================== facts
 def pool(**changes: Any) -> PoolRecord:
-    base = discover_pools(described(), NOW).pools[0]
+    base = next(p for p in discover_pools(described(), NOW).pools if p.market == "spot")
     return base.model_copy(update=changes)
 
 
@@ -434,7 +435,8 @@ def test_facts_hold_until_the_next_fact_as_ticks():
 def test_a_fact_holds_at_most_hold_hours_then_the_state_is_unknown():
     p = fold(pool(), fact(0, True, "launch"))
     (down, up), state, age = ticks_of(p, NOW + timedelta(hours=5), hold_hours=1.0)
-    assert (down, up) == pytest.approx((0.0, 6.0), rel=1e-3) and state is None and age == 0  # gap: age unknown
+    assert (down, up) == pytest.approx((0.0, 6.0), rel=1e-3)
+    assert state is None and age == 0  # a gap: the run's age is not known
     # a fact after the gap starts a new run
     p = fold(p, fact(4 * 60, False, "launch-failure"))
     (down, up), state, age = ticks_of(p, NOW + timedelta(hours=4, minutes=25), hold_hours=1.0)
@@ -448,7 +450,7 @@ def test_a_fact_holds_at_most_hold_hours_then_the_state_is_unknown():
 
 def test_the_last_fact_in_a_tick_counts_and_future_facts_are_left_out():
     p = fold_all(pool(), [fact(0, True, "launch"), fact(5, False, "interruption"), fact(90, True, "launch")])
-    (down, up), state, age = ticks_of(p, NOW + timedelta(minutes=15))
+    (down, up), state, _ = ticks_of(p, NOW + timedelta(minutes=15))
     assert (down, up) == pytest.approx((2.0, 0.0), rel=1e-3) and state == 0
     assert availability_history(pool(), TICK, NOW).state is None  # no facts: the prior alone
 

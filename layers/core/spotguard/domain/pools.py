@@ -621,8 +621,12 @@ class ScoreQuote(_Frozen):
 
 
 def with_spot_price(pool: PoolRecord, quote: SpotQuote) -> PoolRecord:
-    """The pool with a newer reading of its spot price (an older or foreign one changes nothing)."""
-    if (quote.instance_type, quote.availability_zone) != (pool.instance_type, pool.availability_zone):
+    """A spot pool with a newer reading of its spot price (an older one, one for another type or zone,
+    or any for an on-demand pool changes nothing)."""
+    if pool.market != "spot" or (quote.instance_type, quote.availability_zone) != (
+        pool.instance_type,
+        pool.availability_zone,
+    ):
         return pool
     if pool.spot_priced_at is not None and quote.at <= pool.spot_priced_at:
         return pool
@@ -630,8 +634,8 @@ def with_spot_price(pool: PoolRecord, quote: SpotQuote) -> PoolRecord:
 
 
 def with_score(pool: PoolRecord, quote: ScoreQuote) -> PoolRecord:
-    """The pool with a newer placement score for its provider and zone (else unchanged)."""
-    if (quote.capacity_provider, quote.availability_zone_id) != (
+    """A spot pool with a newer placement score for its provider and zone (else unchanged)."""
+    if pool.market != "spot" or (quote.capacity_provider, quote.availability_zone_id) != (
         pool.capacity_provider,
         pool.availability_zone_id,
     ):
