@@ -207,7 +207,6 @@ def test_placement_scores_request_and_answer():
         {
             "InstanceTypes": ["g5.2xlarge", "g5.xlarge", "g6.xlarge"],
             "TargetCapacity": 1,
-            "TargetCapacityUnitType": "units",
             "SingleAvailabilityZone": True,
             "RegionNames": [REGION],
         },
@@ -339,9 +338,14 @@ def test_refresh_discovers_prices_scores_and_caches(world):
     assert len(asked) == 1 and asked[0]["InstanceTypes"] == ["g5.2xlarge", "g5.xlarge", "g6.xlarge"]
     assert calls == ["prices"]
 
-    # within the TTLs nothing is asked again; past the price TTL only prices are
+    # within the TTLs nothing is asked again, and nothing changed is written; past the price TTL only
+    # prices are asked
+    writes: list[str] = []
+    world["ddb"].meta.events.register(
+        "before-parameter-build.dynamodb.PutItem", lambda **_: writes.append("put")
+    )
     service.refresh(CLUSTER, NOW + timedelta(minutes=30))
-    assert len(asked) == 1 and calls == ["prices"]
+    assert len(asked) == 1 and calls == ["prices"] and writes == []
     service.refresh(CLUSTER, NOW + timedelta(hours=1))
     assert len(asked) == 1 and calls == ["prices", "prices"]
 

@@ -201,7 +201,6 @@ class PoolDiscovery:
             pages = self.ec2.get_paginator("get_spot_placement_scores").paginate(
                 InstanceTypes=sorted(instance_types),
                 TargetCapacity=1,
-                TargetCapacityUnitType="units",
                 SingleAvailabilityZone=True,
                 RegionNames=[region],
             )
