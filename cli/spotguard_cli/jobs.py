@@ -46,6 +46,12 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--deadline", help="ISO 8601 time with a zone, e.g. 2026-12-01T08:00:00Z")
     s.add_argument("--avoid-pool-seconds", type=int)
     s.add_argument("--checkpoint-container", help="the container that runs the agent (default: the first)")
+    s.add_argument("--work-hours", type=float, help="your estimate of the job's work, in hours of running")
+    s.add_argument(
+        "--capacity",
+        choices=["auto", "fixed"],
+        help="auto (default): the policy places each launch in the cluster's pools; fixed: as requested",
+    )
 
     r = actions.add_parser("resubmit", help="start a job that is not running again (or adopt a stopped task)")
     r.add_argument("target", help="a job id, or the ARN of a stopped task")
@@ -76,6 +82,8 @@ def payload(args: argparse.Namespace) -> dict[str, Any]:
                 "deadline": args.deadline,
                 "avoid_pool_seconds": args.avoid_pool_seconds,
                 "checkpoint_container": args.checkpoint_container,
+                "work_hours": args.work_hours,
+                "capacity": args.capacity,
             }.items()
             if v is not None
         }
@@ -274,6 +282,27 @@ def render(answer: dict[str, Any]) -> str:
             lines.append(
                 f"EBS snapshots: {', '.join(job['snapshots'])} (the next attempt starts from the last)"
             )
+        decisions = job.get("decisions") or []
+        if decisions:
+            rows = [
+                [
+                    _when(d.get("at")),
+                    d.get("trigger", "-"),
+                    d["placement"],
+                    d.get("pool") or "-",
+                    f"${d['expected_cost']:.2f}" if d.get("expected_cost") is not None else "-",
+                    d.get("reason", ""),
+                ]
+                for d in decisions[-5:]
+            ]
+            lines += [
+                f"\ncapacity decisions ({len(decisions)}, newest last; "
+                f"moves made: {job.get('moves_made', 0)}):",
+                table(rows, ["AT", "WHY ASKED", "PLACEMENT", "POOL", "TO FINISH", "REASON"]),
+            ]
+        if job.get("move"):
+            to = job["move"]["to"]
+            lines.append(f"moving to {to['placement']} {to.get('pool') or ''}: waiting for its checkpoint")
         spend = job.get("spend") or {}
         if spend:
             money = ""
