@@ -187,6 +187,12 @@ def test_a_group_on_a_spot_launch_template_is_one_spot_pool(world):
     assert pool.name == "t4/g4dn.xlarge/us-east-1c" and pool.market == "spot"
     assert not pool.constrain_type and not pool.constrain_zone and pool.gpus_per_instance == 1
 
+    # a template deleted under its group: no pool from it, and discovery is incomplete (nothing is gone)
+    ec2.delete_launch_template(LaunchTemplateName="spot-t4")
+    found = PoolDiscovery(ecs, asg, ec2).discover("small", NOW)
+    assert found.pools == () and not found.complete
+    assert [s.reason for s in found.skipped] == ["group t4's launch template version was not described"]
+
 
 # ================================================================================ placement scores
 def stubbed_ec2() -> tuple[Any, Stubber]:
