@@ -368,3 +368,17 @@ def test_what_tasks_teach_is_written_on_their_pools():
     interrupted = revised(before.attempts[0], interrupted_by="spot-warning", outcome="resubmit")
     adv.task_seen(before, revised(before, attempts=[interrupted]))
     assert [(f.available, f.source) for _, f in book.facts] == [(True, "launch"), (False, "interruption")]
+
+
+def test_a_spot_attempt_still_running_is_a_fact_of_its_pool_at_each_look():
+    adv, book = advisor([pool("spot", "us-east-1a")])
+    adv.still_running(_running())
+    adv.still_running(_running(options=JobOptions(capacity="auto")))  # the same minute: one fact twice
+    assert next((n, f.available, f.source) for n, f in book.facts) == (
+        "gpu-spot/g5.xlarge/us-east-1a",
+        True,
+        "run",
+    )
+    on_demand = _running()
+    adv.still_running(revised(on_demand, attempts=[revised(on_demand.attempts[0], market="on-demand")]))
+    assert len(book.facts) == 2  # nothing learnt about spot from an on-demand attempt

@@ -191,6 +191,14 @@ class CapacityAdvisor(Placement):
             if a.interrupted_by and (was is None or not was.interrupted_by) and a.outcome == "resubmit":
                 self._record(after.request.cluster_name, a.pool, False, "interruption", a.interrupted_by)
 
+    def still_running(self, job: Job) -> None:
+        """A fact per reconcile tick while a spot attempt runs: a run longer than a fact holds in the
+        pool's history (domain.pools.HOLD_HOURS) is then a long run, not a gap."""
+        live = job.live_attempt
+        if live is not None and live.pool and live.market == "spot" and live.last_status == "RUNNING":
+            now = self.clock()
+            self._record(job.request.cluster_name, live.pool, True, "run", f"{now:%Y-%m-%dT%H:%M}", at=now)
+
     def pool_event(self, ev: PoolEvent) -> list[tuple[str, str]]:
         fact = Observation(at=ev.at, available=False, source="launch-failure", detail=ev.message)
         return [

@@ -109,6 +109,9 @@ class Placement:
     def task_seen(self, before: Job | None, after: Job) -> None:
         """What a task event taught about the pool its attempt runs in."""
 
+    def still_running(self, job: Job) -> None:
+        """The job's attempt still runs on spot (reconcile's look): spot is still there in its pool."""
+
     def provisioning_timed_out(self, job: Job) -> None:
         """The live attempt's pool gave it no instance in time: mark the pool unavailable."""
 

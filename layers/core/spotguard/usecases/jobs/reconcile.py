@@ -143,6 +143,7 @@ class Reconciler:
                 self.engine.run(job.job_id, lambda j: move_abandoned(j, now, why), current=job, drive=False)
                 counts["moves_abandoned"] += 1
             return
+        placement.still_running(job)
         waited = (now - attempt.launched_at).total_seconds()
         if attempt.last_status in ("PROVISIONING", "PENDING"):
             if attempt.pool is not None and waited > options.provisioning_timeout_seconds:
