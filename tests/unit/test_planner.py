@@ -3,25 +3,24 @@ misses a deadline on-demand could meet. Hand-made traces with 1-hour ticks keep 
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
 import pytest
 
 from spotguard.domain.capacity import Placement, Situation
+from spotguard.domain.capacity_model import NB, NC, AvailabilityHistory, age_bin
 from spotguard.domain.planner import (
-    NB,
-    NC,
-    AvailabilityHistory,
+    RECHECK_MAX_SECONDS,
+    RECHECK_MIN_SECONDS,
     JobNeeds,
-    JointPlan,
-    Plan,
     PoolOption,
     SpotGuardPolicy,
-    age_bin,
     choose_capacity,
     pick_two,
 )
+from spotguard.domain.plans import FAR_BUDGET, FINE_BUDGET, MAX_FINE_TICKS, JointPlan, Plan, plan_grid
 from spotguard_cli.simulator import Job, Prices, Trace, simulate
 
 PRICES = Prices(spot=1.0, on_demand=3.0)
@@ -270,11 +269,13 @@ def test_without_deadline_a_bounded_wait_then_on_demand():
     assert (late.placement, late.instance_pool) == (Placement.ON_DEMAND, "big")  # 2.5 $ per GPU-hour
 
 
-def test_a_job_needs_a_pool_with_its_gpus():
-    with pytest.raises(ValueError, match="no candidate pool has 4 GPUs"):
-        choose_capacity(
-            JobNeeds(gpus=4, work_left_hours=1, restart_hours=0.1, time_left_hours=None), [pool("a", True)]
-        )
+@pytest.mark.parametrize("time_left", [None, 3.0])
+def test_a_job_no_pool_fits_is_not_servable(time_left):
+    job = JobNeeds(gpus=4, work_left_hours=1, restart_hours=0.1, time_left_hours=time_left)
+    d = choose_capacity(job, [pool("a", True), pool("b", False)])
+    assert (d.placement, d.pool, d.servable) == (Placement.NONE, None, False)
+    assert d.reason == "no pool has 4 GPUs per instance" and d.expected_cost is None
+    assert choose_capacity(job, []).servable is False
 
 
 def test_with_a_deadline_spot_that_lasts():
@@ -336,3 +337,100 @@ def test_with_a_deadline_the_job_moves_pools_only_when_the_restart_pays():
     assert "cheap" in stay.reason and "dear" not in stay.reason
     move = decide(0.5)
     assert (move.placement, move.pool) == (Placement.SPOT, "cheap")
+
+
+# ------------------------------------------ what users expect, and a decision cheap enough for a Lambda
+
+# Two g5.xlarge pools (1 GPU, $1.006/h on-demand), spot available now in both, no history yet.
+G5 = {"gpus_per_instance": 1, "spot_price": 0.45, "on_demand_price": 1.006}
+
+
+@pytest.mark.parametrize(("work", "deadline"), [(10.0, 20.0), (10.0, 60.0), (1.0, 200.0)])
+@pytest.mark.parametrize("n_pools", [1, 2])
+def test_spot_available_now_runs_now_whatever_the_deadline(work, deadline, n_pools):
+    pools = [PoolOption(name, available=True, **G5) for name in ("a", "b")][:n_pools]
+    job = JobNeeds(gpus=1, work_left_hours=work, restart_hours=0.2, time_left_hours=deadline)
+    d = choose_capacity(job, pools)
+    assert d.placement is Placement.SPOT and d.servable
+    # money (about the spot price per hour of work) plus the time value of the hours to the end
+    assert d.expected_cost is not None and 0.45 * work < d.expected_cost < 1.006 * (work + 0.2) * 1.5
+    assert d.recheck_seconds == RECHECK_MAX_SECONDS
+
+
+def test_without_time_value_a_loose_deadline_may_wait_for_older_spot():
+    # What the time value is for: priced at zero, waiting while spot is there can look as good.
+    pools = [PoolOption(name, available=True, **G5) for name in ("a", "b")]
+    free = JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=60, time_value_per_hour=0)
+    valued = JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=60)
+    assert choose_capacity(valued, pools).placement is Placement.SPOT
+    waiting = choose_capacity(free, pools)
+    if waiting.placement is Placement.NONE:
+        assert RECHECK_MIN_SECONDS <= waiting.recheck_seconds <= RECHECK_MAX_SECONDS
+
+
+def test_without_deadline_no_plan_and_a_bounded_recheck():
+    job = JobNeeds(gpus=1, work_left_hours=5, restart_hours=0.2, time_left_hours=None, waited_hours=0.95)
+    d = choose_capacity(job, [pool("a", False), pool("b", False)])
+    assert d.placement is Placement.NONE and d.expected_cost is None
+    assert d.recheck_seconds == 180  # what is left of the hour's wait
+    nearly = JobNeeds(gpus=1, work_left_hours=5, restart_hours=0.2, time_left_hours=None, waited_hours=0.999)
+    assert choose_capacity(nearly, [pool("a", False)]).recheck_seconds == RECHECK_MIN_SECONDS
+    run = choose_capacity(job, [pool("a", True)])
+    assert run.placement is Placement.SPOT and run.expected_cost is None
+
+
+def test_waiting_with_a_deadline_rechecks_within_a_tick():
+    pools = [pool("a", False, SHORT_OUTAGES), pool("b", False, SHORT_OUTAGES)]
+    roomy = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
+    d = choose_capacity(roomy, pools)
+    assert d.placement is Placement.NONE and d.recheck_seconds == 600 and d.expected_cost is not None
+
+
+@pytest.mark.parametrize("joint", [False, True])
+def test_the_plans_work_is_bounded_whatever_the_deadline(joint):
+    """The values a plan computes stay within its budgets as the deadline loosens: the fine grid's are the
+    same for a 60 h and a 200 h deadline (the same window of slack), the far grid's within its budget."""
+    k, d = plan_grid(1 / 6, 0.2)
+    unit = (1 / 6) / k
+
+    def make(deadline: float) -> Plan | JointPlan:
+        ticks, slack = round(deadline * 6), math.floor((deadline - 10) / unit)
+        if joint:
+            hz = [np.full((2, NC), 0.05)] * 2
+            return JointPlan(
+                hz, ticks, slack, k, d, (0.45, 0.45), 1.0, 1 / 6, keep_ticks=1, time_value_per_hour=0.05
+            )
+        return Plan(np.full((2, NB), 0.05), ticks, slack, k, d, 0.45, 1.0, 1 / 6, keep_all=False)
+
+    plans = {r: make(r) for r in (60.0, 200.0, 2000.0)}
+    assert plans[60.0].work[0] == plans[200.0].work[0] == plans[2000.0].work[0]
+    for p in plans.values():
+        fine, far = p.work
+        assert fine <= FINE_BUDGET * 1.5 and 0 < far <= FAR_BUDGET
+        assert (
+            p.horizon.fine_ticks <= MAX_FINE_TICKS * 1.5 and p.value.shape[-1] <= p.horizon.fine_ticks * k + 1
+        )
+    assert plans[2000.0].horizon.step > plans[200.0].horizon.step >= plans[60.0].horizon.step
+
+
+def test_a_deadline_within_the_fine_horizon_is_planned_exactly():
+    k, d = plan_grid(1 / 6, 0.2)
+    p = Plan(np.full((2, NB), 0.05), 48, 60, k, d, 0.45, 1.0, 1 / 6)
+    assert p.horizon.step == 0 and p.horizon.lo == 0 and p.kept_ticks == 48
+
+
+def test_the_grid_rounds_an_odd_overhead_up_within_a_sixth_of_a_tick():
+    assert plan_grid(1 / 6, 0.2) == (5, 6)  # exact: 1.2 ticks = 6 units of a fifth
+    k, d = plan_grid(1 / 6, 0.137)  # exact only at 120 units per tick
+    assert k <= 6 and 0.137 <= d * (1 / 6) / k < 0.137 + (1 / 6) / k
+    assert plan_grid(1 / 6, 0.0) == (1, 0)
+
+
+def test_a_far_deadline_is_met_and_spot_taken():
+    # 4 h of work, 40 h to the deadline: the far grid plans most of it; the simulator follows the policy.
+    bits = ([1] * 30 + [0] * 6) * 12
+    pools = [Trace("t", 1 / 6, tuple(bool(b) for b in bits))]
+    policy = SpotGuardPolicy(1.0, 3.0)
+    policy.remember([pools[0].available[:120]])
+    r = simulate(policy, pools, 120, Job(4.0, 40.0, 0.2), PRICES)
+    assert not r.missed and r.spot_hours > 3.0

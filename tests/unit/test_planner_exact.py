@@ -22,15 +22,8 @@ from spotguard.domain.capacity import (
     UniformProgressPolicy,
     slack_grid,
 )
-from spotguard.domain.planner import (
-    ADVANCE,
-    NB,
-    NC,
-    NEXT_BIN,
-    JointPlan,
-    Plan,
-    coarse_transitions,
-)
+from spotguard.domain.capacity_model import ADVANCE, NB, NC, NEXT_BIN, coarse_transitions
+from spotguard.domain.plans import JointPlan, Plan
 from spotguard_cli.simulator import Job, Prices, Trace, simulate
 
 TICK = 1 / 6  # 10 minutes, as in the real traces
@@ -78,19 +71,22 @@ def check(costs: list[float], planned: float, baselines: dict[str, list[float]])
 
 @pytest.mark.slow  # 1,500 simulated runs per case: 1.5-3.5 s each here
 @pytest.mark.parametrize(
-    ("job", "available_first"),
+    ("job", "available_first", "time_value"),
     [
-        (Job(4.0, 6.0, 0.2), False),  # the overhead is 1.2 ticks: 6 units of 1/5 tick
-        (Job(4.0, 6.0, 0.2), True),
-        (Job(8.0, 10.0, 0.3), False),  # 1.8 ticks
-        (Job(5.0, 8.0, 0.5), True),  # 3 whole ticks
+        (Job(4.0, 6.0, 0.2), False, 0.0),  # the overhead is 1.2 ticks: 6 units of 1/5 tick
+        (Job(4.0, 6.0, 0.2), True, 0.0),
+        (Job(8.0, 10.0, 0.3), False, 0.0),  # 1.8 ticks
+        (Job(5.0, 8.0, 0.5), True, 0.0),  # 3 whole ticks
+        (Job(4.0, 6.0, 0.2), False, 0.5),  # each hour unfinished costs $0.5 more: the plan counts it
     ],
 )
-def test_the_single_pool_plan_costs_what_it_expects(job, available_first):
+def test_the_single_pool_plan_costs_what_it_expects(job, available_first, time_value):
     hazards = np.stack([np.full(NB, 0.25), np.full(NB, 0.08)])
     hazards[1, :3] = (0.4, 0.3, 0.2)  # young spot runs end more often
     k, unit, d, ticks, slack = grid(job)
-    plan = Plan(hazards, ticks, slack, k, d, PRICES.spot, PRICES.on_demand, TICK)
+    plan = Plan(
+        hazards, ticks, slack, k, d, PRICES.spot, PRICES.on_demand, TICK, time_value_per_hour=time_value
+    )
     rng = np.random.default_rng(7)
     costs: list[float] = []
     baselines: dict[str, list[float]] = {"uniform progress": [], "greedy": []}
@@ -111,11 +107,13 @@ def test_the_single_pool_plan_costs_what_it_expects(job, available_first):
             return plan.choose(left, cls, int(s.spot_available[0]), bins[i], sl)
 
         run = simulate(Follow(choose, unit, ticks), pool, 0, job, PRICES)
-        assert not run.missed
-        costs.append(run.cost)
-        baselines["uniform progress"].append(simulate(UniformProgressPolicy(), pool, 0, job, PRICES).cost)
-        baselines["greedy"].append(simulate(GreedyPolicy(), pool, 0, job, PRICES).cost)
-    check(costs, float(plan.value[0, int(available_first), 0, slack]), baselines)
+        assert not run.missed and run.finished_hours is not None
+        costs.append(run.cost + time_value * run.finished_hours)
+        for name, other in (("uniform progress", UniformProgressPolicy()), ("greedy", GreedyPolicy())):
+            r = simulate(other, pool, 0, job, PRICES)
+            baselines[name].append(r.cost + time_value * (r.finished_hours or job.deadline_hours))
+    assert plan.horizon.step == 0  # exact: no far grid
+    check(costs, plan.expected_cost(0, int(available_first), 0, slack), baselines)
 
 
 @pytest.mark.parametrize("first_states", [(0, 0), (NC, 0)])
@@ -160,4 +158,5 @@ def test_the_joint_plan_costs_what_it_expects(first_states):
         baselines["uniform progress on any pool"].append(
             simulate(UniformProgressPolicy(), pools, 0, job, PRICES).cost
         )
-    check(costs, float(plan.value[0, first_states[0], first_states[1], slack]), baselines)
+    assert plan.horizon.step == 0
+    check(costs, plan.expected_cost(0, first_states, slack), baselines)

@@ -1,0 +1,224 @@
+"""How long one capacity decision takes: `choose_capacity` for random jobs on 4 pools, the plan of today
+and the plan of commit 389ee7e (before its work was bounded) in the same run, and the cold import the
+core layer pays for numpy. Run it on one core, as a Lambda of 1,769 MB has:
+
+    taskset -c 0 .venv/bin/python bench/decide.py [--jobs 100] [--seed 1] [--old-limit 30]
+
+The jobs: 1 to 48 hours of work, a restart overhead of 3 to 30 minutes, 1 GPU; 15% without a deadline,
+the others with a deadline from tight (on-demand just makes it) to 200 hours, a few beyond; each on 4
+pools of 1 GPU per instance with their own prices, spot available now or not, half of them with a history
+of a week of random availability (runs of random mean length), the others none; the job holds nothing,
+spot in a pool that has it, or on-demand. The old plan is loaded from git (`git show
+389ee7e:layers/core/spotguard/domain/planner.py`) into a temporary module; its cases predicted to take
+longer than --old-limit seconds (from its work, calibrated on the cases it ran) are skipped and counted.
+Times are scaled to Lambda memory sizes by the CPU share, memory / 1,769 MB of a core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from spotguard.domain import planner
+from spotguard.domain.capacity import Placement, slack_grid
+
+REPO = Path(__file__).resolve().parents[1]
+OLD_COMMIT = "389ee7e"
+TICK = 1 / 6
+MEMORY_MB = (512, 1024, 1769)
+
+
+def load_old() -> ModuleType:
+    """Commit 389ee7e's planner, from git, as a module of its own (no copy of it lives in the tree)."""
+    src = subprocess.run(
+        ["git", "show", f"{OLD_COMMIT}:layers/core/spotguard/domain/planner.py"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / f"planner_{OLD_COMMIT}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"planner_{OLD_COMMIT}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def availability(rng: random.Random, ticks: int) -> list[bool]:
+    """Runs of random mean length (10 minutes to a day), alternating."""
+    mean_on, mean_off = rng.uniform(1, 144), rng.uniform(1, 36)
+    out: list[bool] = []
+    a = rng.random() < 0.5
+    while len(out) < ticks:
+        out += [a] * max(1, round(rng.expovariate(1 / (mean_on if a else mean_off))))
+        a = not a
+    return out[:ticks]
+
+
+def draw(rng: random.Random) -> dict[str, Any]:
+    work = rng.uniform(1.0, 48.0)
+    restart = rng.uniform(0.05, 0.5)
+    u = rng.random()
+    if u < 0.15:
+        deadline = None
+    elif u < 0.2:
+        deadline = work + restart + rng.uniform(200.0, 300.0)  # beyond 200 hours
+    else:
+        top = max(1.0, 200.0 - work - restart)
+        deadline = work + restart + math.exp(rng.uniform(math.log(0.1), math.log(top)))
+    pools = []
+    for i in range(4):
+        od = rng.choice((1.006, 1.212, 3.06, 3.912))
+        pools.append(
+            {
+                "name": f"pool-{i}",
+                "spot_price": od * rng.uniform(0.25, 0.7),
+                "on_demand_price": od,
+                "available": rng.random() < 0.6,
+                "history": availability(rng, 7 * 144) if rng.random() < 0.5 else None,
+                "score": rng.choice((None, None, 3, 7, 9)),
+            }
+        )
+    placement = rng.choice((Placement.NONE, Placement.NONE, Placement.SPOT, Placement.ON_DEMAND))
+    up = [p["name"] for p in pools if p["available"]]
+    pool = rng.choice(up) if placement is Placement.SPOT and up else None
+    if placement is Placement.SPOT and pool is None:
+        placement = Placement.NONE
+    return {
+        "work": work,
+        "restart": restart,
+        "deadline": deadline,
+        "pools": pools,
+        "placement": placement,
+        "pool": pool,
+    }
+
+
+def build(module: ModuleType, case: dict[str, Any]) -> tuple[Any, list[Any]]:
+    pools = []
+    for p in case["pools"]:
+        history = None
+        if p["history"] is not None:
+            history = module.AvailabilityHistory(TICK)
+            history.observe_all(p["history"])
+        pools.append(
+            module.PoolOption(
+                p["name"], 1, p["spot_price"], p["on_demand_price"], p["available"], history, p["score"]
+            )
+        )
+    job = module.JobNeeds(
+        gpus=1,
+        work_left_hours=case["work"],
+        restart_hours=case["restart"],
+        time_left_hours=case["deadline"],
+        placement=case["placement"],
+        pool=case["pool"],
+    )
+    return job, pools
+
+
+def timed(module: ModuleType, case: dict[str, Any]) -> tuple[float, Any]:
+    job, pools = build(module, case)
+    t0 = time.perf_counter()
+    decision = module.choose_capacity(job, pools, TICK)
+    return time.perf_counter() - t0, decision
+
+
+def old_work(case: dict[str, Any]) -> float:
+    """The old joint plan's work: ticks x slack units x (classes x joint states)."""
+    if case["deadline"] is None:
+        return 0.0
+    k = slack_grid(TICK, case["restart"])
+    d = round(case["restart"] / (TICK / k))
+    nr = len({max(0, d - j * k) for j in range(1, d // k + 2)} | {0})
+    ticks = round(case["deadline"] / TICK)
+    slack = max(0.0, (case["deadline"] - case["work"]) / (TICK / k))
+    return ticks * (slack + 1) * (1 + 3 * nr) * 144
+
+
+def quantiles(xs: list[float]) -> str:
+    if not xs:
+        return "n/a"
+    s = sorted(xs)
+    p99 = s[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
+    return f"p50 {statistics.median(s):7.3f} s  p99 {p99:7.3f} s  max {s[-1]:7.3f} s"
+
+
+def cold_import(statement: str, runs: int) -> float:
+    code = f"import time; t = time.perf_counter(); {statement}; print(time.perf_counter() - t)"
+    times = [
+        float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+        for _ in range(runs)
+    ]
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--old-limit", type=float, default=30.0, help="skip old cases predicted longer (s)")
+    ap.add_argument("--import-runs", type=int, default=7)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    cases = [draw(rng) for _ in range(args.jobs)]
+    timed(planner, cases[0])  # warm: numpy's first calls
+
+    new_times: list[float] = []
+    answers: dict[str, int] = {}
+    for case in cases:
+        dt, decision = timed(planner, case)
+        new_times.append(dt)
+        answers[decision.placement.value] = answers.get(decision.placement.value, 0) + 1
+    print(f"## choose_capacity, {args.jobs} random jobs x 4 pools, one decision each (seed {args.seed})")
+    print(f"now          {quantiles(new_times)}   answers {answers}")
+    loose = [t for t, c in zip(new_times, cases, strict=True) if c["deadline"] and c["deadline"] > 100]
+    print(f"  deadline > 100 h ({len(loose)} jobs): {quantiles(loose)}", flush=True)
+
+    old = load_old()
+    old_times: list[float] = []
+    rate: float | None = None  # seconds per unit of the old plan's work, from the largest case it ran
+    skipped = 0
+    for case in sorted(cases, key=old_work):  # small first: the calibration comes from them
+        work = old_work(case)
+        if rate is not None and work * rate > args.old_limit:
+            skipped += 1
+            continue
+        dt, _ = timed(old, case)
+        old_times.append(dt)
+        if work > 0:
+            rate = dt / work
+    print(
+        f"{OLD_COMMIT}      {quantiles(old_times)}   on the {len(old_times)} jobs it took at most "
+        f"~{args.old_limit:g} s for; {skipped} skipped as longer (p99 and max of all would be higher)"
+    )
+    print("\n## the same, scaled to a Lambda's CPU share (memory / 1,769 MB of a core)")
+    for mb in MEMORY_MB:
+        scale = 1769 / mb
+        print(f"{mb:5d} MB   now  {quantiles([t * scale for t in new_times])}")
+
+    print(f"\n## cold import, fresh processes, median of {args.import_runs}")
+    for label, stmt in (
+        ("spotguard.domain.capacity (no numpy)", "import spotguard.domain.capacity"),
+        ("spotguard.domain.planner (numpy)", "import spotguard.domain.planner"),
+        ("numpy alone", "import numpy"),
+    ):
+        print(f"{label:40} {cold_import(stmt, args.import_runs) * 1000:7.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
