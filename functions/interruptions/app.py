@@ -4,28 +4,33 @@ Per record: classify the event; a reject goes straight to the dead-letter queue 
 never helps) and the batch goes on; an ignore is logged and counted; an act runs the use case, and any
 exception there (throttling that outlived botocore's retries, the same notice in flight elsewhere) marks
 only that record failed, so SQS delivers it again and, after maxReceiveCount, to the dead-letter queue.
+
+The records of a batch are handled side by side (`ParallelBatchProcessor`): when many instances are
+warned at once, the tenth notice of a batch must not wait for the nine before it.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from spotguard.config import InterruptionEnv
 from spotguard.domain.notices import Decision, classify, plan
 from spotguard.handling import Router
 from spotguard.observability import count_decision, count_outcome, tracer
-from spotguard.runtime.interruption import InterruptionRuntime
+from spotguard.runtime.interruption import InterruptionRuntime, ParallelBatchProcessor, ThreadLogger
 
 # A batch of ignored events has no metric to publish; that is normal, not worth a warning per batch.
 warnings.filterwarnings("ignore", "No application metrics to publish")
-logger = Logger()
+logger: Logger = ThreadLogger()
 metrics = Metrics()
-processor = BatchProcessor(event_type=EventType.SQS)
+_metrics_lock = threading.Lock()  # Powertools' metric set is one dict for the whole process
+processor = ParallelBatchProcessor(event_type=EventType.SQS)
 runtime = InterruptionRuntime(InterruptionEnv.load())
 _tracer = tracer()
 router = Router(logger, runtime.dead_letters)
@@ -33,7 +38,8 @@ router = Router(logger, runtime.dead_letters)
 
 def record_handler(record: SQSRecord) -> None:
     decision = classify(record.body, runtime.settings)
-    count_decision(metrics, decision)
+    with _metrics_lock:
+        count_decision(metrics, decision)
     router.route(record, decision, act, ignored={"kind": decision.kind})
 
 
@@ -45,7 +51,8 @@ def act(decision: Decision) -> None:
         return
     for notice in decision.notices:
         outcome = runtime.handle_notice(notice=notice)
-        count_outcome(metrics, outcome)
+        with _metrics_lock:
+            count_outcome(metrics, outcome)
         logger.info("notice handled", extra={"outcome": outcome})
 
 

@@ -4,6 +4,7 @@ with the defect until it was fixed, and now guards against its return."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
@@ -46,6 +47,8 @@ def test_a_lifecycle_action_waits_for_every_task_its_notice_stopped():
         # `first` is stopping: its agent is writing the checkpoint (ECS keeps it out of ListTasks RUNNING)
         task = ecs_backends["123456789012"]["us-east-1"].tasks["gpu-spot"][first]
         task.last_status = "DEACTIVATING"
+        later = datetime.now(UTC) + timedelta(seconds=61)  # the visibility timeout passes (and the lease)
+        world.host.module.runtime.service.clock = lambda: later
         for receipt in world.poller.failed_receipts:  # the visibility timeout passes: SQS delivers it again
             world.sqs.change_message_visibility(
                 QueueUrl=world.poller.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from botocore.stub import ANY, Stubber
@@ -198,7 +199,10 @@ def test_a_transient_failure_fails_only_its_record_and_the_retry_completes(world
     delivered, failed = world.poller.poll_once()
     assert (delivered, failed) == (2, 1)
     ecs.meta.events.unregister("before-call.ecs.StopTask", throttle_once)
-    # SQS makes the failed record visible again after the visibility timeout; hand it back now.
+    # SQS makes the failed record visible again after the visibility timeout (by then the failed try's
+    # lease has run out); hand it back now, and move the function's clock that far.
+    later = datetime.now(UTC) + timedelta(seconds=61)
+    world.host.module.runtime.service.clock = lambda: later
     for receipt in world.poller.failed_receipts:
         world.sqs.change_message_visibility(
             QueueUrl=world.poller.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
@@ -272,3 +276,54 @@ def test_the_function_works_with_tracing_on(aws):
     world.send(world.warning(world.a))
     assert world.run() == (1, 0)
     assert _desired(world, managed) == {managed[0]: "STOPPED"}
+
+
+def _index_tasks(world, arns):
+    """What the task-events function records from the tasks' RUNNING events: the host's task index."""
+    from spotguard.adapters.ecs import task_info
+
+    ecs = world.stack.client("ecs")
+    ledger = world.host.module.runtime.ledger
+    for t in ecs.describe_tasks(cluster="gpu-spot", tasks=arns, include=["TAGS"])["tasks"]:
+        ledger.index_task(task_info(t), 2, datetime.now(UTC))
+
+
+@pytest.mark.parametrize("n", [1, 4, 8])
+def test_four_calls_go_before_the_stops_whatever_the_number_of_tasks(world, n):
+    """The urgent path's length, as botocore sees it: the host query, ListTasks and the task index (side
+    by side), the claim; then one StopTask per task with the drain beside them; the record after."""
+    managed = world.cluster.start(world.a, world.cluster.gpu_task_definition(), count=n)
+    world.index(world.a)
+    _index_tasks(world, managed)
+    world.calls.clear()
+    world.send(world.warning(world.a))
+    assert world.run() == (1, 0)
+    first_stop = world.calls.index("StopTask")
+    assert sorted(world.calls[:first_stop]) == ["ListTasks", "Query", "Query", "UpdateItem"]
+    assert sorted(world.calls[first_stop:]) == sorted(
+        ["StopTask"] * n + ["UpdateContainerInstancesState", "UpdateItem"]
+    )
+    assert world.calls[-1] == "UpdateItem"  # the notice's record, after every signal
+    assert set(_desired(world, managed).values()) == {"STOPPED"}
+
+
+def test_two_copies_of_a_notice_in_one_batch_stop_each_task_once(world):
+    """The records of a batch are handled side by side: two copies of one warning race to the claim; the
+    loser is retried (or finds the winner's outcome) and stops nothing."""
+    managed = world.cluster.start(world.a, world.cluster.gpu_task_definition(), count=3)
+    world.index(world.a)
+    body = json.dumps(world.warning(world.a))
+    world.send(body, body, body)
+    world.run()
+    later = datetime.now(UTC) + timedelta(seconds=61)  # the visibility timeout passes: leases run out
+    world.host.module.runtime.service.clock = lambda: later
+    for receipt in world.poller.failed_receipts:
+        world.sqs.change_message_visibility(
+            QueueUrl=world.poller.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
+        )
+    world.run()
+    assert world.calls.count("StopTask") == 3
+    assert set(_desired(world, managed).values()) == {"STOPPED"}
+    (notice,) = world.host.module.runtime.ledger.notices(world.a.instance_id)
+    assert sorted(json.loads(notice["outcome"])["signalled"]) == sorted(managed)
+    assert world.dead_letters() == []

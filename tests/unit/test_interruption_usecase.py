@@ -10,8 +10,11 @@ import pytest
 
 from spotguard.domain.notices import (
     ContainerInstanceUpdate,
+    HostClaim,
+    HostRecord,
     LifecycleRef,
     Notice,
+    NoticeInProgress,
     NoticeKind,
     RebalanceMode,
     Settings,
@@ -46,6 +49,7 @@ class FakeEcs:
         self.calls: list[str] = []
         self.fail_stop: set[str] = set()
         self.stopped_arns: set[str] = set()
+        self.reasons: list[str] = []
 
     def find_container_instance(self, instance_id: str, clusters: Sequence[str]):
         self.calls.append("find")
@@ -81,10 +85,13 @@ class FakeEcs:
             self.fail_stop.discard(task_arn)
             raise RuntimeError("throttled")
         self.tasks[task_arn] = self.tasks[task_arn].model_copy(update={"desired_status": "STOPPED"})
-        self.reasons = [*getattr(self, "reasons", []), reason]
+        self.reasons.append(reason)
 
 
 class FakeLedger:
+    """The ledger's contract in memory: the claim is one conditional write that carries the lease of the
+    try holding it; a notice's record (with its outcome) is written once, after the signals."""
+
     def __init__(self, indexed: bool = True) -> None:
         self.index: dict[str, ContainerInstanceRef] = {}
         if indexed:
@@ -96,10 +103,27 @@ class FakeLedger:
         self.claimed: dict[str, list[str]] = {}
         self.claim_cluster: dict[str, str] = {}
         self.claims: dict[str, str] = {}
+        self.leases: dict[str, tuple[str, datetime]] = {}  # claim or notice key -> (owner, until)
         self.task_index: dict[str, TaskInfo] = {}  # what task events told the ledger
+        self.calls: list[str] = []
 
-    def container_instance(self, instance_id):
-        return self.index.get(instance_id)
+    def host(self, instance_id, notice_key):
+        self.calls.append("host")
+        holder = self.claims.get(instance_id)
+        claim = (
+            HostClaim(
+                notice_key=holder,
+                cluster_arn=self.claim_cluster.get(instance_id, ""),
+                task_arns=tuple(self.claimed.get(instance_id, [])),
+            )
+            if holder
+            else None
+        )
+        return HostRecord(
+            container_instance=self.index.get(instance_id),
+            claim=claim,
+            outcome=self.notices.get(notice_key),
+        )
 
     def index_container_instance(self, update: ContainerInstanceUpdate) -> bool:
         if self.versions.get(update.instance_id, -1) >= update.version:
@@ -114,21 +138,34 @@ class FakeLedger:
         return True
 
     def remember_container_instance(self, ref):
+        self.calls.append("remember")
         self.index.setdefault(ref.instance_id, ref)
 
     def indexed_tasks(self, container_instance_arn):
+        self.calls.append("indexed-tasks")
         return {
             a: t for a, t in self.task_index.items() if t.container_instance_arn == container_instance_arn
         }
 
-    def record_notice(self, notice, received):
-        self.notices.setdefault(notice.key, {})
+    def _lease(self, key, owner, now, until):
+        held = self.leases.get(key)
+        if held is not None and held[0] != owner and held[1] > now:
+            raise NoticeInProgress(key)
+        self.leases[key] = (owner, until)
 
-    def claim_host(self, instance_id, notice_key, at, cluster_arn, task_arns):
+    def lease_notice(self, notice, owner, now, until):
+        self.calls.append("lease-notice")
+        if notice.key in self.notices:
+            raise NoticeInProgress(notice.key)
+        self._lease(notice.key, owner, now, until)
+
+    def claim_host(self, instance_id, notice_key, at, cluster_arn, task_arns, owner, lease_until):
+        self.calls.append("claim")
         holder = self.claims.setdefault(instance_id, notice_key)
         claimed = self.claimed.setdefault(instance_id, [])
         if holder != notice_key:
             return holder, list(claimed)
+        self._lease(f"claim:{instance_id}", owner, at, lease_until)
         claimed += [a for a in task_arns if a not in claimed]
         self.claim_cluster[instance_id] = cluster_arn
         return None, list(claimed)
@@ -136,7 +173,8 @@ class FakeLedger:
     def claimed_tasks(self, instance_id):
         return self.claim_cluster.get(instance_id, ""), list(self.claimed.get(instance_id, []))
 
-    def finish_notice(self, notice, outcome):
+    def finish_notice(self, notice, received, outcome):
+        self.calls.append("finish")
         self.notices[notice.key] = outcome
 
 
@@ -203,7 +241,7 @@ def test_spot_warning_drains_and_stops_every_managed_task_once(n):
     out = svc.handle(notice())
     assert out.drained and out.signal == "stop"
     assert sorted(out.signalled) == sorted(t.task_arn for t in tasks[:n])
-    assert ecs.calls.count("stop") == n and ecs.calls[0] == "drain"
+    assert ecs.calls.count("stop") == n and ecs.calls.count("drain") == 1
     assert set(ecs.reasons) == {stop_reason(notice())}
     assert "e-1" in ecs.reasons[0] and HOST in ecs.reasons[0]
     assert ecs.tasks[tasks[-1].task_arn].desired_status == "RUNNING"
@@ -231,13 +269,14 @@ def test_a_second_source_for_the_same_host_stops_nothing_more():
 
 def test_a_failed_stop_is_raised_after_the_others_and_the_retry_finishes_the_job():
     tasks = [task(1), task(2), task(3)]
-    svc, ecs, *_ = service(tasks)
+    svc, ecs, _ledger, _rec, clock = service(tasks)
     ecs.fail_stop.add(tasks[1].task_arn)
     with pytest.raises(RuntimeError):
         svc.handle(notice())
     assert ecs.tasks[tasks[0].task_arn].desired_status == "STOPPED"
     assert ecs.tasks[tasks[2].task_arn].desired_status == "STOPPED"
-    out = svc.handle(notice())  # SQS redelivers the record: same notice, claim is ours
+    clock["now"] += timedelta(seconds=61)  # SQS redelivers after the visibility timeout: the lease ran out
+    out = svc.handle(notice())  # same notice, claim is ours
     # the notice's record names every task it stopped, on either try (a lifecycle action waits for all)
     assert out.signalled == [t.task_arn for t in tasks]
     assert ecs.calls.count("stop") == 4  # 3 tries + the one retried; none stopped twice
@@ -410,3 +449,118 @@ def test_a_lifecycle_action_waits_for_the_tasks_another_notice_is_still_stopping
     out = svc.handle(lifecycle_notice())
     assert out.lifecycle == "waiting" and ("complete", HOST) not in rec.calls
     assert ecs.calls.count("stop") == 0  # the warning's notice stops them, not this one
+
+
+# ------------------------------------------------------------------------- the path's length and its lease
+def test_a_warning_reads_once_lists_and_claims_before_the_stops_and_records_after():
+    """Four calls before the signals, whatever the number of tasks: the host query, ListTasks and the
+    task index side by side, the claim; the drain goes out beside the stops; the record comes last."""
+    tasks = [task(i) for i in range(8)]
+    svc, ecs, ledger, *_ = service(tasks)
+    ledger.task_index = {t.task_arn: t for t in tasks}
+    svc.handle(notice())
+    assert ledger.calls == ["host", "indexed-tasks", "claim", "finish"]
+    assert ecs.calls.count("list") == 1 and ecs.calls.count("stop") == 8 and ecs.calls.count("drain") == 1
+    assert "find" not in ecs.calls and "describe-tasks" not in ecs.calls
+
+
+def test_the_tasks_of_a_host_are_stopped_side_by_side():
+    """Every StopTask of a host is in flight at the same time: each waits at a barrier that only opens
+    when all of them (and the drain) have arrived, which serial calls would never reach."""
+    import threading
+
+    n = 6
+    tasks = [task(i) for i in range(n)]
+    svc, ecs, *_ = service(tasks)
+    barrier = threading.Barrier(n + 1, timeout=5)
+    stop, drain = ecs.stop_task, ecs.drain
+
+    def stop_at_barrier(*args):
+        barrier.wait()
+        stop(*args)
+
+    def drain_at_barrier(ref):
+        barrier.wait()
+        drain(ref)
+
+    ecs.stop_task, ecs.drain = stop_at_barrier, drain_at_barrier
+    out = svc.handle(notice())
+    assert out.drained and sorted(out.signalled) == sorted(t.task_arn for t in tasks)
+    assert ecs.calls.count("stop") == n
+
+
+def test_a_notice_handled_already_does_nothing_at_all():
+    svc, ecs, ledger, rec, _ = service([task(1), task(2)])
+    first = svc.handle(notice())
+    ecs.calls.clear()
+    ledger.calls.clear()
+    again = svc.handle(notice())
+    assert again == first
+    assert ecs.calls == [] and ledger.calls == ["host"] and rec.calls == []
+
+
+def test_a_host_claimed_by_another_notice_is_not_listed():
+    """The host query shows the claim: the later notice neither lists the host's tasks nor claims."""
+    svc, ecs, ledger, *_ = service([task(1), task(2)])
+    svc.handle(notice())
+    ecs.calls.clear()
+    ledger.calls.clear()
+    out = svc.handle(notice(NoticeKind.INSTANCE_STATE, event_id="e-2", detail="state=shutting-down"))
+    assert out.skipped and "e-1" in out.skipped
+    assert "list" not in ecs.calls and "stop" not in ecs.calls
+    assert ledger.calls == ["host", "finish"]
+
+
+def test_two_copies_of_one_notice_at_once_stop_each_task_once():
+    """The second copy lists the tasks before the first has stopped them, then meets the first's lease
+    at the claim: it is retried (NoticeInProgress) and stops nothing; its redelivery, after the lease,
+    finds the first's outcome."""
+    svc, ecs, ledger, _rec, clock = service([task(1), task(2)])
+    real_claim = ledger.claim_host
+    second: dict[str, object] = {}
+
+    def claim_then_race(*args, **kw):
+        result = real_claim(*args, **kw)
+        if not second:  # the first copy holds the claim; the second runs now, up to its own claim
+            try:
+                second["out"] = svc.handle(notice())
+            except NoticeInProgress as exc:
+                second["error"] = exc
+        return result
+
+    ledger.claim_host = claim_then_race
+    first = svc.handle(notice())
+    assert isinstance(second.get("error"), NoticeInProgress)
+    assert ecs.calls.count("stop") == 2
+    ledger.claim_host = real_claim
+    clock["now"] += timedelta(seconds=61)
+    assert svc.handle(notice()) == first
+    assert ecs.calls.count("stop") == 2
+
+
+def test_a_try_that_died_after_claiming_is_taken_over_once_its_lease_runs_out():
+    svc, ecs, _ledger, _rec, clock = service([task(1), task(2)])
+    ecs.stop_task = lambda *a: (_ for _ in ()).throw(SystemExit("the function timed out"))
+    with pytest.raises(SystemExit):
+        svc.handle(notice(), lease_seconds=5)
+    del ecs.stop_task  # the class's own again
+    clock["now"] += timedelta(seconds=2)
+    with pytest.raises(NoticeInProgress):  # within the dead try's lease: retried later
+        svc.handle(notice())
+    clock["now"] += timedelta(seconds=4)
+    out = svc.handle(notice())
+    assert sorted(out.signalled) == sorted([task(1).task_arn, task(2).task_arn])
+    assert ecs.calls.count("stop") == 2
+
+
+def test_two_copies_of_a_rebalance_recommendation_signal_once():
+    svc, _ecs, ledger, rec, _ = service([task(1)], rebalance=RebalanceMode.CHECKPOINT)
+    n = Notice(kind=NoticeKind.REBALANCE, instance_id=HOST, event_id="r", event_time=T0, deadline=None)
+    ledger.leases[n.key] = ("another-try", T0 + timedelta(seconds=30))
+    with pytest.raises(NoticeInProgress):
+        svc.handle(n)
+    assert rec.calls == []
+    del ledger.leases[n.key]
+    svc.handle(n)
+    svc.handle(n)
+    assert [c[0] for c in rec.calls] == ["signal"]

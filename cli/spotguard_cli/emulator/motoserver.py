@@ -39,7 +39,16 @@ class MotoServer:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         env = {**os.environ, **FAKE_CREDENTIALS}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            # moto server with atomic conditional writes in DynamoDB (motopatch.py)
+            [
+                sys.executable,
+                "-m",
+                "spotguard_cli.emulator.motopatch",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+            ],
             stdout=log,
             stderr=log,
             env=env,

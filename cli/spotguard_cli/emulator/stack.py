@@ -24,6 +24,7 @@ from typing import Any
 
 import boto3
 
+from spotguard_cli.emulator.motopatch import atomic_dynamodb_writes
 from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
 from spotguard_cli.emulator.template import CODE_BUCKET, REPO, code_locations, load, stamp, translate
 
@@ -66,6 +67,9 @@ class FunctionConfig:
     batch_size: int = 10
     queue_arn: str | None = None  # the first queue it reads
     queues: dict[str, int] = field(default_factory=dict)  # every queue it reads -> batch size
+    max_concurrency: dict[str, int] = field(default_factory=dict)  # queue -> ScalingConfig's, if set
+    reserved_concurrency: int | None = None  # ReservedConcurrentExecutions, if set
+    memory_mb: int = 128
 
 
 _LOCK = threading.Lock()
@@ -101,6 +105,8 @@ def _zip(folder: Path) -> bytes:
 def deploy(
     endpoint: str | None, parameters: dict[str, str], region: str = "us-east-1", timeout: float = 60.0
 ) -> DeployedStack:
+    if endpoint is None:  # moto in this process: its DynamoDB writes made atomic, as DynamoDB's are
+        atomic_dynamodb_writes()
     stack = DeployedStack(endpoint=endpoint, region=region, outputs={})
     s3 = stack.client("s3")
     s3.create_bucket(Bucket=CODE_BUCKET)
@@ -151,10 +157,16 @@ def deploy(
             code_dir=REPO / folder,
             handler=conf["Handler"],
             environment={k: str(v) for k, v in conf.get("Environment", {}).get("Variables", {}).items()},
+            memory_mb=int(conf.get("MemorySize", 128)),
+            reserved_concurrency=lam.get_function_concurrency(FunctionName=conf["FunctionName"]).get(
+                "ReservedConcurrentExecutions"
+            ),
         )
         for m in mappings:
             if m["FunctionArn"].endswith(f":function:{fn.name}"):
                 fn.queues[m["EventSourceArn"]] = int(m.get("BatchSize", 10))
+                if "MaximumConcurrency" in (m.get("ScalingConfig") or {}):
+                    fn.max_concurrency[m["EventSourceArn"]] = int(m["ScalingConfig"]["MaximumConcurrency"])
                 if fn.queue_arn is None:
                     fn.queue_arn, fn.batch_size = m["EventSourceArn"], int(m.get("BatchSize", 10))
                 # moto would try to run the function in Docker on every SendMessage (and count a

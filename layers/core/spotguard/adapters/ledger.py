@@ -3,7 +3,10 @@
 Items written by the interruption path:
   INSTANCE#<id> / CONTAINER_INSTANCE   the index: cluster, container instance, status, ECS version
   INSTANCE#<id> / NOTICE#<notice key>  each notice: when it came, what was done, the tasks signalled
-  INSTANCE#<id> / CLAIM#STOP           which notice stopped the host's tasks (the first one to claim it)
+                                       (written once the notice is done: its outcome makes a repeat of
+                                       the notice a no-op)
+  INSTANCE#<id> / CLAIM#STOP           which notice stops the host's tasks (the first one to claim it),
+                                       the tasks it named, and the lease of the try that is stopping them
   CHECKPOINTS#<uri> / NEWEST           a job's newest committed checkpoint (only ever moves forward)
   CHECKPOINTS#<uri> / SEQ#<sequence>   every committed checkpoint (for a job's status)
   HOST#<container instance> / TASK#<task arn>
@@ -12,6 +15,9 @@ Items written by the interruption path:
                                        stays a day as a tombstone so a late RUNNING event cannot revive it
 Jobs live in the same table (see job_store.py).
 Notices and claims expire (TTL) after RETENTION_DAYS; EC2 never reuses an instance id.
+
+The urgent path reads an instance's items in one query (`host`) and writes once before its signals (the
+claim, which is also the lease that keeps two copies of a notice from stopping tasks side by side).
 """
 
 from __future__ import annotations
@@ -23,7 +29,13 @@ from typing import Any
 
 from spotguard.adapters.dynamo import conditional, key, marshal, plain, written
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.notices import ContainerInstanceUpdate, Notice
+from spotguard.domain.notices import (
+    ContainerInstanceUpdate,
+    HostClaim,
+    HostRecord,
+    Notice,
+    NoticeInProgress,
+)
 from spotguard.domain.tasks import ContainerInstanceRef, TaskInfo
 
 RETENTION_DAYS = 30
@@ -32,6 +44,25 @@ TOMBSTONE_HOURS = 24
 
 def _ttl(at: datetime) -> int:
     return int((at + timedelta(days=RETENTION_DAYS)).timestamp())
+
+
+def _ms(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
+def _ref(instance_id: str, item: dict[str, Any]) -> ContainerInstanceRef | None:
+    if not item or item.get("status") in ("DEREGISTERING", "INACTIVE"):
+        return None
+    return ContainerInstanceRef(
+        cluster_arn=item["cluster_arn"],
+        container_instance_arn=item["container_instance_arn"],
+        instance_id=instance_id,
+        status=item.get("status", "ACTIVE"),
+    )
+
+
+def _tasks(item: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(str(a) for a in item.get("task_arns") or []))
 
 
 class DynamoLedger:
@@ -46,13 +77,34 @@ class DynamoLedger:
                 TableName=self.table, Key=key(f"INSTANCE#{instance_id}", "CONTAINER_INSTANCE")
             ).get("Item")
         )
-        if not item or item.get("status") in ("DEREGISTERING", "INACTIVE"):
-            return None
-        return ContainerInstanceRef(
-            cluster_arn=item["cluster_arn"],
-            container_instance_arn=item["container_instance_arn"],
-            instance_id=instance_id,
-            status=item.get("status", "ACTIVE"),
+        return _ref(instance_id, item)
+
+    def host(self, instance_id: str, notice_key: str) -> HostRecord:
+        """Everything the ledger holds for an instance, in one (consistent) query: its container
+        instance, the stop claim, and this notice's outcome if it was handled already. An instance has a
+        handful of items (the index, the claim, a notice per event about it)."""
+        items: dict[str, dict[str, Any]] = {}
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.table,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues=marshal({":p": f"INSTANCE#{instance_id}"}),
+            ConsistentRead=True,
+        )
+        for page in pages:
+            items.update({str(i["sk"]): i for i in map(plain, page.get("Items", []))})
+        claim = items.get("CLAIM#STOP")
+        notice = items.get(f"NOTICE#{notice_key}") or {}
+        outcome = json.loads(notice["outcome"]) if notice.get("outcome") else None
+        return HostRecord(
+            container_instance=_ref(instance_id, items.get("CONTAINER_INSTANCE") or {}),
+            claim=HostClaim(
+                notice_key=str(claim.get("notice_key", "")),
+                cluster_arn=str(claim.get("cluster_arn", "")),
+                task_arns=tuple(_tasks(claim)),
+            )
+            if claim
+            else None,
+            outcome=outcome,
         )
 
     def index_container_instance(self, update: ContainerInstanceUpdate) -> bool:
@@ -134,49 +186,60 @@ class DynamoLedger:
         return found
 
     # ------------------------------------------------------------------------------------ notices
-    def record_notice(self, notice: Notice, received: datetime) -> None:
-        self.client.update_item(
+    def lease_notice(self, notice: Notice, owner: str, now: datetime, until: datetime) -> None:
+        """Take the lease of a notice that claims no host (SIGUSR1 on a rebalance recommendation), so
+        that two copies of it do not signal side by side. Raises NoticeInProgress when another try holds
+        a live lease or has finished it (the repeat then finds the outcome)."""
+        went_in, _ = conditional(
+            self.client.update_item,
             TableName=self.table,
             Key=key(f"INSTANCE#{notice.instance_id}", f"NOTICE#{notice.key}"),
-            UpdateExpression="SET kind = :k, event_id = :e, event_time = :et, deadline = :d, "
-            "received_at = if_not_exists(received_at, :r), "
-            "deliveries = if_not_exists(deliveries, :z) + :one, expires_at = :x",
+            UpdateExpression="SET lease_owner = :me, lease_until = :until, expires_at = :x",
+            ConditionExpression="attribute_not_exists(outcome) AND (attribute_not_exists(lease_until) "
+            "OR lease_until < :now OR lease_owner = :me)",
             ExpressionAttributeValues=marshal(
-                {
-                    ":k": notice.kind,
-                    ":e": notice.event_id,
-                    ":et": notice.event_time.isoformat(),
-                    ":d": notice.deadline.isoformat() if notice.deadline else None,
-                    ":r": received.isoformat(),
-                    ":z": 0,
-                    ":one": 1,
-                    ":x": _ttl(received),
-                }
+                {":me": owner, ":until": _ms(until), ":now": _ms(now), ":x": _ttl(now)}
             ),
         )
+        if not went_in:
+            raise NoticeInProgress(f"notice {notice.key} is being handled elsewhere")
 
     def claim_host(
-        self, instance_id: str, notice_key: str, at: datetime, cluster_arn: str, task_arns: Sequence[str]
+        self,
+        instance_id: str,
+        notice_key: str,
+        at: datetime,
+        cluster_arn: str,
+        task_arns: Sequence[str],
+        owner: str,
+        lease_until: datetime,
     ) -> tuple[str | None, list[str]]:
-        """Claim the right to stop the host's tasks, naming the tasks about to be stopped, in one write.
+        """Claim the right to stop the host's tasks, naming the tasks about to be stopped, and take the
+        lease of this try, in one conditional write (the one write before the signals).
         (None, every task this notice has claimed, on every try so far) when the claim is ours (new, or
-        ours from an earlier try: a redelivery after a partial failure adds to, never replaces, what the
-        first try stopped); otherwise (the key of the notice that holds it, the tasks it claimed), so
-        that a lifecycle action waits for those even while that notice is still stopping them."""
+        ours from an earlier try whose lease has run out: a redelivery after a partial failure adds to,
+        never replaces, what the first try stopped); otherwise (the key of the notice that holds it, the
+        tasks it claimed), so that a lifecycle action waits for those even while that notice is still
+        stopping them. Raises NoticeInProgress when another try of this same notice holds a live lease
+        (two copies of one notice never stop tasks side by side)."""
         went_in, item = conditional(
             self.client.update_item,
             TableName=self.table,
             Key=key(f"INSTANCE#{instance_id}", "CLAIM#STOP"),
             UpdateExpression="SET notice_key = :k, claimed_at = if_not_exists(claimed_at, :t), "
-            "cluster_arn = :c, expires_at = :x, "
+            "cluster_arn = :c, expires_at = :x, lease_owner = :me, lease_until = :until, "
             "task_arns = list_append(if_not_exists(task_arns, :none), :tasks)",
-            ConditionExpression="attribute_not_exists(pk) OR notice_key = :k",
+            ConditionExpression="attribute_not_exists(pk) OR (notice_key = :k AND "
+            "(attribute_not_exists(lease_until) OR lease_until < :now OR lease_owner = :me))",
             ExpressionAttributeValues=marshal(
                 {
                     ":k": notice_key,
                     ":t": at.isoformat(),
                     ":c": cluster_arn,
                     ":x": _ttl(at),
+                    ":me": owner,
+                    ":until": _ms(lease_until),
+                    ":now": _ms(at),
                     ":none": [],
                     ":tasks": list(task_arns),
                 }
@@ -184,8 +247,12 @@ class DynamoLedger:
             ReturnValues="ALL_NEW",
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
-        tasks = list(dict.fromkeys(str(a) for a in item.get("task_arns") or []))
-        return (None if went_in else str(item.get("notice_key", "another notice"))), tasks
+        if went_in:
+            return None, _tasks(item)
+        holder = str(item.get("notice_key", "another notice"))
+        if holder == notice_key:
+            raise NoticeInProgress(f"notice {notice_key} is stopping the tasks of {instance_id} elsewhere")
+        return holder, _tasks(item)
 
     def claimed_tasks(self, instance_id: str) -> tuple[str, list[str]]:
         """(cluster, every task) the notice holding the host's claim stops: what a lifecycle action
@@ -195,9 +262,7 @@ class DynamoLedger:
                 TableName=self.table, Key=key(f"INSTANCE#{instance_id}", "CLAIM#STOP"), ConsistentRead=True
             ).get("Item")
         )
-        return str(item.get("cluster_arn", "")), list(
-            dict.fromkeys(str(a) for a in item.get("task_arns") or [])
-        )
+        return str(item.get("cluster_arn", "")), _tasks(item)
 
     def stop_claim(self, instance_id: str) -> str | None:
         """The key of the notice that stopped the host's tasks, if one did."""
@@ -208,14 +273,28 @@ class DynamoLedger:
         )
         return str(item["notice_key"]) if item else None
 
-    def finish_notice(self, notice: Notice, outcome: dict[str, object]) -> None:
+    def finish_notice(self, notice: Notice, received: datetime, outcome: dict[str, object]) -> None:
+        """The notice's record, written once, after its signals: when it came, how often, what was
+        done. Its outcome makes a later copy of the notice return at once (see `host`)."""
         signalled = [str(a) for a in outcome.get("signalled") or []]  # type: ignore[union-attr]
         self.client.update_item(
             TableName=self.table,
             Key=key(f"INSTANCE#{notice.instance_id}", f"NOTICE#{notice.key}"),
-            UpdateExpression="SET outcome = :o, task_arns = :tasks, cluster_arn = :c",
+            UpdateExpression="SET kind = :k, event_id = :e, event_time = :et, deadline = :d, "
+            "received_at = if_not_exists(received_at, :r), expires_at = :x, outcome = :o, "
+            "task_arns = :tasks, cluster_arn = :c",
             ExpressionAttributeValues=marshal(
-                {":o": _json(outcome), ":tasks": signalled, ":c": str(outcome.get("cluster_arn") or "")}
+                {
+                    ":k": notice.kind,
+                    ":e": notice.event_id,
+                    ":et": notice.event_time.isoformat(),
+                    ":d": notice.deadline.isoformat() if notice.deadline else None,
+                    ":r": received.isoformat(),
+                    ":x": _ttl(received),
+                    ":o": _json(outcome),
+                    ":tasks": signalled,
+                    ":c": str(outcome.get("cluster_arn") or ""),
+                }
             ),
         )
 

@@ -39,6 +39,7 @@ from pydantic import (
 
 from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
 from spotguard.domain.own_events import LIFECYCLE_CHECK, SOURCE
+from spotguard.domain.tasks import ContainerInstanceRef
 
 SPOT_WARNING_SECONDS = 120
 MAX_VERSION = 2**53  # ECS versions are small counters; DynamoDB numbers hold 38 digits at most
@@ -110,6 +111,29 @@ class ContainerInstanceUpdate(BaseModel):
     version: int
     event_id: str
     event_time: datetime
+
+
+class HostClaim(BaseModel):
+    """Which notice holds the right to stop a host's tasks, and the tasks it named (ledger's CLAIM#STOP)."""
+
+    model_config = ConfigDict(frozen=True)
+    notice_key: str
+    cluster_arn: str = ""
+    task_arns: tuple[str, ...] = ()
+
+
+class HostRecord(BaseModel):
+    """What the ledger holds for an instance, read in one query before a notice acts: its container
+    instance (the index), the stop claim, and the outcome of this very notice if it was handled already."""
+
+    model_config = ConfigDict(frozen=True)
+    container_instance: ContainerInstanceRef | None = None
+    claim: HostClaim | None = None
+    outcome: dict[str, Any] | None = None
+
+
+class NoticeInProgress(RuntimeError):
+    """The same notice is being handled elsewhere right now (its lease is live): retry it later."""
 
 
 class Decision(BaseModel):

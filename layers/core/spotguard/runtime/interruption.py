@@ -1,14 +1,19 @@
-"""The interruption function's runtime: the urgent path, and nothing of the jobs path."""
+"""The interruption function's runtime: the urgent path, and nothing of the jobs path.
+
+No Powertools idempotency here: the ledger does that work on the path itself. A notice whose record holds
+an outcome is not acted on again (the first query of the path reads it), and two copies of one notice in
+flight at once meet at the host's claim, a conditional write the path makes anyway, which carries the
+lease of the try that holds it (for SIGUSR1, the notice's own record carries it). That saves the two
+idempotency-table calls that stood before and after every notice.
+"""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aws_lambda_powertools.utilities.idempotency import (
-    DynamoDBPersistenceLayer,
-    IdempotencyConfig,
-    idempotent_function,
-)
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 
 from spotguard.adapters.autoscaling import LifecycleAdapter
 from spotguard.adapters.clients import LazyClient, client
@@ -21,7 +26,9 @@ from spotguard.domain.notices import Notice
 from spotguard.runtime import utcnow
 from spotguard.usecases.interruption import InterruptionConfig, InterruptionService
 
-NOTICE_IDEMPOTENCY_SECONDS = 24 * 3600  # a redelivered notice, even hours later, is not acted on twice
+# What a try of a notice keeps in hand when it takes its lease: the time left to answer the batch. A try
+# that is cut off (the function's timeout) is taken over by the redelivery once its lease has run out.
+LEASE_MARGIN_SECONDS = 1.0
 
 
 class InterruptionRuntime:
@@ -45,19 +52,40 @@ class InterruptionRuntime:
             clock=utcnow,
         )
         self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
-        self.idempotency = IdempotencyConfig(
-            event_key_jmespath="[kind, event_id, instance_id]",
-            expires_after_seconds=NOTICE_IDEMPOTENCY_SECONDS,
-            raise_on_no_idempotency_key=True,
-        )
-        store = DynamoDBPersistenceLayer(table_name=env.idempotency_table, boto3_client=client("dynamodb"))
-        # Same notice key in flight elsewhere -> IdempotencyAlreadyInProgressError -> the record is retried.
-        self.handle_notice = idempotent_function(
-            data_keyword_argument="notice", persistence_store=store, config=self.idempotency
-        )(self._handle_notice)
+        self._context: Any = None
 
-    def _handle_notice(self, notice: Notice) -> dict[str, Any]:
-        return self.service.handle(notice).model_dump(mode="json")
+    def handle_notice(self, notice: Notice) -> dict[str, Any]:
+        return self.service.handle(notice, lease_seconds=self._lease_seconds()).model_dump(mode="json")
 
     def register_context(self, context: Any) -> None:
-        self.idempotency.register_lambda_context(context)
+        self._context = context
+
+    def _lease_seconds(self) -> float | None:
+        remaining = getattr(self._context, "get_remaining_time_in_millis", None)
+        if remaining is None:
+            return None
+        return max(LEASE_MARGIN_SECONDS, remaining() / 1000 + LEASE_MARGIN_SECONDS)
+
+
+class ParallelBatchProcessor(BatchProcessor):
+    """Powertools' BatchProcessor, with the records of a batch handled side by side (one thread each, up
+    to the batch size of 10) instead of one after the other. Success and failure are still reported per
+    record; the record handler must be thread-safe (the interruption function's is: boto3 clients are,
+    and the use case keeps no state per notice outside its call)."""
+
+    def __init__(self, event_type: EventType, max_workers: int = 10) -> None:
+        super().__init__(event_type=event_type)
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="spotguard-record")
+
+    def process(self) -> list[tuple[Any, ...]]:
+        if len(self.records) <= 1:
+            return super().process()
+        return list(self._pool.map(self._process_record, self.records))
+
+
+class ThreadLogger(Logger):
+    """Powertools' Logger whose correlation id is kept per thread, so that records handled side by side
+    each log under their own event's id."""
+
+    def set_correlation_id(self, value: str | None) -> None:
+        self.thread_safe_append_keys(correlation_id=value)

@@ -1,17 +1,26 @@
 """On interruption: drain the doomed host and make every managed task on it checkpoint.
 
-Safe to repeat: the same notice again (Powertools idempotency in the runtime keeps two copies from running
-at once) re-does only what is left; a second notice for the same host (the warning, then the state change)
-finds the host claimed and stops nothing again. ECS drains are idempotent; tasks already asked to stop
-are no longer listed as desired-RUNNING, so a retry never stops a task twice.
+The path to the last signal is kept as short as the ledger allows. For a spot warning on a host with N
+managed tasks: one query reads the host's items (container instance, stop claim, this notice's record);
+ListTasks and the host's task index (a query) go out side by side; one conditional write claims the host,
+names the tasks and takes this try's lease; then the N StopTasks go out side by side, with the drain
+beside them. The notice's record is written after the signals. Four calls before the signals, whatever N.
+
+Safe to repeat: a notice whose record holds an outcome returns it at once; two copies of one notice in
+flight at the same time meet at the claim (or, for SIGUSR1, the notice's lease), and the later one is
+retried (NoticeInProgress); a second notice for the same host (the warning, then the state change) finds
+the host claimed, by the first query, and stops nothing again. ECS drains are idempotent; tasks already
+asked to stop are no longer listed as desired-RUNNING, so a retry never stops a task twice.
 """
 
 from __future__ import annotations
 
+import threading
+import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +28,10 @@ from spotguard.domain.notices import Action, ContainerInstanceUpdate, Notice, Se
 from spotguard.domain.tasks import ContainerInstanceRef, ManageMode, TaskInfo, managed_tasks
 from spotguard.ports import Ecs, FollowUps, InterruptionLedger, Lifecycle, Signaller
 
-MAX_PARALLEL_SIGNALS = 16
+# AWS calls one process keeps in flight for notices at once (stops, drains, listings). Within the clients'
+# connection pool (adapters/clients.py URGENT: max_pool_connections), so no call waits for a connection or
+# opens one that the pool then throws away.
+MAX_PARALLEL_CALLS = 32
 
 
 class InterruptionConfig(BaseModel):
@@ -28,6 +40,10 @@ class InterruptionConfig(BaseModel):
     manage: ManageMode = ManageMode.TAGGED
     lifecycle_wait_seconds: int = Field(default=900, ge=0, le=7200)
     lifecycle_check_seconds: int = Field(default=20, ge=0, le=900)
+    # How long a try of a notice holds its lease when the caller does not say (the function's timeout):
+    # a try that died is taken over once it has run out.
+    lease_seconds: float = Field(default=30, gt=0, le=900)
+    max_parallel_calls: int = Field(default=MAX_PARALLEL_CALLS, ge=1, le=256)
 
 
 class NoticeOutcome(BaseModel):
@@ -69,6 +85,8 @@ class InterruptionService:
         self.follow_ups = follow_ups
         self.ledger = ledger
         self.clock = clock
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------ index
     def index(self, update: ContainerInstanceUpdate) -> bool:
@@ -76,25 +94,32 @@ class InterruptionService:
         return self.ledger.index_container_instance(update)
 
     # ----------------------------------------------------------------------------------------- notice
-    def handle(self, notice: Notice) -> NoticeOutcome:
-        """Carry out the notice's actions (`domain.notices.actions`: what `explain` prints, too)."""
+    def handle(self, notice: Notice, lease_seconds: float | None = None) -> NoticeOutcome:
+        """Carry out the notice's actions (`domain.notices.actions`: what `explain` prints, too).
+        `lease_seconds`: how long this try may hold the notice (the invocation's remaining time)."""
         steps = actions(notice.kind, self.config.settings)
         if Action.RECORD not in steps:  # the follow-up of a held lifecycle action
             return self._lifecycle_check(notice)
         received = self.clock()
-        self.ledger.record_notice(notice, received)
+        owner = uuid.uuid4().hex  # this try: the lease names it
+        lease_until = received + timedelta(seconds=lease_seconds or self.config.lease_seconds)
+        host = self.ledger.host(notice.instance_id, notice.key)
+        if host.outcome is not None:  # this notice was handled already: a repeat does nothing
+            return NoticeOutcome.model_validate(host.outcome)
         out = NoticeOutcome(notice_key=notice.key, kind=notice.kind, instance_id=notice.instance_id)
-        ref = self._locate(notice.instance_id)
+        ref = self._locate(notice.instance_id, host.container_instance)
         if ref is None:
             out.skipped = "no container instance of a watched cluster runs on this instance"
             if notice.lifecycle is not None:
                 self.lifecycle.complete(notice.lifecycle, notice.instance_id)
                 out.lifecycle = "completed"
-            self.ledger.finish_notice(notice, out.model_dump(mode="json"))
+            self.ledger.finish_notice(notice, received, out.model_dump(mode="json"))
             return out
         out.cluster_arn, out.container_instance_arn = ref.cluster_arn, ref.container_instance_arn
+        drain = Action.DRAIN in steps and ref.status != "DRAINING"
 
         if Action.CHECKPOINT_TASKS in steps:
+            self.ledger.lease_notice(notice, owner, received, lease_until)
             tasks = self._managed(ref)
             if tasks:
                 self.signaller.signal(notice.instance_id, tasks, "SIGUSR1")
@@ -103,20 +128,31 @@ class InterruptionService:
             else:
                 out.skipped = "no managed task on this instance"
 
-        if Action.DRAIN in steps and ref.status != "DRAINING":
-            self.ecs.drain(ref)
-            out.drained = True
         holder: str = notice.key
         waiting_for: list[str] = []
+        tasks: list[TaskInfo] = []
         if Action.STOP_TASKS in steps:
-            # The tasks go into the claim itself (one write, before the stops), so that a redelivery
-            # after a partial failure knows every task this notice stopped, not only the ones it stops.
-            tasks = self._managed(ref)
-            claimed, stopping = self.ledger.claim_host(
-                notice.instance_id, notice.key, received, ref.cluster_arn, [t.task_arn for t in tasks]
-            )
+            claimed: str | None
+            if host.claim is not None and host.claim.notice_key != notice.key:
+                # Another notice holds the host (the query said so): nothing to list, nothing to stop.
+                claimed, stopping = host.claim.notice_key, list(host.claim.task_arns)
+            else:
+                # The tasks go into the claim itself (one write, before the stops), so that a redelivery
+                # after a partial failure knows every task this notice stopped, not only the ones it stops.
+                tasks = self._managed(ref)
+                claimed, stopping = self.ledger.claim_host(
+                    notice.instance_id,
+                    notice.key,
+                    received,
+                    ref.cluster_arn,
+                    [t.task_arn for t in tasks],
+                    owner,
+                    lease_until,
+                )
             if claimed is None:
-                self._stop_all(tasks, stop_reason(notice))
+                self._stop_all(tasks, stop_reason(notice), ref if drain else None)
+                out.drained = drain
+                drain = False
                 out.signal, out.signalled = "stop", stopping
                 if tasks:
                     out.signal_latency_seconds = self._latency(notice)
@@ -126,6 +162,10 @@ class InterruptionService:
                 holder = claimed
                 out.skipped = f"managed tasks were already stopped for notice {holder}"
             waiting_for = stopping  # ours, or what the holding notice stops: written before its stops
+
+        if drain:
+            self.ecs.drain(ref)
+            out.drained = True
 
         if Action.COMPLETE_LIFECYCLE in steps and notice.lifecycle is not None:
             if not waiting_for:
@@ -142,26 +182,45 @@ class InterruptionService:
                     self.config.lifecycle_check_seconds,
                 )
                 out.lifecycle = "waiting"
-        self.ledger.finish_notice(notice, out.model_dump(mode="json"))
+        self.ledger.finish_notice(notice, received, out.model_dump(mode="json"))
         return out
 
     # ------------------------------------------------------------------------------------- internals
-    def _locate(self, instance_id: str) -> ContainerInstanceRef | None:
-        ref = self.ledger.container_instance(instance_id)
-        if ref is not None and self.config.settings.watches(ref.cluster_arn):
-            return ref
+    def _locate(self, instance_id: str, indexed: ContainerInstanceRef | None) -> ContainerInstanceRef | None:
+        if indexed is not None and self.config.settings.watches(indexed.cluster_arn):
+            return indexed
         ref = self.ecs.find_container_instance(instance_id, self.config.settings.clusters)
         if ref is not None:
             self.ledger.remember_container_instance(ref)
         return ref
 
+    def _side_by_side(self, *calls: Callable[[], Any]) -> list[Future[Any]]:
+        """Start calls on the shared pool; wait for all of them; the first failure is raised after all
+        have finished (so that every stop is tried), the results otherwise returned in order."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.config.max_parallel_calls, thread_name_prefix="spotguard-call"
+                )
+            pool = self._pool
+        futures = [pool.submit(call) for call in calls]
+        errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:
+            raise errors[0]
+        return futures
+
     def _managed(self, ref: ContainerInstanceRef) -> list[TaskInfo]:
         """ListTasks says which tasks are desired RUNNING on the host (the truth); the task index,
-        kept from task events, describes them; only tasks it does not know yet are described."""
-        arns = self.ecs.running_task_arns(ref)
+        kept from task events, describes them (both asked at once); only tasks it does not know yet are
+        described."""
+        listed, indexed = self._side_by_side(
+            lambda: self.ecs.running_task_arns(ref),
+            lambda: self.ledger.indexed_tasks(ref.container_instance_arn),
+        )
+        arns: list[str] = listed.result()
         if not arns:
             return []
-        known = self.ledger.indexed_tasks(ref.container_instance_arn)
+        known: dict[str, TaskInfo] = indexed.result()
         unknown = [a for a in arns if a not in known]
         described = self.ecs.describe_tasks(ref.cluster_arn, unknown) if unknown else []
         tasks = [known[a] for a in arns if a in known] + [
@@ -169,20 +228,20 @@ class InterruptionService:
         ]
         return managed_tasks(tasks, self.config.manage, self.ecs.definition_has_gpu)
 
-    def _stop_all(self, tasks: list[TaskInfo], reason: str) -> None:
-        """StopTask for every task at once: with the two-minute warning, serial calls would eat the
-        checkpoint window. Every task is tried; the first failure is raised afterwards so the notice is
-        retried, and the retry lists only the tasks that are still desired RUNNING."""
-        if not tasks:
-            return
-        if len(tasks) == 1:
-            self.ecs.stop_task(tasks[0].cluster_arn, tasks[0].task_arn, reason)
-            return
-        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_SIGNALS, len(tasks))) as pool:
-            futures = [pool.submit(self.ecs.stop_task, t.cluster_arn, t.task_arn, reason) for t in tasks]
-        errors = [f.exception() for f in futures if f.exception() is not None]
-        if errors:
-            raise errors[0]  # type: ignore[misc]
+    def _stop_all(self, tasks: list[TaskInfo], reason: str, drain: ContainerInstanceRef | None) -> None:
+        """StopTask for every task at once, and the drain beside them: with the two-minute warning,
+        serial calls would eat the checkpoint window, and nothing on the path waits for the drain. Every
+        call is tried; the first failure is raised afterwards so the notice is retried, and the retry
+        lists only the tasks that are still desired RUNNING."""
+        calls: list[Callable[[], Any]] = [
+            (lambda t=t: self.ecs.stop_task(t.cluster_arn, t.task_arn, reason)) for t in tasks
+        ]
+        if drain is not None:
+            calls.append(lambda: self.ecs.drain(drain))
+        if len(calls) == 1:
+            calls[0]()
+        elif calls:
+            self._side_by_side(*calls)
 
     def _latency(self, notice: Notice) -> float:
         return max(0.0, (self.clock() - notice.event_time).total_seconds())
