@@ -4,7 +4,7 @@
 #   make check   the fast loop while you work, under a minute: lint + every test not marked slow
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   benchmarks that print figures (the interruption path, the job path; checkpoint stall and
-#                commit time); make bench-load: the local stack with 200 instances interrupted at once
+#                commit time); make bench-load: the local stack with 200 (and 1,000) instances warned at once
 #   make sam     sam validate --lint and sam build (in a separate virtual environment)
 #   make checkov checkov on template.yaml, offline (its own virtual environment: it pins an old boto3);
 #                every finding is fixed or skipped with its reason in the resource's Metadata
@@ -72,9 +72,13 @@ bench-capacity: setup
 bench-decide: setup
 	taskset -c 0 $(BIN)/python bench/decide.py
 
-# The local stack under load: 200 instances x 4 tasks interrupted at once (several minutes).
+# The local stack under load, with Lambda's concurrency played: 200 instances x 4 tasks warned at once,
+# the same with AWS's call latencies (--latency, emulator/latency.py), and 1,000 instances x 1 task
+# (about 15 minutes in all on two shared cores; each run prints its own set-up and timings).
 bench-load: setup
-	$(BIN)/python bench/local_load.py
+	$(BIN)/python bench/local_load.py --instances 200 --tasks 4
+	$(BIN)/python bench/local_load.py --instances 200 --tasks 4 --latency
+	$(BIN)/python bench/local_load.py --instances 1000 --tasks 1
 
 $(SAM_VENV)/bin/sam:
 	$(PYTHON) -m venv $(SAM_VENV)

@@ -1,14 +1,25 @@
-"""Load benchmark of the local stack: many instances interrupted at once.
+"""Load benchmark of the local stack: many instances interrupted at once, with Lambda's concurrency played.
 
-200 simulated g5.12xlarge spot instances (4 GPUs) each run 4 managed 1-GPU jobs (and 200 more instances
-are free to take them). Their 200 spot interruption warnings are put on moto server's bus within one
-second; the interruption function (one process here, where Lambda would run many at once) drains each
-host and stops its tasks; the tasks (simulated containers: they exit 75 a moment after SIGTERM, as the
-agent does) stop, and every job is resubmitted. Prints the time from each warning to its last StopTask
-(p50, p99, max), the handler's time per notice, the AWS calls per instance on the interruption path,
-and checks that every task was stopped once and every job resubmitted once.
+N simulated spot instances (as many GPUs as managed tasks per instance: g5.xlarge for 1, g5.12xlarge for
+4, g5.48xlarge for 8) each run their managed 1-GPU jobs (and N more instances are free to take them).
+Their N spot interruption warnings are put on moto server's bus at once (10 per PutEvents, side by side).
+The interruptions queue's event source mapping is played as Lambda runs it (emulator/lambdas.py,
+`Scaling`): five batches at once, up to 300 more concurrent invocations a minute, capped by the template's
+MaximumConcurrency / reserved concurrency, each invocation in an execution environment of its own; the
+function handles a batch's records side by side. The tasks (simulated containers: they exit 75 a moment
+after SIGTERM, as the agent does) stop, and every job is resubmitted.
 
-    .venv/bin/python bench/local_load.py [--instances 200] [--tasks 4] [--json]
+Prints: the time from each warning to its instance's last StopTask (p50, p99, max); the AWS calls per
+instance on the interruption path, by API, and those made before the instance's first StopTask; the CPU
+time of this process per notice (what sizes the function's memory); the most invocations at once; and
+checks that every task was stopped once, every job resubmitted once, nothing dead-lettered.
+
+    .venv/bin/python bench/local_load.py [--instances 200] [--tasks 4] [--latency] [--json]
+
+--latency: SpotGuard's AWS calls each wait as long as AWS might take (emulator/latency.py, the figures in
+the README), so the result projects to AWS rather than to moto on 127.0.0.1. Everything runs on this
+machine's cores (moto server in one process, every function in this one): where the cores are few or
+shared, moto's throughput bounds the figures, which the output shows (calls per second).
 """
 
 from __future__ import annotations
@@ -16,18 +27,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
+import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from spotguard.adapters import clients
 from spotguard_cli.emulator.inject import make_event, put_entry
+from spotguard_cli.emulator.lambdas import FunctionHost
+from spotguard_cli.emulator.latency import LatencyModel
 from spotguard_cli.emulator.motoserver import MotoServer
 from spotguard_cli.emulator.system import LocalSystem
+
+HOST_TYPES = {1: "g5.xlarge", 4: "g5.12xlarge", 8: "g5.48xlarge"}  # as many GPUs as tasks
+SIGNALS = {"StopTask", "SendCommand"}
+INSTANCE = re.compile(r"i-[0-9a-f]{17}")
+SETUP_THREADS = 8
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -35,46 +55,110 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def run(instances: int, tasks: int) -> dict[str, Any]:
+class CallLog:
+    """Every AWS call SpotGuard's clients make, with the instance it is for (from its parameters: an
+    instance id, or a container instance ARN of a known host)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.calls: list[tuple[float, str, str | None]] = []
+        self.stopped: list[str] = []  # the task of every StopTask
+        self.by_container_instance: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def hook(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        if not self.on:
+            return
+        text = json.dumps(params, default=str)
+        found = INSTANCE.search(text)
+        who = found.group(0) if found else None
+        if who is None:
+            who = next((i for ci, i in self.by_container_instance.items() if ci in text), None)
+        with self._lock:
+            self.calls.append((time.monotonic(), model.name, who))
+            if model.name == "StopTask":
+                self.stopped.append(str(params.get("task")))
+
+
+def setup(
+    system: LocalSystem, instances: int, tasks: int, phases: dict[str, float]
+) -> tuple[list[Any], list[str]]:
+    """The hosts (doomed ones first: binpacking fills them in order) and the jobs, side by side."""
+    host_type = HOST_TYPES[tasks]
+    t = time.monotonic()
+    with ThreadPoolExecutor(SETUP_THREADS) as pool:
+        doomed = list(pool.map(lambda _: system.add_host(host_type, "us-east-1a"), range(instances)))
+        list(pool.map(lambda _: system.add_host(host_type, "us-east-1b"), range(instances)))
+    system.pump()  # the container instance events: the index
+    phases["hosts"], t = round(time.monotonic() - t, 1), time.monotonic()
+    td = system.task_definition(["sim:checkpointing", "0.2"], gpus=1)
+    jobs_fn = system.functions["JobsFunction"]
+    environments = [jobs_fn] + [
+        FunctionHost(system.stack, jobs_fn.fn, log=jobs_fn.log, fresh=True) for _ in range(SETUP_THREADS - 1)
+    ]
+    free = list(environments)
+    lock = threading.Lock()
+
+    def submit(i: int) -> str:
+        with lock:
+            env = free.pop()
+        try:
+            answer = env.invoke(
+                {
+                    "action": "submit",
+                    "job_id": f"load-{i}",
+                    "request": {"cluster": "gpu-spot", "taskDefinition": td},
+                }
+            )
+        finally:
+            with lock:
+                free.append(env)
+        assert answer["ok"], answer
+        return str(answer["job"]["job_id"])
+
+    with ThreadPoolExecutor(SETUP_THREADS) as pool:
+        jobs = list(pool.map(submit, range(instances * tasks)))
+    phases["submits"], t = round(time.monotonic() - t, 1), time.monotonic()
+    want = instances * tasks
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:  # the tasks start; their RUNNING events fill the hosts' task index
+        system.pump()
+        if len(system.runner.running) >= want and not any(_visible(p) for p in system.pollers):
+            break
+    phases["tasks running and indexed"] = round(time.monotonic() - t, 1)
+    return doomed, jobs
+
+
+def _visible(poller: Any) -> int:
+    attrs = poller.sqs.get_queue_attributes(
+        QueueUrl=poller.queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+def run(instances: int, tasks: int, latency: bool) -> dict[str, Any]:
+    if tasks not in HOST_TYPES:
+        raise SystemExit(f"--tasks must be one of {sorted(HOST_TYPES)} (instance types with that many GPUs)")
     work = Path(tempfile.mkdtemp(prefix="spotguard-load-"))
-    stops: dict[str, list[tuple[float, str]]] = {}  # instance id -> (time, task arn) of each StopTask
-    calls: list[str] = []
+    log = CallLog()
     with MotoServer(log_path=str(work / "moto.log")) as moto:
         system = LocalSystem(moto.endpoint, work, reconcile_every=3600)
         try:
-
-            def hook(model: Any, params: dict[str, Any], **_: Any) -> None:
-                calls.append(model.name)
-                if model.name == "StopTask":
-                    instance = str(params.get("reason", "")).rsplit(" on ", 1)[-1]
-                    stops.setdefault(instance, []).append((time.monotonic(), params["task"]))
-
-            clients.on_every_call(hook)
-            doomed = [system.add_host("g5.12xlarge", "us-east-1a") for _ in range(instances)]
-            for _ in range(instances):
-                system.add_host("g5.12xlarge", "us-east-1b")
-            td = system.task_definition(["sim:checkpointing", "0.2"], gpus=1)
+            for poller in system.pollers:
+                poller.concurrent = True  # Lambda's concurrency, for every queue
+            clients.on_every_call(log.hook)
             t = time.monotonic()
-            jobs = []
-            for i in range(instances * tasks):
-                answer = system.invoke_jobs(
-                    {
-                        "action": "submit",
-                        "job_id": f"load-{i}",
-                        "request": {"cluster": "gpu-spot", "taskDefinition": td},
-                    }
-                )
-                assert answer["ok"], answer
-                jobs.append(answer["job"]["job_id"])
-            system.pump()  # the tasks start; their RUNNING events fill the host's task index
-            system.pump()
-            setup = time.monotonic() - t
+            phases: dict[str, float] = {}
+            doomed, jobs = setup(system, instances, tasks, phases)
+            setup_seconds = time.monotonic() - t
             placed = Counter(system.scheduler.placed.values())
-            assert all(placed[h.container_instance_arn] == tasks for h in doomed), (
-                "jobs not on the doomed hosts"
-            )
+            assert all(placed[h.container_instance_arn] == tasks for h in doomed), "jobs not on doomed hosts"
+            log.by_container_instance = {h.container_instance_arn: h.instance_id for h in doomed}
+            model = LatencyModel().install() if latency else None
 
-            calls.clear()
+            interruptions = system.pollers[0]
+            assert "Interruptions" in interruptions.queue_arn
             put_at: dict[str, float] = {}
             batches = [
                 [
@@ -89,16 +173,23 @@ def run(instances: int, tasks: int) -> dict[str, Any]:
                 now = time.monotonic()
                 put_at.update({instance: now for instance, _ in batch})
 
+            log.on = True
+            cpu0 = time.process_time()
             t0 = time.monotonic()
-            with ThreadPoolExecutor(max_workers=len(batches)) as pool:  # as 200 instances' warnings come
+            with ThreadPoolExecutor(max_workers=min(32, len(batches))) as pool:  # as the warnings come
                 list(pool.map(put, batches))
             put_span = time.monotonic() - t0
-            interruptions = system.pollers[0]
-            assert "Interruptions" in interruptions.queue_arn
-            t1 = time.monotonic()
             handled, failed = interruptions.drain()
-            handler_seconds = time.monotonic() - t1
-            path_calls = Counter(calls)
+            while _visible(interruptions):  # a failed record comes back after its visibility timeout
+                time.sleep(0.5)
+                n, f = interruptions.drain()
+                handled, failed = handled + n, failed + f
+            handler_seconds = time.monotonic() - t0
+            cpu = time.process_time() - cpu0
+            log.on = False
+            if model is not None:
+                model.enabled = False  # the resubmissions are not what is measured
+            calls = list(log.calls)
 
             def all_resubmitted() -> bool:
                 return len(system.scheduler.requests) >= 2 * len(jobs)
@@ -107,35 +198,56 @@ def run(instances: int, tasks: int) -> dict[str, Any]:
             system.run_until(all_resubmitted, timeout=1800, every=0.05)
             system.pump()
             resubmit_seconds = time.monotonic() - t2
-            attempts = Counter()
+            attempts: Counter[int] = Counter()
             for job_id in jobs:
                 status = system.invoke_jobs({"action": "status", "job_id": job_id})["job"]
                 attempts[len(status["attempts"])] += 1
             dead = system.dead_letters()
+            run_tasks = len(system.scheduler.requests)
+            peak = interruptions.peak_concurrency
+            scaling = interruptions.scaling
         finally:
             system.close()
-    to_last = [
-        max(t for t, _ in stops[h.instance_id]) - put_at[h.instance_id]
-        for h in doomed
-        if h.instance_id in stops
-    ]
-    stopped = Counter(arn for v in stops.values() for _, arn in v)
+
+    per_instance: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for at, name, who in calls:
+        if who is not None:
+            per_instance[who].append((at, name))
+    stops = {i: [at for at, name in cs if name == "StopTask"] for i, cs in per_instance.items()}
+    to_last = [max(stops[h.instance_id]) - put_at[h.instance_id] for h in doomed if stops.get(h.instance_id)]
+    before: Counter[str] = Counter()
+    for h in doomed:
+        cs = per_instance.get(h.instance_id, [])
+        first = min((at for at, name in cs if name in SIGNALS), default=None)
+        if first is not None:
+            before.update(name for at, name in cs if at < first)
+    by_api = Counter(name for _, name, _ in calls)
+    stopped = Counter(log.stopped)
     return {
         "instances": instances,
         "tasks_per_instance": tasks,
-        "setup_seconds": round(setup, 1),
+        "latency_model": latency,
+        "setup_seconds": round(setup_seconds, 1),
+        "setup_phases_seconds": phases,
         "warnings_put_within_seconds": round(put_span, 3),
         "notices_handled": handled,
         "failed_records": failed,
-        "warning_to_last_stop_p50_s": round(percentile(to_last, 0.5), 3),
-        "warning_to_last_stop_p99_s": round(percentile(to_last, 0.99), 3),
-        "warning_to_last_stop_max_s": round(max(to_last), 3),
-        "handler_ms_per_notice": round(1000 * handler_seconds / max(1, handled), 1),
-        "aws_calls_per_instance": round(sum(path_calls.values()) / instances, 2),
-        "aws_calls_per_instance_by_api": {k: round(v / instances, 2) for k, v in sorted(path_calls.items())},
+        "warning_to_last_stop_p50_s": round(percentile(to_last, 0.5), 3) if to_last else None,
+        "warning_to_last_stop_p99_s": round(percentile(to_last, 0.99), 3) if to_last else None,
+        "warning_to_last_stop_max_s": round(max(to_last), 3) if to_last else None,
+        "all_notices_handled_seconds": round(handler_seconds, 2),
+        "cpu_ms_per_notice": round(1000 * cpu / max(1, instances), 1),
+        "aws_calls_per_second": round(len(calls) / max(handler_seconds, 1e-9)),
+        "peak_concurrent_invocations": peak,
+        "concurrency_limit": scaling.limit,
+        "aws_calls_per_instance": round(len(calls) / instances, 2),
+        "aws_calls_per_instance_by_api": {k: round(v / instances, 2) for k, v in sorted(by_api.items())},
+        "calls_before_first_stop_per_instance": {
+            k: round(v / instances, 2) for k, v in sorted(before.items())
+        },
         "every_task_stopped_once": len(stopped) == instances * tasks and set(stopped.values()) == {1},
         "every_job_resubmitted_once": attempts == Counter({2: len(jobs)}),
-        "run_task_calls": len(system.scheduler.requests),
+        "run_task_calls": run_tasks,
         "resubmission_seconds": round(resubmit_seconds, 1),
         "dead_letters": dead,
     }
@@ -145,36 +257,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instances", type=int, default=200)
     parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--latency", action="store_true", help="AWS's call latencies (emulator/latency.py)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     os.environ.pop("AWS_ENDPOINT_URL", None)
-    r = run(args.instances, args.tasks)
+    r = run(args.instances, args.tasks, args.latency)
     if args.json:
         print(json.dumps(r, indent=2))
-        return
-    print(
-        f"{r['instances']} instances x {r['tasks_per_instance']} managed tasks (set-up {r['setup_seconds']}s)"
-    )
-    print(
-        f"  {r['notices_handled']} warnings put on the bus within {r['warnings_put_within_seconds']} s; "
-        f"{r['failed_records']} failed records"
-    )
-    print(
-        f"  warning -> last StopTask of its instance: p50 {r['warning_to_last_stop_p50_s']} s, "
-        f"p99 {r['warning_to_last_stop_p99_s']} s, max {r['warning_to_last_stop_max_s']} s "
-        "(one handler process; Lambda runs batches side by side)"
-    )
-    print(f"  handler time per notice: {r['handler_ms_per_notice']} ms")
-    print(
-        f"  AWS calls per instance on the interruption path: {r['aws_calls_per_instance']} "
-        f"{r['aws_calls_per_instance_by_api']}"
-    )
-    print(
-        f"  every task stopped exactly once: {r['every_task_stopped_once']}; "
-        f"every job resubmitted exactly once: {r['every_job_resubmitted_once']} "
-        f"({r['run_task_calls']} RunTask calls, resubmission took {r['resubmission_seconds']} s)"
-    )
-    print(f"  dead letters: {r['dead_letters']}")
+    else:
+        latency = "with AWS's call latencies (--latency)" if r["latency_model"] else "moto on 127.0.0.1"
+        print(
+            f"{r['instances']} instances x {r['tasks_per_instance']} managed tasks, {latency} "
+            f"(set-up {r['setup_seconds']} s: {r['setup_phases_seconds']})"
+        )
+        print(
+            f"  {r['notices_handled']} warnings put on the bus within {r['warnings_put_within_seconds']} s; "
+            f"{r['failed_records']} failed records; all handled in {r['all_notices_handled_seconds']} s"
+        )
+        print(
+            f"  warning -> last StopTask of its instance: p50 {r['warning_to_last_stop_p50_s']} s, "
+            f"p99 {r['warning_to_last_stop_p99_s']} s, max {r['warning_to_last_stop_max_s']} s"
+        )
+        print(
+            f"  Lambda's concurrency played: up to {r['peak_concurrent_invocations']} invocations at once "
+            f"(limit {r['concurrency_limit']}); {r['aws_calls_per_second']} AWS calls/s; "
+            f"CPU {r['cpu_ms_per_notice']} ms per notice in this process"
+        )
+        print(f"  AWS calls per instance: {r['aws_calls_per_instance']} {r['aws_calls_per_instance_by_api']}")
+        print(f"  of which before the instance's first StopTask: {r['calls_before_first_stop_per_instance']}")
+        print(
+            f"  every task stopped exactly once: {r['every_task_stopped_once']}; "
+            f"every job resubmitted exactly once: {r['every_job_resubmitted_once']} "
+            f"({r['run_task_calls']} RunTask calls, resubmission took {r['resubmission_seconds']} s)"
+        )
+        print(f"  dead letters: {r['dead_letters']}")
     ok = (
         r["every_task_stopped_once"]
         and r["every_job_resubmitted_once"]

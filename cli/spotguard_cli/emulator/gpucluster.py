@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +196,7 @@ class GpuScheduler:
         self.status: dict[str, str] = {}  # container instance arn -> status SpotGuard set (DRAINING)
         self._definitions: dict[str, dict[str, Any]] = {}
         self.volumes: list[str] = []  # EBS volumes created for tasks, in order
+        self._lock = threading.RLock()
 
     def install(self) -> None:
         from spotguard.adapters import clients
@@ -209,8 +211,9 @@ class GpuScheduler:
         from botocore.exceptions import ReadTimeoutError
 
         request = json.loads(params["body"])
-        self.requests.append(request)
-        answer = self.run_task(request)
+        with self._lock:  # concurrent invocations place tasks one at a time, as ECS does per cluster
+            self.requests.append(request)
+            answer = self.run_task(request)
         if self.lose_answers > 0:
             self.lose_answers -= 1
             raise ReadTimeoutError(endpoint_url="https://ecs.us-east-1.amazonaws.com/")

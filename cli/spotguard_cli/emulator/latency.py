@@ -1,0 +1,75 @@
+"""A latency model for SpotGuard's AWS calls, so that a local run projects to AWS and not to moto on
+127.0.0.1: before each call is sent, its thread sleeps for a time drawn from a log-normal distribution
+per service (set by its median and 99th percentile). The call then goes to moto as before.
+
+The figures are assumptions, stated in the README next to the figures they produce:
+- DynamoDB: AWS states single-digit millisecond latency for its reads and writes; 5 ms median, 25 ms p99
+  (a conditional write or a query of a few items, consistent read, in the function's Region).
+- ECS control plane (ListTasks, StopTask, UpdateContainerInstancesState, DescribeTasks): no published
+  figure; 60 ms median, 250 ms p99, an estimate on the slow side.
+- SQS, SSM, Auto Scaling, others: 15 ms / 60 ms (SQS), 100 ms / 400 ms (SSM SendCommand), 50 ms / 200 ms.
+Throttling is not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotguard.adapters import clients
+
+Z99 = 2.3263  # the 99th percentile of the standard normal distribution
+
+
+@dataclass(frozen=True)
+class Latency:
+    median_ms: float
+    p99_ms: float
+
+    def draw(self, rng: random.Random) -> float:
+        """Seconds."""
+        sigma = math.log(self.p99_ms / self.median_ms) / Z99
+        return rng.lognormvariate(math.log(self.median_ms), sigma) / 1000.0
+
+
+DEFAULTS: dict[str, Latency] = {
+    "dynamodb": Latency(5, 25),
+    "ecs": Latency(60, 250),
+    "sqs": Latency(15, 60),
+    "ssm": Latency(100, 400),
+}
+OTHER = Latency(50, 200)
+
+
+@dataclass
+class LatencyModel:
+    by_service: dict[str, Latency] = field(default_factory=lambda: dict(DEFAULTS))
+    other: Latency = OTHER
+    seed: int = 21
+    enabled: bool = True
+    slept_seconds: float = 0.0
+    _rng: random.Random = field(init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def install(self) -> LatencyModel:
+        """On every SpotGuard client, now and later (`clients.on_event`)."""
+        clients.on_event("before-send", self._before_send)
+        return self
+
+    def _before_send(self, request: Any, **kwargs: Any) -> None:
+        if not self.enabled:
+            return None
+        service = str(kwargs.get("event_name", "")).split(".")[1:2]
+        latency = self.by_service.get(service[0] if service else "", self.other)
+        with self._lock:
+            seconds = latency.draw(self._rng)
+            self.slept_seconds += seconds
+        time.sleep(seconds)
+        return None
