@@ -31,7 +31,6 @@ from spotguard.domain.pools import (
     on_demand_pool,
     pool_options,
     price_override,
-    run_task_placement,
     with_score,
     with_spot_price,
 )
@@ -195,12 +194,6 @@ def test_a_mixed_spot_group_over_two_types_and_two_zones_is_four_constrained_poo
         assert p.key == ("pool#gpu-spot", p.name)
     zones = {p.availability_zone: p.availability_zone_id for p in spot}
     assert zones == {"us-east-1a": "use1-az4", "us-east-1b": "use1-az6"}
-    placement = run_task_placement(spot[0])
-    assert placement["capacityProviderStrategy"] == [{"capacityProvider": "gpu-spot-gpu1-spot", "weight": 1}]
-    assert [c["expression"] for c in placement["placementConstraints"]] == [
-        f"attribute:ecs.instance-type == {spot[0].instance_type}",
-        f"attribute:ecs.availability-zone == {spot[0].availability_zone}",
-    ]
 
 
 def test_a_single_type_single_zone_group_is_one_pool_without_constraints_and_its_market_from_the_template():
@@ -209,7 +202,6 @@ def test_a_single_type_single_zone_group_is_one_pool_without_constraints_and_its
     assert t4.name == "gpu-spot-t4/g4dn.xlarge/us-east-1a"
     assert t4.market == "spot"  # the launch template's InstanceMarketOptions
     assert not t4.constrain_type and not t4.constrain_zone
-    assert run_task_placement(t4)["placementConstraints"] == []
 
 
 def test_the_on_demand_group_the_ignored_provider_and_fargate():

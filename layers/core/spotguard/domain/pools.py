@@ -11,7 +11,7 @@ A pool's `name` is "<capacity provider>/<instance type>/<availability zone>", e.
 "gpu-spot-gpu1-spot/g5.xlarge/us-east-1a": the name users see in `status` and in capacity decisions, and
 the one they give `spotguard local inject capacity-shortage --pool NAME`. When the provider spans several
 types (or zones), RunTask must narrow it to the pool's: `constrain_type` / `constrain_zone` say so, and
-`run_task_placement` gives the strategy and constraints.
+`domain.jobs.placement.placement_params` gives the strategy and constraints of a decision in the pool.
 
 Each record also carries the facts the capacity policy needs: the spot price (read hourly) and the spot
 placement score (every few hours), and SpotGuard's own observations of the pool (launches, runs,
@@ -804,24 +804,6 @@ def on_demand_pool(
         key=lambda p: (p.availability_zone != zone, p.name),
     )
     return fits[0] if fits else None
-
-
-def run_task_placement(pool: PoolRecord) -> dict[str, Any]:
-    """What RunTask needs to place a task in the pool: its provider as the strategy, and the type and
-    zone constraints when the provider spans several."""
-    constraints = []
-    if pool.constrain_type:
-        constraints.append(
-            {"type": "memberOf", "expression": f"attribute:ecs.instance-type == {pool.instance_type}"}
-        )
-    if pool.constrain_zone:
-        constraints.append(
-            {"type": "memberOf", "expression": f"attribute:ecs.availability-zone == {pool.availability_zone}"}
-        )
-    return {
-        "capacityProviderStrategy": [{"capacityProvider": pool.capacity_provider, "weight": 1}],
-        "placementConstraints": constraints,
-    }
 
 
 def by_name(pools: Iterable[PoolRecord]) -> Mapping[str, PoolRecord]:

@@ -103,8 +103,9 @@ class CapacityAdvisor(Placement):
             now,
         )
         held = _held(live)
+        named = by_name(pools)
         options = [
-            o if not _avoided(job, o, now) else replace(o, available=False)
+            replace(o, available=False) if _avoided(job, named[o.name], now) else o
             for o in pool_options(pools, now, TICK_HOURS)
         ]
         asked = JobNeeds(
@@ -296,10 +297,7 @@ def _waited_hours(job: Job, now: datetime) -> float:
     return max(0.0, (now - since).total_seconds() / 3600)
 
 
-def _avoided(job: Job, option: PoolOption, now: datetime) -> bool:
+def _avoided(job: Job, pool: PoolRecord, now: datetime) -> bool:
     """A pool the job stays off for now (interrupted there lately: `options.avoid_pool_seconds`)."""
-    _, instance_type, zone = option.name.rsplit("/", 2)
-    return any(
-        p.until > now and (p.instance_type, p.availability_zone) == (instance_type, zone)
-        for p in job.avoid_pools
-    )
+    where = (pool.instance_type, pool.availability_zone)
+    return any(p.until > now and (p.instance_type, p.availability_zone) == where for p in job.avoid_pools)
