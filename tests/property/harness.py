@@ -10,6 +10,7 @@ made: every call SpotGuard makes is seen through a botocore `before-parameter-bu
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import hashlib
 import json
@@ -55,6 +56,11 @@ def _is_dead_letter(op: str, params: dict[str, Any]) -> bool:
     return op == "SendMessage" and "spotguard-reject-reason" in (params.get("MessageAttributes") or {})
 
 
+# the message id of the record being handled: per context, as the interruption function handles the
+# records of a batch side by side (and its stops run in the context of their record)
+_CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("spotguard_current", default=None)
+
+
 @dataclass
 class PropertyWorld:
     jobs: JobsWorld
@@ -64,7 +70,6 @@ class PropertyWorld:
     job_item: dict[str, Any]
     samples: dict[str, dict[str, Any]]  # sample name -> the event, pointed at this world
     calls: list[tuple[str, dict[str, Any], str | None]] = field(default_factory=list)
-    current: str | None = None  # the message id of the record being handled
 
     @classmethod
     def build(cls) -> PropertyWorld:
@@ -233,11 +238,11 @@ class PropertyWorld:
     def invoke_jobs(self, payload: Any) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
         """The jobs function's answer to a payload, and the AWS calls it made."""
         self.calls.clear()
-        self.current = "jobs"
+        token = _CURRENT.set("jobs")
         try:
             answer = self.jobs.invoke(payload)
         finally:
-            self.current = None
+            _CURRENT.reset(token)
         return answer, [(op, params) for op, params, _ in self.calls]
 
     # ---------------------------------------------------------------------------------- isolation
@@ -256,7 +261,7 @@ class PropertyWorld:
 
     # ------------------------------------------------------------------------------------- hooks
     def _record_call(self, model: Any, params: dict[str, Any], **_: Any) -> None:
-        self.calls.append((model.name, params, self.current))
+        self.calls.append((model.name, params, _CURRENT.get()))
 
     def _attribute(self, host: FunctionHost) -> None:
         """Wrap the function's record handler so that every call it makes is put down to its record."""
@@ -264,10 +269,10 @@ class PropertyWorld:
         inner = module.record_handler
 
         def record_handler(record: Any) -> Any:
-            self.current = record.message_id
+            token = _CURRENT.set(record.message_id)
             try:
                 return inner(record)
             finally:
-                self.current = None
+                _CURRENT.reset(token)
 
         module.record_handler = record_handler

@@ -57,6 +57,14 @@ def test_a_task_event_without_a_version_is_rejected():
     assert msg.outcome == "reject" and msg.reason.startswith("detail.version")
 
 
+@pytest.mark.parametrize("field", ["createdAt", "startedAt", "stoppingAt", "stoppedAt"])
+def test_a_task_time_that_is_a_number_is_rejected_not_read_as_1970(field):
+    event = json.loads((EVENTS / "ecs-task-state-change.json").read_text())
+    event["detail"][field] = 0
+    msg = classify_task_message(json.dumps(event), Settings(clusters=("gpu-spot",)))
+    assert msg.outcome == "reject" and msg.reason.startswith(f"detail.{field}")
+
+
 def test_launch_due_round_trips():
     from datetime import UTC, datetime
 

@@ -202,7 +202,15 @@ def _health_time(value: Any) -> datetime:
         raise ValueError(f"{value!r} is not a time") from exc
 
 
+def _time_text(value: Any) -> Any:
+    """An event's times are ISO 8601 strings: a number is not read as seconds since 1970."""
+    if not isinstance(value, str | datetime):
+        raise ValueError("must be an ISO 8601 time string")
+    return value
+
+
 InstanceId = Annotated[str, BeforeValidator(_instance_id)]
+EventTime = Annotated[AwareDatetime, BeforeValidator(_time_text)]  # ISO 8601 with a zone, not a number
 HealthTime = Annotated[datetime, BeforeValidator(_health_time)]
 
 
@@ -268,7 +276,7 @@ class LifecycleCheckDetail(_EventDetail):
 
     instance_id: InstanceId = Field(alias="instance-id")
     lifecycle: LifecycleRef
-    deadline: AwareDatetime
+    deadline: EventTime
     notice_key: str = Field(alias="notice-key", max_length=512)
 
 
@@ -320,10 +328,7 @@ class Envelope(EventBridgeModel):
     @field_validator("time", mode="before")
     @classmethod
     def _time_is_text(cls, v: Any) -> Any:
-        """An event's time is an ISO 8601 string: a number is not read as seconds since 1970."""
-        if not isinstance(v, str | datetime):
-            raise ValueError("must be an ISO 8601 time string")
-        return v
+        return _time_text(v)
 
 
 def envelope(raw: str | bytes | dict[str, Any]) -> Envelope | Decision:

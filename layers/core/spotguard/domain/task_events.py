@@ -13,10 +13,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from spotguard.domain.errors import one_line
-from spotguard.domain.notices import MAX_VERSION, Decision, Settings, envelope
+from spotguard.domain.notices import MAX_VERSION, Decision, EventTime, Settings, envelope
 from spotguard.domain.own_events import LAUNCH_DUE, SOURCE
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, MANAGED_TAG, TaskEvent, TaskInfo
 
@@ -55,15 +55,15 @@ class TaskDetail(BaseModel):
     capacityProviderName: str | None = None
     launchType: str | None = None
     group: str | None = None
-    startedAt: AwareDatetime | None = None
-    stoppingAt: AwareDatetime | None = None
-    stoppedAt: AwareDatetime | None = None
+    startedAt: EventTime | None = None
+    stoppingAt: EventTime | None = None
+    stoppedAt: EventTime | None = None
     stopCode: str | None = None
     stoppedReason: str | None = None
     containers: list[ContainerDetail] = Field(default_factory=list)
     overrides: dict[str, Any] | None = None
     enableExecuteCommand: bool | None = None
-    createdAt: AwareDatetime | None = None
+    createdAt: EventTime | None = None
     platformVersion: str | None = None
     attachments: list[dict[str, Any]] = Field(default_factory=list)
     tags: list[dict[str, Any]] = Field(default_factory=list)  # DescribeTasks with TAGS; not in events

@@ -9,6 +9,7 @@ idempotency-table calls that stood before and after every notice.
 
 from __future__ import annotations
 
+import contextvars
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -80,7 +81,9 @@ class ParallelBatchProcessor(BatchProcessor):
     def process(self) -> list[tuple[Any, ...]]:
         if len(self.records) <= 1:
             return super().process()
-        return list(self._pool.map(self._process_record, self.records))
+        # each record runs in its own copy of the invocation's context (log keys, correlation id)
+        contexts = [contextvars.copy_context() for _ in self.records]
+        return list(self._pool.map(lambda c, r: c.run(self._process_record, r), contexts, self.records))
 
 
 class ThreadLogger(Logger):

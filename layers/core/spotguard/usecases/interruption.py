@@ -15,6 +15,7 @@ asked to stop are no longer listed as desired-RUNNING, so a retry never stops a 
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import uuid
 from collections.abc import Callable
@@ -203,7 +204,8 @@ class InterruptionService:
                     max_workers=self.config.max_parallel_calls, thread_name_prefix="spotguard-call"
                 )
             pool = self._pool
-        futures = [pool.submit(call) for call in calls]
+        # each call runs in a copy of its caller's context, so its logs keep the notice's correlation id
+        futures = [pool.submit(contextvars.copy_context().run, call) for call in calls]
         errors = [e for e in (f.exception() for f in futures) if e is not None]
         if errors:
             raise errors[0]
