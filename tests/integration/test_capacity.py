@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -112,3 +112,95 @@ def test_a_job_no_pool_can_serve_says_so_and_waits(world: JobsWorld):
     assert decision["placement"] == "none" and decision["servable"] is False
     assert "8 GPUs" in decision["reason"]
     assert "8 GPUs" in status["last_reason"]
+
+
+def _at(world: JobsWorld, hours: float) -> datetime:
+    """The functions' clock `hours` from the test's start (time passing without waiting for it)."""
+    world.shift_clock(hours * 3600)
+    return datetime.now(UTC) + timedelta(hours=hours)
+
+
+def _running(world: JobsWorld, job_id: str) -> dict:
+    """ECS's RUNNING event for the job's newest attempt; that attempt, as status shows it."""
+    world.emit(world.status(job_id)["attempts"][-1]["task_arn"])
+    return world.status(job_id)["attempts"][-1]
+
+
+def _stopped(world: JobsWorld, task_arn: str, exit_code: int = 75) -> None:
+    """The task has exited (75: the agent's code for "stopped after committing a checkpoint", as it
+    answers SIGUSR1); ECS's STOPPED event."""
+    world.stop(task_arn, reason="Essential container in task exited", exit_code=exit_code)
+    world.emit(task_arn, exit_code=exit_code)
+
+
+def _launch_failed(world: JobsWorld, group: str, zone: str, at: datetime) -> None:
+    event = json.loads(SAMPLE.read_text())
+    event["detail"]["AutoScalingGroupName"] = group
+    event["detail"]["Details"]["Availability Zone"] = zone
+    event["time"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    world.put(event)
+    world.task_events.drain()
+
+
+def test_on_demand_when_spot_is_gone_and_the_deadline_tight_then_back_to_spot_with_no_work_lost(
+    world: JobsWorld,
+):
+    world.reconcile()
+    start = datetime.now(UTC)
+    job = world.submit(
+        gpus=1, work_hours=4, deadline=(start + timedelta(hours=4.5)).isoformat(), min_move_interval_seconds=0
+    )
+    job_id = job["job_id"]
+    first = _running(world, job_id)
+    assert first["market"] == "spot"
+    here, other = ("a", "b") if first["pool"].startswith("gpu-spot-a/") else ("b", "a")
+    world.commit_checkpoint(job, 1, progress=0.0, at=_at(world, 0.2))
+    world.commit_checkpoint(job, 2, progress=0.25, at=_at(world, 1.2))
+
+    # the other spot pool cannot launch, then this one's instance is reclaimed: checkpoint, stop, and
+    # with 3 h of work in 3.25 h nothing but on-demand meets the deadline
+    _launch_failed(world, f"gpu-spot-{other}-group", f"us-east-1{other}", _at(world, 1.2))
+    host = next(h for h in world.cluster.hosts if h.container_instance_arn == first["container_instance_arn"])
+    world.interrupt(host)
+    world.commit_checkpoint(job, 3, progress=0.26, at=_at(world, 1.25))
+    _stopped(world, first["task_arn"])
+    second = _running(world, job_id)
+    assert (second["number"], second["market"]) == (2, "on-demand")
+    assert second["resume_from"].endswith("00000003/MANIFEST.json")
+    status = world.status(job_id)
+    assert status["decisions"][-1]["placement"] == "on-demand" and status["moves_made"] == 0
+
+    # on-demand runs faster than spot did, spot is back (a new instance in this pool): the plan says the
+    # move pays its restart; SIGUSR1, the checkpoint it asks for, then the stop and the relaunch
+    world.cluster.add_host("g5.xlarge", f"us-east-1{here}", f"gpu-spot-{here}")
+    world.commit_checkpoint(job, 4, attempt=2, progress=0.4, at=_at(world, 1.5))
+    world.commit_checkpoint(job, 5, attempt=2, progress=0.7, at=_at(world, 2.0))
+    from spotguard.adapters import clients
+
+    commands: list[dict] = []
+    clients.on_event(
+        "before-parameter-build.ssm.SendCommand", lambda params, **_: commands.append(dict(params))
+    )
+    counts = world.reconcile()
+    assert counts["moves_started"] == 1, counts
+    (command,) = commands  # SIGUSR1 to the task, on its host, through the stack's signal document
+    assert command["InstanceIds"] == [second["instance_id"]]
+    assert "SIGUSR1" in json.dumps(command["Parameters"])
+    move = world.status(job_id)["move"]
+    assert move["to"]["placement"] == "spot" and move["attempt"] == 2
+    world.commit_checkpoint(job, 6, attempt=2, progress=0.72, at=_at(world, 2.05))
+    assert world.reconcile()["moves_stopped"] == 1
+    stopped = world.task(second["task_arn"])
+    assert stopped["desiredStatus"] == "STOPPED" and "moving job" in stopped["stoppedReason"]
+    _stopped(world, second["task_arn"])
+    third = _running(world, job_id)
+    assert (third["number"], third["market"]) == (3, "spot")
+    assert third["resume_from"].endswith("00000006/MANIFEST.json")
+
+    status = world.status(job_id)
+    assert status["moves_made"] == 1 and status["move"] is None
+    # no committed work lost: every attempt resumed from the newest commit before it
+    assert [a["resume_from"].rsplit("/", 2)[-2] for a in status["attempts"][1:]] == ["00000003", "00000006"]
+    world.commit_checkpoint(job, 7, attempt=3, progress=1.0, at=_at(world, 2.6))
+    _stopped(world, third["task_arn"], exit_code=0)
+    assert world.status(job_id)["state"] == "succeeded"

@@ -111,8 +111,16 @@ class JobsWorld:
         )
         self.interruptions.drain()
 
-    def commit_checkpoint(self, job: dict[str, Any], sequence: int, attempt: int = 1) -> str:
-        """Write a committed checkpoint as the agent does, and deliver its manifest event."""
+    def commit_checkpoint(
+        self,
+        job: dict[str, Any],
+        sequence: int,
+        attempt: int = 1,
+        progress: float | None = None,
+        at: datetime | None = None,
+    ) -> str:
+        """Write a committed checkpoint as the agent does, and deliver its manifest event. `progress`
+        defaults to sequence / 10; `at` (the manifest's time) to now, or pass the shifted clock's now."""
         bucket, prefix = job["checkpoint_uri"].removeprefix("s3://").split("/", 1)
         s3 = self.stack.client("s3")
         body = b"weights" * sequence
@@ -124,8 +132,8 @@ class JobsWorld:
             "job_id": job["job_id"],
             "attempt": attempt,
             "step": sequence * 100,
-            "progress": min(1.0, sequence / 10),
-            "created_at": datetime.now(UTC).isoformat(),
+            "progress": min(1.0, sequence / 10) if progress is None else progress,
+            "created_at": (at or datetime.now(UTC)).isoformat(),
             "files": [{"path": "model.pt", "size": len(body), "sha256": hashlib.sha256(body).hexdigest()}],
         }
         mkey = f"{prefix}checkpoints/{sequence:08d}/MANIFEST.json"

@@ -342,6 +342,17 @@ def choose_capacity(
         tick_hours=tick_hours,
         restart_hours=job.restart_hours,
     )
+    if held is not None and (
+        job.work_left_hours + job.overhead_left_hours - EPS
+        <= job.time_left_hours
+        < job.work_left_hours + job.restart_hours - EPS
+    ):
+        # Slower progress than expected took the slack below a restart: any move misses the deadline,
+        # the spot instance it holds may still meet it (the simulator never gets here: its slack only
+        # shrinks while the job does not run, and its safety net acts the tick before)
+        return run_spot(
+            held, "only the spot instance it holds can still meet the deadline: a move costs a restart"
+        )
     if job.time_left_hours < job.work_left_hours + job.restart_hours - EPS:
         return run_on_demand(
             "the deadline cannot be met any more: on-demand, to finish as soon as possible",

@@ -71,7 +71,10 @@ class PlacementDecision(BaseModel):
     def summary(self) -> str:
         where = {"spot": f"spot in {self.pool}", "on-demand": f"on-demand in {self.pool}", "none": "wait"}
         cost = f"; expected ${self.expected_cost:,.2f} to finish" if self.expected_cost is not None else ""
-        return f"{where[self.placement]}: {self.reason}{cost}"
+        said = where[self.placement]
+        if self.reason.startswith(said):  # the policy's reason may already say where
+            return f"{self.reason}{cost}"
+        return f"{said}: {self.reason}{cost}"
 
 
 class Move(BaseModel):

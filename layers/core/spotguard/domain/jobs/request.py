@@ -35,7 +35,8 @@ def run_task_params(
 ) -> dict[str, Any]:
     """The RunTask parameters for an attempt: the job's request placed as its capacity decision says,
     the SpotGuard environment in every container, the attempt's startedBy, tags and client token, and
-    constraints away from the interrupted instances and (for a while) their spot pools."""
+    constraints away from the interrupted instances and (for a while, unless it goes on-demand) their
+    spot pools."""
     # where the job's capacity decision placed it (the request as submitted when there is none)
     params = placement_params(job.request.model_dump(mode="json", exclude_none=True), job.placement)
     env = {
@@ -59,7 +60,10 @@ def run_task_params(
     if not job.request.fargate:  # Fargate takes no placement constraints
         constraints = list(params.get("placementConstraints") or [])
         room = MAX_PLACEMENT_CONSTRAINTS - len(constraints)
-        constraints += avoid_constraints(job.avoid_instances, job.avoid_pools, avoid_at)[: max(0, room)]
+        # an avoided pool is spot capacity of a type in a zone: on-demand there is not what was reclaimed
+        on_demand = job.placement is not None and job.placement.placement == "on-demand"
+        pools = [] if on_demand else job.avoid_pools
+        constraints += avoid_constraints(job.avoid_instances, pools, avoid_at)[: max(0, room)]
         if constraints:
             params["placementConstraints"] = constraints
     return params

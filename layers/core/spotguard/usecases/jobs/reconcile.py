@@ -105,8 +105,12 @@ class Reconciler:
                 isolated(job, lambda job=job: self._delete_volumes(job))
             attempt = job.live_attempt
             if attempt is not None:
-                live.setdefault(job.request.cluster, []).append((job, attempt))
+                stopping = counts["moves_stopped"] + counts["provisioning_abandoned"]
                 isolated(job, lambda job=job, attempt=attempt: self._capacity(job, attempt, now, counts))
+                # a task this sweep just stopped is left to its STOPPED event: described now, it may
+                # show the exit of a container not yet given its signal's time to checkpoint and exit
+                if counts["moves_stopped"] + counts["provisioning_abandoned"] == stopping:
+                    live.setdefault(job.request.cluster, []).append((job, attempt))
         for cluster, pairs in live.items():
             try:
                 found, missing = self.jobs.ecs.describe_many(cluster, [a.task_arn for _, a in pairs])
