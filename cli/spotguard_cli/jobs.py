@@ -1,26 +1,39 @@
-"""`spotguard jobs submit|resubmit|cancel|status|list`: the deployed jobs function, from a shell.
+"""`spotguard jobs submit|resubmit|cancel|status|list|logs`: the deployed jobs function, from a shell.
 
 The function is found from the stack (samconfig.toml's stack_name, or --stack) or named with
 --function; the payload is validated with the same pydantic models the function uses before anything is
 invoked. Answers print as readable tables, or as the function's JSON with --json. Exit status: 0 ok,
 1 the function refused (its one-line error is printed), 2 bad arguments.
+
+`status --watch` asks again every --interval seconds until the job ends (redrawing the screen on a
+terminal, printing each new state once otherwise); `status --plot FILE` draws the job's timeline
+(`spotguard_cli.timeline_plot`); `logs` prints the job's container logs over all its attempts, from
+CloudWatch Logs (`spotguard_cli.joblogs`), and `logs --follow` keeps reading until the job ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tomllib
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 from spotguard.domain.commands import CommandError, parse_command
 from spotguard.domain.jobs.model import JobState
+from spotguard_cli.clock import Clock, SystemClock
+from spotguard_cli.joblogs import ClientFactory, LogsOptions, run_logs
 
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
 SAMCONFIG = Path("samconfig.toml")
+DEFAULT_INTERVAL = 5.0
+MAX_WATCH_FAILURES = 5  # --watch: the function failing this many times in a row ends it (exit 1)
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+TERMINAL_STATES = {s.value for s in JobState if s.terminal}
 
 
 def add_parser(sub: Any) -> None:
@@ -63,6 +76,25 @@ def add_parser(sub: Any) -> None:
 
     st = actions.add_parser("status", help="a job, its attempts, checkpoints, and what it spent and lost")
     st.add_argument("job_id")
+    st.add_argument(
+        "--watch", action="store_true", help="ask again every --interval seconds until the job ends"
+    )
+    st.add_argument(
+        "--interval", help=f"seconds between two asks with --watch (default {DEFAULT_INTERVAL:g})"
+    )
+    st.add_argument("--plot", metavar="FILE", help="draw the job's timeline to FILE (.png, .svg or .pdf)")
+
+    lg = actions.add_parser("logs", help="the job's container logs over all its attempts (CloudWatch Logs)")
+    lg.add_argument("job_id")
+    lg.add_argument("--follow", "-f", action="store_true", help="keep reading new events until the job ends")
+    lg.add_argument(
+        "--since", help="only events since: a duration back (90s, 10m, 2h, 1d) or an ISO 8601 time"
+    )
+    lg.add_argument("--attempt", help="only this attempt's logs (a number; not with --follow)")
+    lg.add_argument("--timestamps", action="store_true", help="print each event's time before it")
+    lg.add_argument(
+        "--interval", help=f"seconds between two polls with --follow (default {DEFAULT_INTERVAL:g})"
+    )
 
     ls = actions.add_parser("list", help="jobs, newest first")
     ls.add_argument("--state", choices=[s.value for s in JobState])
@@ -100,7 +132,8 @@ def payload(args: argparse.Namespace) -> dict[str, Any]:
         return out
     if args.action == "cancel":
         return {"action": "cancel", "job_id": args.job_id, "reason": args.reason}
-    if args.action == "status":
+    if args.action in ("status", "logs"):
+        _polling(args)
         return {"action": "status", "job_id": args.job_id}
     out = {"action": "list", "limit": args.limit}
     if args.state:
@@ -147,6 +180,64 @@ def _ids(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+_DURATION = re.compile(r"^([0-9]{1,5})([smhd])$")
+_UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def _polling(args: argparse.Namespace) -> None:
+    """Checks status's and logs' own flags; the values are kept on `args` as `_interval`, `_since`
+    (a datetime, or a timedelta back from now) and `_attempt`."""
+    polls = getattr(args, "watch", False) or getattr(args, "follow", False)
+    args._interval = DEFAULT_INTERVAL
+    if getattr(args, "interval", None) is not None:
+        flag = "--watch" if args.action == "status" else "--follow"
+        if not polls:
+            raise CommandError("BadRequest", f"--interval is for {flag}")
+        try:
+            args._interval = float(args.interval)
+        except ValueError:
+            raise CommandError(
+                "BadRequest", f"--interval: not a number of seconds: {args.interval}"
+            ) from None
+        if not 1 <= args._interval <= 3600:
+            raise CommandError("BadRequest", "--interval: between 1 and 3600 seconds")
+    if getattr(args, "plot", None):
+        path = Path(args.plot)
+        if path.suffix.lower() not in PLOT_SUFFIXES:
+            raise CommandError("BadRequest", f"--plot: the file's name ends in {', '.join(PLOT_SUFFIXES)}")
+        if not path.parent.is_dir():
+            raise CommandError("BadRequest", f"--plot: no such directory: {path.parent}")
+    args._since = None
+    if getattr(args, "since", None):
+        args._since = _since(args.since)
+    args._attempt = None
+    if getattr(args, "attempt", None) is not None:
+        if not re.fullmatch(r"[0-9]{1,4}", args.attempt) or int(args.attempt) < 1:
+            raise CommandError(
+                "BadRequest", f"--attempt: an attempt's number (1, 2, ...), not {args.attempt}"
+            )
+        if args.follow:
+            raise CommandError(
+                "BadRequest", "--attempt and --follow: follow the whole job, or read one attempt"
+            )
+        args._attempt = int(args.attempt)
+
+
+def _since(text: str) -> datetime | timedelta:
+    m = _DURATION.match(text.strip())
+    if m:
+        return timedelta(**{_UNIT[m.group(2)]: int(m.group(1))})
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CommandError(
+            "BadRequest", f"--since: a duration (90s, 10m, 2h, 1d) or an ISO 8601 time, not {text}"
+        ) from None
+    if at.tzinfo is None:
+        raise CommandError("BadRequest", f"--since: {text} has no time zone (add Z or +00:00)")
+    return at
+
+
 # ------------------------------------------------------------------------------------------- invoke
 def stack_name(explicit: str | None, samconfig: Path = SAMCONFIG) -> str:
     if explicit:
@@ -189,7 +280,35 @@ def lambda_invoker(args: argparse.Namespace) -> Invoke:
     return invoke
 
 
-def run(args: argparse.Namespace, invoke: Invoke | None = None, out: TextIO = sys.stdout) -> int:
+def aws_clients(args: argparse.Namespace) -> ClientFactory:
+    """boto3 clients by service and region (the region an ARN or a log configuration names, else the
+    session's), made once each, all at --endpoint-url when it is given."""
+    import boto3
+
+    session = boto3.session.Session(region_name=args.region)
+    kwargs = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
+    made: dict[tuple[str, str | None], Any] = {}
+
+    def client(service: str, region: str | None = None) -> Any:
+        key = (service, region)
+        if key not in made:
+            made[key] = session.client(service, region_name=region, **kwargs)
+        return made[key]
+
+    return client
+
+
+def run(
+    args: argparse.Namespace,
+    invoke: Invoke | None = None,
+    out: TextIO = sys.stdout,
+    *,
+    aws: ClientFactory | None = None,
+    clock: Clock | None = None,
+    tty: bool | None = None,
+) -> int:
+    """`aws` (boto3 clients for logs), `clock` (now and sleep, for --follow and --watch) and `tty`
+    (whether `out` is a terminal) are for tests; by default the real ones."""
     try:
         body = payload(args)
         parse_command(body)  # the function's own validation, before anything is invoked
@@ -199,8 +318,32 @@ def run(args: argparse.Namespace, invoke: Invoke | None = None, out: TextIO = sy
     except OSError as exc:
         print(f"spotguard jobs {args.action}: {exc}", file=sys.stderr)
         return 2
+    clock = clock or SystemClock()
     try:
-        answer = (invoke or lambda_invoker(args))(body)
+        call = invoke or lambda_invoker(args)
+    except Exception as exc:  # no credentials, no such stack, no network: say it in one line
+        print(f"spotguard jobs {args.action}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return 1
+    if args.action == "logs":
+        since = args._since
+        if isinstance(since, timedelta):
+            since = clock.now() - since
+        opts = LogsOptions(
+            follow=args.follow,
+            since=since,
+            attempt=args._attempt,
+            timestamps=args.timestamps,
+            interval=args._interval,
+            as_json=args.json,
+        )
+        try:
+            return run_logs(lambda: call(body), aws or aws_clients(args), clock, opts, out, sys.stderr)
+        except KeyboardInterrupt:
+            return 130
+    if args.action == "status" and args.watch:
+        return watch(args, lambda: call(body), out, clock, out.isatty() if tty is None else tty)
+    try:
+        answer = call(body)
     except Exception as exc:  # no credentials, no such stack, no network: say it in one line
         print(f"spotguard jobs {args.action}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
         return 1
@@ -214,7 +357,79 @@ def run(args: argparse.Namespace, invoke: Invoke | None = None, out: TextIO = sy
         )
     else:
         print(render(answer), file=out)
+    if answer.get("ok") and args.action == "status" and args.plot:
+        return 0 if _plot(args, answer, clock) else 1
     return 0 if answer.get("ok") else 1
+
+
+def _plot(args: argparse.Namespace, answer: dict[str, Any], clock: Clock) -> bool:
+    from spotguard_cli.timeline_plot import plot_job
+
+    job = answer.get("job") or {}
+    try:
+        plot_job(answer, args.plot, now=None if job.get("state") in TERMINAL_STATES else clock.now())
+    except (OSError, ValueError) as exc:
+        print(f"spotguard jobs status: --plot: {exc}".splitlines()[0], file=sys.stderr)
+        return False
+    print(f"timeline written to {args.plot}", file=sys.stderr)
+    return True
+
+
+# -------------------------------------------------------------------------------------------- watch
+def watch(
+    args: argparse.Namespace, fetch: Callable[[], dict[str, Any]], out: TextIO, clock: Clock, tty: bool
+) -> int:
+    """The status again every interval until the job ends: the screen redrawn on a terminal, else each
+    new state printed once (what the job spent, which grows while it runs, is no new state)."""
+    last: str | None = None
+    failures = 0
+    try:
+        while True:
+            try:
+                answer = fetch()
+            except Exception as exc:  # tried again, up to MAX_WATCH_FAILURES in a row
+                failures += 1
+                why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                print(f"spotguard jobs status: ({failures}/{MAX_WATCH_FAILURES}) {why}", file=sys.stderr)
+                if failures >= MAX_WATCH_FAILURES:
+                    return 1
+                clock.sleep(args._interval)
+                continue
+            failures = 0
+            if not answer.get("ok"):
+                err = answer.get("error") or {}
+                print(
+                    f"spotguard jobs status: {err.get('type', 'Error')}: {err.get('message', '')}",
+                    file=sys.stderr,
+                )
+                return 1
+            job = answer["job"]
+            state = json.dumps({k: v for k, v in job.items() if k != "spend"}, sort_keys=True, default=str)
+            ended = job.get("state") in TERMINAL_STATES
+            now = clock.now()
+            if tty:
+                text = json.dumps(answer, indent=2, sort_keys=True) if args.json else render(answer)
+                footer = (
+                    "the job has ended"
+                    if ended
+                    else f"every {args._interval:g} s until the job ends; Ctrl-C to stop"
+                )
+                out.write("\x1b[H\x1b[2J")
+                print(f"{text}\n\n{now:%Y-%m-%d %H:%M:%S} UTC - {footer}", file=out, flush=True)
+            elif state != last:
+                if args.json:
+                    print(json.dumps(answer, sort_keys=True), file=out, flush=True)
+                else:
+                    print(f"--- {now:%Y-%m-%d %H:%M:%S} UTC\n{render(answer)}", file=out, flush=True)
+            if args.plot and state != last and not _plot(args, answer, clock):
+                return 1
+            last = state
+            if ended:
+                return 0
+            clock.sleep(args._interval)
+    except KeyboardInterrupt:
+        print("spotguard jobs status: stopped watching (the job goes on)", file=sys.stderr)
+        return 130
 
 
 # ------------------------------------------------------------------------------------------- tables

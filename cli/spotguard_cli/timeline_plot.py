@@ -1,0 +1,201 @@
+"""A job's timeline as a picture, from the jobs function's `status` answer alone (its JSON).
+
+    from spotguard_cli.timeline_plot import plot_job
+    plot_job(answer, "job.png")      # the whole answer {"ok": ..., "job": {...}}, or its "job"
+
+One horizontal bar per attempt, from its task's start (its launch, while it had not started) to its stop
+(or `now` while it runs), coloured by market (spot, on-demand, unknown) and labelled by pool; a thin
+line before a bar is the time the task waited for an instance. Interruptions are red crosses at the
+stop, moves by SpotGuard black arrows, committed checkpoints ticks on their attempt's bar; the deadline
+is a dashed line, and the title says what the job spent so far when the answer has it.
+
+matplotlib is imported here only (Agg backend, no display) and the figure is not kept by pyplot, so a
+long-running caller (the local demo) can draw as often as it likes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+COLOURS = {"spot": "#2b8cbe", "on-demand": "#f03b20", None: "#999999"}
+
+
+@dataclass(frozen=True)
+class Bar:
+    attempt: int
+    start: datetime
+    end: datetime
+    market: str | None
+    label: str
+    running: bool
+
+
+@dataclass
+class Timeline:
+    """What was drawn (for tests and callers that annotate further): the figure, and one bar per
+    attempt that has a launch time."""
+
+    figure: Any
+    bars: list[Bar] = field(default_factory=list)
+    interruptions: list[datetime] = field(default_factory=list)
+    moves: list[datetime] = field(default_factory=list)
+    checkpoints: list[datetime] = field(default_factory=list)
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def _job(status: dict[str, Any]) -> dict[str, Any]:
+    job = status.get("job") if isinstance(status.get("job"), dict) else status
+    if not isinstance(job, dict) or not isinstance(job.get("attempts"), list):
+        raise ValueError("not a jobs status answer: no job with a list of attempts")
+    return job
+
+
+def _latest(job: dict[str, Any]) -> datetime | None:
+    """The newest time the answer mentions: where a running attempt's bar ends without `now`."""
+    times = [_time(job.get("updated_at"))]
+    for a in job["attempts"]:
+        times += [_time(a.get(k)) for k in ("launched_at", "started_at", "stopped_at")]
+    times += [_time(c.get("created_at")) for c in job.get("checkpoints") or []]
+    times += [_time(d.get("at")) for d in job.get("decisions") or []]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def _market(a: dict[str, Any]) -> str | None:
+    market = a.get("market") or a.get("lifecycle")
+    return market if market in ("spot", "on-demand") else None
+
+
+def _label(a: dict[str, Any]) -> str:
+    pool = a.get("pool") or " ".join(x for x in (a.get("instance_type"), a.get("availability_zone")) if x)
+    return f"#{a['number']} {pool}".strip()
+
+
+def bars_of(job: dict[str, Any], now: datetime | None = None) -> list[Bar]:
+    end_of_live = now or _latest(job)
+    bars = []
+    for a in job["attempts"]:
+        launched = _time(a.get("launched_at"))
+        start = _time(a.get("started_at")) or launched
+        if start is None:
+            continue
+        stopped = _time(a.get("stopped_at"))
+        end = stopped or end_of_live or start
+        bars.append(Bar(int(a["number"]), start, max(end, start), _market(a), _label(a), stopped is None))
+    return bars
+
+
+def _title(job: dict[str, Any]) -> str:
+    title = f"job {job.get('job_id', '?')}: {job.get('state', '?')}"
+    spend = job.get("spend") or {}
+    if spend.get("dollars") is not None:
+        lost = spend.get("dollars_lost")
+        title += f" - ${spend['dollars']:,.2f} so far" + (f" (${lost:,.2f} lost)" if lost else "")
+    elif spend.get("gpu_hours") is not None:
+        title += f" - {spend['gpu_hours']:,.2f} GPU-hours so far"
+    return title
+
+
+def plot_job(status: dict[str, Any], path: str, *, now: datetime | None = None) -> Timeline:
+    """Draw the job's timeline to `path` (png, svg or pdf, by its suffix). `now` ends a running attempt's
+    bar (default: the newest time in the answer). Returns what it drew; callers may ignore it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import dates as mdates
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    job = _job(status)
+    bars = bars_of(job, now)
+    rows = {b.attempt: i for i, b in enumerate(bars)}
+    fig = Figure(figsize=(10, 1.6 + 0.55 * max(len(bars), 1)))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    drawn = Timeline(figure=fig, bars=bars)
+
+    for b in bars:
+        y = rows[b.attempt]
+        left = mdates.date2num(b.start)
+        width = max(mdates.date2num(b.end) - left, 1e-6)
+        ax.barh(
+            y, width, left=left, height=0.5, color=COLOURS.get(b.market, COLOURS[None]),
+            hatch="//" if b.running else None, edgecolor="white" if b.running else None,
+        )  # fmt: skip
+    for a in job["attempts"]:
+        if a.get("number") not in rows:
+            continue
+        y = rows[a["number"]]
+        launched, started = _time(a.get("launched_at")), _time(a.get("started_at"))
+        if launched and started and started > launched:  # waiting for an instance
+            ax.hlines(y, mdates.date2num(launched), mdates.date2num(started), colors="#555555", lw=1)
+        stopped = _time(a.get("stopped_at"))
+        if stopped is None:
+            continue
+        if str(a.get("outcome_reason") or "").startswith("moved: "):
+            drawn.moves.append(stopped)
+            ax.plot(mdates.date2num(stopped), y, marker=">", color="black", ms=10, zorder=3)
+        elif a.get("interrupted_by"):
+            drawn.interruptions.append(stopped)
+            ax.plot(mdates.date2num(stopped), y, marker="X", color="#d7191c", ms=11, mec="black", zorder=3)
+    for c in job.get("checkpoints") or []:
+        at = _time(c.get("created_at"))
+        if at is None or c.get("attempt") not in rows:
+            continue
+        drawn.checkpoints.append(at)
+        ax.plot(mdates.date2num(at), rows[c["attempt"]], marker="|", color="black", ms=14, mew=1.5, zorder=3)
+    move = job.get("move") or {}
+    asked = _time(move.get("requested_at"))
+    if asked is not None and move.get("attempt") in rows:  # a move under way: asked to checkpoint
+        drawn.moves.append(asked)
+        ax.plot(mdates.date2num(asked), rows[move["attempt"]], marker=">", color="black", mfc="white", ms=10)
+    deadline = _time((job.get("options") or {}).get("deadline"))
+    if deadline is not None:
+        ax.axvline(mdates.date2num(deadline), color="black", ls="--", lw=1)
+
+    ax.set_yticks(range(len(bars)), [b.label for b in bars])
+    ax.set_ylim(-0.75, max(len(bars), 1) - 0.25)
+    ax.invert_yaxis()  # attempt 1 at the top
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    ax.set_xlabel("UTC")
+    ax.set_title(_title(job), parse_math=False)  # "$" is money here
+    ax.grid(axis="x", alpha=0.3)
+    if not bars:
+        ax.text(0.5, 0.5, "no attempt yet", transform=ax.transAxes, ha="center", va="center")
+    markets = {b.market for b in bars}
+    handles = [
+        Patch(color=COLOURS[m], label=name)
+        for m, name in (("spot", "spot"), ("on-demand", "on-demand"), (None, "market unknown"))
+        if m in markets or (m == "spot" and not bars)
+    ]
+    if drawn.interruptions:
+        handles.append(
+            Line2D([], [], marker="X", color="#d7191c", mec="black", ls="", ms=9, label="interrupted")
+        )
+    if drawn.moves:
+        handles.append(Line2D([], [], marker=">", color="black", ls="", ms=8, label="moved by SpotGuard"))
+    if drawn.checkpoints:
+        handles.append(Line2D([], [], marker="|", color="black", ls="", ms=10, mew=1.5, label="checkpoint"))
+    if any(b.running for b in bars):
+        handles.append(Patch(facecolor="#cccccc", hatch="//", edgecolor="white", label="running"))
+    if deadline is not None:
+        handles.append(Line2D([], [], color="black", ls="--", lw=1, label="deadline"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=len(handles), fontsize=8,
+              frameon=False)  # fmt: skip
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return drawn
