@@ -16,6 +16,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from spotguard.config import JobsEnv
+from spotguard.job_metrics import LIVE_STATES, count_jobs_by_state
 from spotguard.observability import tracer
 from spotguard.runtime.bucket_check import bucket_check
 from spotguard.runtime.jobs import JobsRuntime
@@ -40,6 +41,10 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
             metrics.add_metric(
                 name=f"Reconcile{name.title().replace('_', '')}", unit=MetricUnit.Count, value=value
             )
+    try:  # the dashboard's jobs by state, once a sweep
+        count_jobs_by_state({state: runtime.jobs.count(state) for state in LIVE_STATES})
+    except Exception:  # a metric lost, never the sweep
+        logger.exception("could not count the jobs by state")
     logger.info("reconciled", extra=counts)
     return counts
 

@@ -108,6 +108,17 @@ class DynamoJobs:
         jobs.sort(key=lambda j: j.updated_at, reverse=not oldest_first)
         return jobs[:limit]
 
+    def count(self, state: JobState) -> int:
+        """How many jobs are in `state` (the index's count: no job is read out or parsed)."""
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.table,
+            IndexName=BY_STATE_INDEX,
+            KeyConditionExpression="job_state = :s",
+            ExpressionAttributeValues=marshal({":s": str(state)}),
+            Select="COUNT",
+        )
+        return sum(int(page.get("Count", 0)) for page in pages)
+
     # ------------------------------------------------------------------------- tasks not managed
     def known_unmanaged(self, task_arn: str) -> bool:
         item = self.client.get_item(TableName=self.table, Key=key(f"TASK#{task_arn}", "UNMANAGED")).get(

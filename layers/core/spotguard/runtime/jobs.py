@@ -25,6 +25,7 @@ from spotguard.adapters.s3 import S3Checkpoints
 from spotguard.adapters.ssm import SsmSignaller
 from spotguard.config import JobsEnv
 from spotguard.domain.commands import Submit
+from spotguard.job_metrics import MeteredNotifications, SpendMeter
 from spotguard.runtime import utcnow
 from spotguard.usecases.checkpoints import CheckpointService
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
@@ -48,6 +49,7 @@ class JobsRuntime:
         self.clock = utcnow  # every part of the jobs path reads the time through `now` (tests move it)
         volumes = EbsVolumes(EbsAdapter(LazyClient("ec2")), self.now)
         store = DynamoJobs(dynamodb, env.ledger_table)
+        self.jobs = store  # reconcile counts the jobs by state in it
         self.pools = PoolService(
             PoolDiscovery(ecs, LazyClient("autoscaling"), LazyClient("ec2")),
             PoolStore(dynamodb, env.ledger_table),
@@ -69,14 +71,19 @@ class JobsRuntime:
             store=store,
             ecs=JobsEcsAdapter(ecs),
             checkpoints=CheckpointService(S3Checkpoints(LazyClient("s3")), ledger),
-            notifier=Notifier(LazyClient("sns"), LazyClient("events"), env.topic_arn),
+            notifier=MeteredNotifications(Notifier(LazyClient("sns"), LazyClient("events"), env.topic_arn)),
             retries=RetryQueue(sqs, env.retry_queue_url),
             clock=self.now,
             volumes=volumes,
             placement=CapacityAdvisor(self.pools, store, self.now, env.clusters, signals),
         )
         self.service = JobService(
-            engine, hosts=Ec2Hosts(ecs, LazyClient("ec2")), claims=ledger, index=ledger, volumes=volumes
+            engine,
+            hosts=Ec2Hosts(ecs, LazyClient("ec2")),
+            claims=ledger,
+            index=ledger,
+            volumes=volumes,
+            meter=SpendMeter(store),
         )
         self.reconciler = Reconciler(self.service)
         self.dead_letters = DeadLetters(sqs, env.dead_letter_url)

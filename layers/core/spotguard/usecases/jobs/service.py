@@ -46,6 +46,7 @@ class JobService:
         claims: StopClaims,
         index: TaskIndex | None = None,
         volumes: EbsVolumes | None = None,
+        meter: Callable[[Job | None, Job], None] | None = None,
     ) -> None:
         self.engine = engine
         self.config: JobsConfig = engine.config
@@ -56,6 +57,7 @@ class JobService:
         self.claims = claims
         self.index = index
         self.volumes = volumes
+        self.meter = meter  # what a task event did, as metrics (job_metrics.SpendMeter): before, after
         self.adoption = Adoption(self.config, self.store, self.ecs, self.clock)
 
     # ================================================================================ manual actions
@@ -180,6 +182,11 @@ class JobService:
             self.engine.placement.task_seen(job, after)
         except Exception:  # a pool fact lost costs a little knowledge, never the job's event
             log.exception("job %s: could not record what its task taught about its pool", job_id)
+        if self.meter is not None:
+            try:
+                self.meter(job, after)
+            except Exception:  # a metric lost, never the job's event
+                log.exception("job %s: could not count what its task spent", job_id)
         return note
 
     def on_launch_due(self, job_id: str, launch_try: int) -> str:
