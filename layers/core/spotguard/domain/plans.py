@@ -15,11 +15,17 @@ The plan is therefore solved on two grids (`Horizon`):
 
 - the fine grid, for the first ticks (at most `MAX_FINE_TICKS`, fewer if the value budget says so): the
   ticks themselves and K units per tick, exact for the model, and only on the slack the job can still
-  reach in those ticks (within `fine_ticks * K` units of its slack now: a window);
+  reach (within `fine_ticks * K` units of its slack now: a window; and i ticks from now only the top
+  i * K + 1 units of it, a triangle: `fine_values`, half the window's work for the same values);
 - the far grid, for the rest up to the deadline: the same model and the same programme on steps of m
   ticks (hazards per step from the per-tick ones, `stretch_hazards`), with its own units, m the smallest
-  that keeps the grid under its budget. Its value at the junction, interpolated on slack, is the fine
-  grid's terminal value.
+  that keeps the grid under its budget, ending at the deadline (the fine grid's length is fitted to
+  whole steps). Its value at the junction, interpolated on slack, is the fine grid's terminal value.
+
+The joint plan has about 6 times the single plan's values per tick and slack unit (1,008 against 160
+for an overhead of 1.2 ticks: two pools' coarse bins against one pool's fine ones, and a class more per
+overhead rest), so the same budgets give it the shorter fine grid and the coarser far steps. Both
+plans share the budgets, counted in values, as a value costs about the same time in either.
 
 The number of values computed is thus bounded by `FINE_BUDGET + FAR_BUDGET` for any deadline; a
 deadline within the fine horizon needs no far grid, and the plan is then exact (tests/unit/
@@ -30,8 +36,9 @@ only: a caller that follows it (the simulator's policy) plans again before they 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +59,8 @@ INF = 1e12
 K_MAX = 6  # at most 6 units per tick: the overhead to within a sixth of a tick (rounded up)
 MAX_FINE_TICKS = 72  # 12 hours of 10-minute ticks on the fine grid, at most
 # Values (states x classes x slack units x ticks) each grid may compute. Chosen by measurement
-# (bench/decide.py): a joint plan of both grids full takes about 0.3 s on one core here.
+# (bench/decide.py): a joint plan of both grids full takes about 0.1-0.2 s on one core here (0.3 s
+# under load).
 FINE_BUDGET = 6_000_000
 FAR_BUDGET = 2_000_000
 MIN_FINE_TICKS = 6  # the fine grid covers at least an hour of 10-minute ticks, budget or not
@@ -78,9 +86,10 @@ def plan_grid(tick_hours: float, restart_hours: float, k_max: int = K_MAX) -> tu
 class Horizon:
     """How a plan of `ticks` ticks and `slack` units splits: `fine_ticks` on the fine grid, over slack
     units `lo`..`slack`; the rest (if any) in `far_steps` steps of `step` ticks, with `far_k` units per
-    step, an overhead of `far_d` units and slack units 0..`far_slack`. The far grid covers whole steps:
-    when the ticks beyond the fine grid are not a whole number of steps, its deadline comes the rest
-    early (`lost_ticks`; the job's slack there is that much less: cautious, and at most one far step)."""
+    step, an overhead of `far_d` units and slack units 0..`far_slack`. The far grid covers whole steps
+    and ends at the deadline (`split_horizon` fits the fine ticks to it); only where that cannot be does
+    its deadline come early by the rest (`lost_ticks`: the job's slack there is that much less, cautious,
+    and less than one far step)."""
 
     fine_ticks: int
     lo: int
@@ -91,10 +100,20 @@ class Horizon:
     far_slack: int = 0
     lost_ticks: int = 0
 
-    def values(self, slack: int, per_cell: int) -> tuple[int, int]:
-        """The values each grid computes, for a plan with `per_cell` values per (tick, slack unit)."""
-        fine = self.fine_ticks * (slack - self.lo + 1) * per_cell
+    def values(self, slack: int, k: int, per_cell: int) -> tuple[int, int]:
+        """The values each grid computes, for a plan from slack `slack` with K = `k` and `per_cell`
+        values per (tick, slack unit)."""
+        fine = fine_values(self.fine_ticks, slack - self.lo, k, per_cell)
         return fine, self.far_steps * (self.far_slack + 1) * per_cell
+
+
+def fine_values(ticks: int, slack: int, k: int, per_cell: int) -> int:
+    """The values a fine grid of `ticks` ticks computes from slack `slack`: at i ticks from its junction
+    it needs only the slack the job can reach by then, the `min(slack, i * k) + 1` units above the
+    window's floor (slack falls by at most K units a tick). A triangle, not the window's rectangle: half
+    the work for the same plan."""
+    full = min(ticks, slack // k)  # the ticks i whose reach i * k is within the window
+    return per_cell * ((k * full * (full + 1)) // 2 + (ticks - full) * slack + ticks)
 
 
 def split_horizon(
@@ -109,27 +128,37 @@ def split_horizon(
     max_fine_ticks: int = MAX_FINE_TICKS,
 ) -> Horizon:
     """The grids for a plan: as many fine ticks as the budget allows (at most `max_fine_ticks`), then a
-    far grid of the coarsest step that keeps it within its budget."""
+    far grid of the finest step that keeps it within its budget. The far grid ends at the deadline: the
+    ticks beyond a whole number of steps (fewer than one step) join the fine grid if its budget allows,
+    else the fine grid hands the start of one more step to the far grid. Only when that would leave it
+    fewer than `MIN_FINE_TICKS` (a step longer than the fine grid: deadlines far off with much slack)
+    does the far grid's deadline come early by the rest instead (`lost_ticks`, cautious). An early far
+    deadline was the joint plan's largest error: its steps are the coarsest (about 6 times the single
+    plan's values per tick and slack unit), so it lost most slack at the junction, up to a step."""
     ticks, slack = max(1, ticks), max(0, slack)
-
-    def fine_values(h: int) -> int:
-        return h * (min(slack, h * k) + 1) * per_cell
-
     h = min(ticks, max_fine_ticks)
-    while h > MIN_FINE_TICKS and fine_values(h) > fine_budget:
+    while h > MIN_FINE_TICKS and fine_values(h, slack, k, per_cell) > fine_budget:
         h -= 1
     if h >= ticks:
         return Horizon(ticks, 0)
     hours_left = slack * tick_hours / k
     restart = d * tick_hours / k
     for m in range(1, ticks - h + 1):
-        steps = (ticks - h) // m  # >= 1; the far grid's deadline is early by the remaining ticks
+        # The far grid ends at the deadline: the fine grid takes the rest of a step more if its budget
+        # allows, else gives up the start of one; only if it would then be too short does the far
+        # grid's deadline come early instead.
+        steps, rest = divmod(ticks - h, m)
+        fine, lost_ticks = h + rest, 0
+        if rest and fine_values(fine, slack, k, per_cell) > fine_budget:
+            steps += 1
+            fine = ticks - steps * m
+            if fine < MIN_FINE_TICKS:
+                steps, fine, lost_ticks = steps - 1, h, rest
         far_k, far_d = plan_grid(m * tick_hours, restart)
-        lost = (ticks - h - steps * m) * tick_hours
+        lost = lost_ticks * tick_hours
         far_slack = max(0, math.floor((hours_left - lost) * far_k / (m * tick_hours) + 1e-6))
         if steps * (far_slack + 1) * per_cell <= far_budget:
-            lost_ticks = ticks - h - steps * m
-            return Horizon(h, max(0, slack - h * k), m, steps, far_k, far_d, far_slack, lost_ticks)
+            return Horizon(fine, max(0, slack - fine * k), m, steps, far_k, far_d, far_slack, lost_ticks)
     raise AssertionError("unreachable: a single far step always fits")  # pragma: no cover
 
 
@@ -164,6 +193,22 @@ def _on_slack(far: np.ndarray, lo: int, size: int, unit: float, far_unit: float,
     return out.astype(np.float32)
 
 
+def _tail(value: np.ndarray, off: int, reach: int, left: int, k: int) -> tuple[np.ndarray, int]:
+    """The part of `value` (whose slack index 0 is `off`) the next tick needs, and its offset: slack
+    indices from `reach - (left + 1) * k` up, `left` ticks before the last (see `fine_values`)."""
+    a = max(0, reach - (left + 1) * k)
+    return (value[..., a - off :], a) if a > off else (value, off)
+
+
+def _padded(value: np.ndarray, off: int, size: int) -> np.ndarray:
+    """`value` (slack indices `off`..) on all `size` indices, out of reach (INF) below `off`."""
+    if off == 0:
+        return value
+    out = np.full((*value.shape[:-1], size), INF, dtype=value.dtype)
+    out[..., off:] = value
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class _Prices:
     spot: Sequence[float]
@@ -182,11 +227,14 @@ def _single_dp(
     prices: _Prices,
     terminal: np.ndarray | None,
     keep: int,
+    reach: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Backward induction for one pool from `ticks[0]` ticks left (value `terminal`, else the deadline)
     to `ticks[1]`, on slack units lo..lo+size-1. Classes: 0 nothing held, 1 + i spot with overhead rest
     i, 1 + nr + i on-demand with rest i. Returns the values at `ticks[1]` and the actions (0 wait,
-    1 on-demand, 2 spot) of the last `keep` ticks, the first tick's first."""
+    1 on-demand, 2 spot) of the last `keep` ticks, the first tick's first. `reach`: the slack index the
+    values at `ticks[1]` are needed from; each tick before needs K units more below it, and nothing
+    lower is computed (INF there, actions 0)."""
     rests = overhead_rests(d, k)
     nr = len(rests)
     index = {r: i for i, r in enumerate(rests)}
@@ -201,8 +249,10 @@ def _single_dp(
     od, spot, v = prices.on_demand + prices.time_value, prices.spot[0] + prices.time_value, prices.time_value
     h1, a1 = hz[1][:, None], adv[0, 0]
     start, end = ticks
+    off = 0
     for n in range(start + 1, end + 1):
-        work = n * k - sigma
+        value, off = _tail(value, off, reach, end - n, k)
+        work = n * k - sigma[off:]
         flip = value[:, ::-1, 0:1, :]
         ev = hh * flip + (1 - hh) * (adv * value[:, :, NEXT_BIN, :] + (1 - adv) * value)
         # On spot, losing availability loses the instance: the next tick starts with nothing held.
@@ -243,9 +293,9 @@ def _single_dp(
                     cache[key] = (best, choice)
                 new[cls, a] = cache[key][0]
                 if act is not None:
-                    act[cls, a] = cache[key][1]
+                    act[cls, a, :, off:] = cache[key][1]
         value = new
-    return value, actions
+    return _padded(value, off, size), actions
 
 
 def _joint_dp(
@@ -259,6 +309,7 @@ def _joint_dp(
     prices: _Prices,
     terminal: np.ndarray | None,
     keep: int,
+    reach: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`_single_dp` for two pools at once (see `JointPlan` for the classes and actions)."""
     rests = overhead_rests(d, k)
@@ -279,14 +330,16 @@ def _joint_dp(
     spot = [p + v for p in prices.spot]
 
     def expect(x: np.ndarray) -> np.ndarray:  # (m, n, n, S): expected over the next joint state
-        m = x.shape[0]
+        m, size = x.shape[0], x.shape[-1]
         y = np.matmul(pa, x.reshape(m, n, n * size)).reshape(m, n, n, size).transpose(0, 2, 1, 3)
         y = np.matmul(pb, y.reshape(m, n, n * size)).reshape(m, n, n, size)
         return y.transpose(0, 2, 1, 3)
 
     start, end = ticks
+    off = 0
     for t in range(start + 1, end + 1):
-        work = t * k - sigma
+        value, off = _tail(value, off, reach, end - t, k)
+        work = t * k - sigma[off:]
         # What the next tick is worth from each class; on spot, a pool whose run ends leaves nothing.
         spot_values = [
             np.where(available[p], value[1 + nr + p * nr + i], value[0]) for p in (0, 1) for i in range(nr)
@@ -324,9 +377,33 @@ def _joint_dp(
                 np.minimum(best, q, out=best)
             new[cls] = best
             if act is not None:
-                actions[j, cls] = act
+                actions[j, cls, ..., off:] = act
         value = new
-    return value, actions
+    return _padded(value, off, size), actions
+
+
+def _far_terminal(
+    h: Horizon,
+    dp: Callable[..., tuple[np.ndarray, np.ndarray]],
+    hazards: Any,
+    prices: _Prices,
+    tick_hours: float,
+    u: float,
+    rests: Sequence[int],
+    size: int,
+    on_fine: Callable[[np.ndarray, list[int], int], np.ndarray],
+) -> np.ndarray | None:
+    """The fine grid's terminal value: the far grid's (`dp` on its steps, `hazards` per step) at the
+    junction, on the fine grid's slack units (u hours, `size` from `h.lo`) and classes; None without a
+    far grid. `on_fine(far, near, far_rests)` maps the far grid's classes and states to the fine grid's,
+    `near[i]` being the far grid's overhead rest nearest the fine grid's rest i (`rests`)."""
+    if not h.step:
+        return None
+    far_u = h.step * tick_hours / h.far_k
+    far, _ = dp(hazards, (0, h.far_steps), 0, h.far_slack + 1, h.far_k, h.far_d, far_u, prices, None, 0)
+    far_rests = overhead_rests(h.far_d, h.far_k)
+    near = [_nearest(far_rests, r * u, far_u) for r in rests]
+    return _on_slack(on_fine(far, near, len(far_rests)), h.lo, size, u, far_u, h.lost_ticks * tick_hours)
 
 
 class _Planned:
@@ -336,9 +413,14 @@ class _Planned:
     first_tick: int
     actions: np.ndarray
     value: np.ndarray
+    k: int
+    slack: int
 
-    def _slack_index(self, slack: int) -> int:
-        return max(0, min(slack - self.horizon.lo, self.actions.shape[-1] - 1))
+    def _slack_index(self, slack: int, j: int = 0) -> int:
+        """The index of `slack` at the plan's tick `j` (0: the first), within what the job can reach
+        by then (see `fine_values`)."""
+        reach = self.actions.shape[-1] - 1
+        return max(0, reach - j * self.k, min(slack - self.horizon.lo, reach))
 
     def _tick_index(self, ticks: int) -> int:
         j = self.first_tick - ticks
@@ -355,9 +437,7 @@ class _Planned:
     def work(self) -> tuple[int, int]:
         """(fine values, far values) the plan computed: what bounds its time."""
         per_cell = int(np.prod(self.value.shape[:-1]))
-        return self.horizon.values(self.slack, per_cell)
-
-    slack: int
+        return self.horizon.values(self.slack, self.k, per_cell)
 
 
 class Plan(_Planned):
@@ -395,29 +475,13 @@ class Plan(_Planned):
         )
         prices = _Prices((spot_price,), on_demand_price, time_value_per_hour)
         u, size = tick_hours / k, slack_units - h.lo + 1
-        terminal = None
-        if h.step:
-            far_tick = h.step * tick_hours
-            far_u = far_tick / h.far_k
-            far, _ = _single_dp(
-                stretch_hazards(hazards, h.step),
-                (0, h.far_steps),
-                0,
-                h.far_slack + 1,
-                h.far_k,
-                h.far_d,
-                far_u,
-                prices,
-                None,
-                0,
-            )
-            far_rests = overhead_rests(h.far_d, h.far_k)
-            fnr = len(far_rests)
-            cmap = [0]
-            cmap += [1 + _nearest(far_rests, r * u, far_u) for r in self.rests]
-            cmap += [1 + fnr + _nearest(far_rests, r * u, far_u) for r in self.rests]
-            bmap = [step_bin(b, h.step) for b in range(NB)]
-            terminal = _on_slack(far[cmap][:, :, bmap], h.lo, size, u, far_u, h.lost_ticks * tick_hours)
+
+        def on_fine(far: np.ndarray, near: list[int], fnr: int) -> np.ndarray:
+            cmap = [0] + [1 + i for i in near] + [1 + fnr + i for i in near]
+            return far[cmap][:, :, [step_bin(b, h.step) for b in range(NB)]]
+
+        stretched = stretch_hazards(hazards, h.step) if h.step else hazards
+        terminal = _far_terminal(h, _single_dp, stretched, prices, tick_hours, u, self.rests, size, on_fine)
         self.value, self.actions = _single_dp(
             hazards,
             (ticks - h.fine_ticks, ticks),
@@ -429,6 +493,7 @@ class Plan(_Planned):
             prices,
             terminal,
             h.fine_ticks if keep_all else 1,
+            size - 1,
         )
 
     def holding(self, placement: Placement, overhead_left_hours: float, unit_hours: float) -> int:
@@ -442,7 +507,8 @@ class Plan(_Planned):
 
     def choose(self, ticks: int, cls: int, available: int, bin_: int, slack: int) -> int:
         """0 wait, 1 on-demand, 2 spot."""
-        return int(self.actions[self._tick_index(ticks), cls, available, bin_, self._slack_index(slack)])
+        j = self._tick_index(ticks)
+        return int(self.actions[j, cls, available, bin_, self._slack_index(slack, j)])
 
     def expected_cost(self, cls: int, available: int, bin_: int, slack: int) -> float:
         """The plan's expected cost (money and time value) from its first tick."""
@@ -478,7 +544,7 @@ class JointPlan(_Planned):
         self.rests = overhead_rests(d, k)
         nr = self.nr = len(self.rests)
         self.rest_index = {r: i for i, r in enumerate(self.rests)}
-        self.first_tick, self.slack = ticks, slack_units
+        self.k, self.first_tick, self.slack = k, ticks, slack_units
         n = 2 * NC
         per_cell = (1 + 3 * nr) * n * n
         h = self.horizon = split_horizon(
@@ -486,32 +552,17 @@ class JointPlan(_Planned):
         )
         prices = _Prices(tuple(spot_prices), on_demand_price, time_value_per_hour)
         u, size = tick_hours / k, slack_units - h.lo + 1
-        terminal = None
-        if h.step:
-            far_u = h.step * tick_hours / h.far_k
-            far, _ = _joint_dp(
-                [stretch_coarse(x, h.step) for x in hazards],
-                (0, h.far_steps),
-                0,
-                h.far_slack + 1,
-                h.far_k,
-                h.far_d,
-                far_u,
-                prices,
-                None,
-                0,
-            )
-            far_rests = overhead_rests(h.far_d, h.far_k)
-            fnr = len(far_rests)
-            near = [_nearest(far_rests, r * u, far_u) for r in self.rests]
+
+        def on_fine(far: np.ndarray, near: list[int], fnr: int) -> np.ndarray:
             cmap = [0] + [1 + i for i in near] + [1 + fnr + p * fnr + i for p in (0, 1) for i in near]
             smap = [a * NC + step_coarse_bin(b, h.step) for a in (0, 1) for b in range(NC)]
-            terminal = _on_slack(
-                far[cmap][:, smap][:, :, smap], h.lo, size, u, far_u, h.lost_ticks * tick_hours
-            )
+            return far[cmap][:, smap][:, :, smap]
+
+        stretched = [stretch_coarse(x, h.step) for x in hazards] if h.step else hazards
+        terminal = _far_terminal(h, _joint_dp, stretched, prices, tick_hours, u, self.rests, size, on_fine)
         keep = max(1, min(keep_ticks, h.fine_ticks))
         self.value, self.actions = _joint_dp(
-            hazards, (ticks - h.fine_ticks, ticks), h.lo, size, k, d, u, prices, terminal, keep
+            hazards, (ticks - h.fine_ticks, ticks), h.lo, size, k, d, u, prices, terminal, keep, size - 1
         )
         self.keep = keep
 
@@ -528,7 +579,7 @@ class JointPlan(_Planned):
     def choose(self, ticks: int, cls: int, states: Sequence[int], slack: int) -> int:
         """`states`: each pool's available * NC + coarse bin. 0 wait, 1 on-demand, 2 + p spot in pool p."""
         j = self._tick_index(ticks)
-        return int(self.actions[j, cls, states[0], states[1], self._slack_index(slack)])
+        return int(self.actions[j, cls, states[0], states[1], self._slack_index(slack, j)])
 
     def expected_cost(self, cls: int, states: Sequence[int], slack: int) -> float:
         """The plan's expected cost (money and time value) from its first tick."""
