@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -63,6 +64,18 @@ class AgentEnv(BaseModel):
     # Expected interruptions per hour in this pool (SpotGuard's history): turns on the adaptive interval.
     interruptions_per_hour: float = Field(default=0.0, alias="SPOTGUARD_INTERRUPTIONS_PER_HOUR", ge=0)
     watch_metadata: bool = Field(default=True, alias="SPOTGUARD_WATCH_METADATA")
+    # Local runs only (`spotguard local demo --scenario capacity`, replays): the time manifests carry
+    # runs `clock_scale` times faster than the wall clock from `clock_origin` (Unix seconds), as the
+    # functions' clock does there. Unset on AWS: the wall clock.
+    clock_origin: float | None = Field(default=None, alias="SPOTGUARD_CLOCK_ORIGIN", ge=0)
+    clock_scale: float = Field(default=1.0, alias="SPOTGUARD_CLOCK_SCALE", gt=0, le=100_000)
+
+    def clock(self) -> datetime:
+        now = datetime.now(UTC)
+        if self.clock_origin is None or self.clock_scale == 1.0:
+            return now
+        origin = datetime.fromtimestamp(self.clock_origin, UTC)
+        return origin + (now - origin) * self.clock_scale
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> AgentEnv:
@@ -107,7 +120,7 @@ class Agent:
     def from_env(cls, environ: Mapping[str, str] | None = None, client: Any = None) -> Agent:
         env = AgentEnv.load(environ)
         s3 = client or boto3.client("s3", config=_retrying())
-        agent = cls(env, CheckpointStore(s3, env.checkpoint_uri, keep=env.keep))
+        agent = cls(env, CheckpointStore(s3, env.checkpoint_uri, keep=env.keep, clock=env.clock))
         if env.watch_metadata and os.environ.get("AWS_EC2_METADATA_DISABLED", "").lower() != "true":
             agent.watcher = MetadataWatcher(
                 on_stop=lambda why: (log.warning("%s: checkpoint and stop", why), agent.request_stop()),
@@ -117,6 +130,10 @@ class Agent:
 
     # --------------------------------------------------------------------------------------- signals
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM:
+            # stopping: a checkpoint request that comes late (a move decided while the task was already
+            # being stopped) must not end the process mid-exit with SIGUSR1's default action (exit 138)
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         (self._stop if signum == signal.SIGTERM else self._save).set()
 
     def request_stop(self) -> None:

@@ -383,6 +383,7 @@ class CheckpointStore:
         transfer: TransferConfig = TRANSFER,
         restore_attempts: int = RESTORE_ATTEMPTS,
         retry_pause: float | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         if keep < 1:
             raise StoreError("keep must be at least 1")
@@ -394,6 +395,7 @@ class CheckpointStore:
         self.transfer = transfer
         self.restore_attempts = restore_attempts
         self.retry_pause = RETRY_PAUSE_SECONDS if retry_pause is None else retry_pause
+        self.clock = clock  # dates each manifest (a scaled clock in local runs, AgentEnv.clock)
         self.backend: S3Backend | LocalBackend = (
             LocalBackend(self.location.prefix)
             if self.location.local
@@ -466,7 +468,7 @@ class CheckpointStore:
             attempt=attempt,
             step=step,
             progress=progress,
-            created_at=datetime.now(UTC),
+            created_at=self.clock(),
             files=tuple(entries),
         )
         self.backend.put_bytes(

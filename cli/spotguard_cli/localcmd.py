@@ -35,9 +35,22 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("local", help="run the whole system on this machine (moto server on 127.0.0.1)")
     actions = p.add_subparsers(dest="local_action", required=True, metavar="ACTION")
     d = actions.add_parser("demo", help="a training job interrupted, checkpointed, resumed and finished")
-    d.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
-    d.add_argument("--step-seconds", type=float, default=0.1, help="pause per step (default 0.1)")
+    d.add_argument(
+        "--scenario",
+        choices=["interruption", "capacity"],
+        default="interruption",
+        help="interruption (default): one warning, resumed on the other instance; capacity: a deadline "
+        "job moved between spot pools, on-demand and back by the capacity policy",
+    )
+    d.add_argument("--steps", type=_positive_int, help="training steps (default 60; capacity: 300)")
+    d.add_argument("--step-seconds", type=_non_negative, help="pause per step (default 0.1; capacity: 0.4)")
     d.add_argument("--interrupt-at", type=int, default=25, help="warn when this step is reached")
+    d.add_argument(
+        "--time-scale",
+        type=_positive,
+        default=60.0,
+        help="capacity: SpotGuard's clock runs this many times faster than the wall clock (default 60)",
+    )
     d.add_argument("--json", action="store_true", help="print the timeline and the proof as JSON")
     d.set_defaults(run=run_demo)
     u = actions.add_parser("up", help="keep the local stack running until Ctrl-C")
@@ -55,8 +68,31 @@ def add_parser(sub: Any) -> None:
     i.set_defaults(run=run_inject)
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value > 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number in (0, 100000]")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in [0, 60]")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in [1, 100000]")
+    return value
+
+
 # ============================================================================================ demo
-def _task_definition(system: Any, out: Path, steps: int, step_seconds: float) -> str:
+def _task_definition(
+    system: Any, out: Path, steps: int, step_seconds: float, checkpoint_seconds: float = 2
+) -> str:
     command = [
         sys.executable,
         str(TRAIN),
@@ -69,7 +105,10 @@ def _task_definition(system: Any, out: Path, steps: int, step_seconds: float) ->
     ]
     return str(
         system.task_definition(
-            command, gpus=1, environment={"SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS": "2"}, family="train"
+            command,
+            gpus=1,
+            environment={"SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS": f"{checkpoint_seconds:g}"},
+            family="train",
         )
     )
 
@@ -112,10 +151,14 @@ def run_demo(args: argparse.Namespace) -> int:
     from spotguard_cli.emulator.timeline import call_recorder
 
     say = (lambda *_: None) if args.json else print
-    work = STATE_DIR / "demo"
+    work = STATE_DIR / ("demo" if args.scenario == "interruption" else "demo-capacity")
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("*"):
         old.unlink()
+    if args.scenario == "capacity":
+        return _run_capacity(args, work, say)
+    args.steps = args.steps or 60
+    args.step_seconds = 0.1 if args.step_seconds is None else args.step_seconds
     timeline, calls = Timeline(), []
     proof: list[tuple[str, bool]] = []
     facts: dict[str, Any] = {}
@@ -248,6 +291,28 @@ def run_demo(args: argparse.Namespace) -> int:
         )
     print(f"logs: {work}/ (functions.log, task-*.log, reference.log, moto.log)")
     print("moto server and every task process stopped.\n" + ("demo passed" if ok else "demo FAILED"))
+    return 0 if ok else 1
+
+
+def _run_capacity(args: argparse.Namespace, work: Path, say: Any) -> int:
+    from spotguard_cli.capacity_demo import print_capacity_demo, run_capacity_demo
+
+    args.steps = args.steps or 300
+    args.step_seconds = 0.4 if args.step_seconds is None else args.step_seconds
+    # in SpotGuard's time (x time_scale): checkpoints every few minutes, a job of hours, its deadline
+    args.checkpoint_seconds = 3.0
+    run_hours = args.steps * (args.step_seconds + 0.01) * args.time_scale / 3600
+    args.work_hours = round(run_hours, 2)
+    args.deadline_hours = round(run_hours * 1.5, 2)
+    args.first_warning_step = args.steps // 5
+    args.second_warning_after = args.steps // 5
+    args.back_after_minutes = 20.0  # SpotGuard's time on on-demand before the first pool has spot again
+    args.timeout = 600.0
+    proof, decisions, facts, timeline = run_capacity_demo(args, work, say)
+    ok = print_capacity_demo(proof, decisions, facts, timeline, args.json)
+    if not args.json:
+        print(f"logs: {work}/ (functions.log, task-*.log, reference.log, moto.log)")
+        print("moto server and every task process stopped.\n" + ("demo passed" if ok else "demo FAILED"))
     return 0 if ok else 1
 
 

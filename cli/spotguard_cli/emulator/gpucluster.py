@@ -194,6 +194,9 @@ class GpuScheduler:
         self.placed: dict[str, str] = {}  # task arn -> container instance arn
         self.gpus: dict[str, int] = {}  # task arn -> GPUs it holds, while it runs
         self.status: dict[str, str] = {}  # container instance arn -> status SpotGuard set (DRAINING)
+        # providers whose Auto Scaling group cannot launch now: their hosts are gone or drained, and a
+        # request for only them finds no instance (the local stack's capacity shortage)
+        self.short_providers: set[str] = set()
         self._definitions: dict[str, dict[str, Any]] = {}
         self.volumes: list[str] = []  # EBS volumes created for tasks, in order
         self._lock = threading.RLock()
@@ -229,6 +232,9 @@ class GpuScheduler:
             return {"tasks": [task], "failures": []}  # the same request again: the same task
         if self.refuse > 0:
             self.refuse -= 1
+            return {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
+        providers_asked = {p["capacityProvider"] for p in request.get("capacityProviderStrategy") or []}
+        if providers_asked and providers_asked <= self.short_providers:
             return {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
         td = self._definition(request["taskDefinition"])
         need = gpu_count(td, request.get("overrides"))

@@ -63,6 +63,28 @@ def make_event(
     return event
 
 
+def launch_unsuccessful(
+    group: str,
+    zone: str,
+    at: datetime | None = None,
+    region: str = "us-east-1",
+    account: str = "123456789012",
+) -> dict[str, Any]:
+    """Auto Scaling's EC2 Instance Launch Unsuccessful for `group` in `zone`: no spot capacity there."""
+    event = make_event("launch-unsuccessful", "", at=at, region=region, account=account)
+    d = event["detail"]
+    d["AutoScalingGroupName"], d["Details"] = group, {**d["Details"], "Availability Zone": zone}
+    d["StatusMessage"] = (
+        f"We currently do not have sufficient capacity in the Availability Zone you requested ({zone}). "
+        "Launching EC2 instance failed."
+    )
+    d["EC2InstanceId"] = ""
+    event["resources"] = [
+        f"arn:aws:autoscaling:{region}:{account}:autoScalingGroup:local:autoScalingGroupName/{group}"
+    ]
+    return event
+
+
 def container_instance_event(description: dict[str, Any], at: datetime | None = None) -> dict[str, Any]:
     """The ECS Container Instance State Change that ECS would emit for a DescribeContainerInstances entry."""
     cluster_arn = description.get("clusterArn") or cluster_arn_of(description["containerInstanceArn"])

@@ -84,8 +84,10 @@ class TaskRunner:
         on_change: Callable[[str], None] = lambda _: None,
         cwd: Path | None = None,
         on_exit: Callable[[str], None] = lambda _: None,
+        environment: dict[str, str] | None = None,
     ) -> None:
         self.cluster = cluster
+        self.environment = dict(environment or {})  # every task's, after its own (the scaled clock)
         self.ecs = cluster.ecs
         self.events = events
         self.endpoint = endpoint
@@ -96,6 +98,7 @@ class TaskRunner:
         self.on_exit = on_exit  # a task's process ended: its GPUs are free
         self.running: dict[str, Running] = {}
         self.finished: dict[str, int] = {}  # task arn -> exit code
+        self.containers: dict[str, str] = {}  # task arn -> the container it runs
         self.seen: set[str] = set()
         self.pids: list[int] = []  # every process it started
 
@@ -121,6 +124,18 @@ class TaskRunner:
             code = r.proc.poll()
             if code is not None:
                 self._exited(r, code)
+
+    def describe(self, parsed: dict[str, Any]) -> None:
+        """DescribeTasks as ECS answers it: a task whose process still runs after StopTask is not
+        STOPPED yet (moto says STOPPED at once), and a stopped one shows its process's exit code."""
+        for task in parsed.get("tasks") or []:
+            arn = task.get("taskArn", "")
+            if arn in self.running and task.get("lastStatus") == "STOPPED":
+                task["lastStatus"] = "DEACTIVATING"
+            elif arn in self.finished:
+                for c in task.get("containers") or []:
+                    if c.get("name") == self.containers.get(arn):
+                        c["exitCode"] = self.finished[arn]
 
     def signal_by_document(self, parameters: dict[str, list[str]]) -> None:
         """What SpotGuard's SSM document runs on the instance: `docker kill --signal=SIG` for each
@@ -170,6 +185,7 @@ class TaskRunner:
             **{e["name"]: e.get("value", "") for e in container.get("environment") or []},
             **{e["name"]: e.get("value", "") for e in override.get("environment") or []},
             **local_environment(self.endpoint, self.region),
+            **self.environment,
         }
         log_path = self.log_dir / f"task-{_short(arn)}.log"
         log: IO[bytes] | None = None
@@ -198,6 +214,7 @@ class TaskRunner:
             log=log,
         )
         self.running[arn] = r
+        self.containers[arn] = name
         host = task.get("containerInstanceArn", "")
         what = f"pid {proc.pid}" if proc.pid else "a simulated container"
         self.on_change(f"  task {_short(arn)} started as {what} on {_short(host)} ({log_path.name})")
@@ -206,6 +223,8 @@ class TaskRunner:
     def _terminate(self, r: Running) -> None:
         if r.term_sent_at is None and r.proc.poll() is None:
             r.term_sent_at = time.monotonic()
+            # ECS says so at once: RUNNING, desired STOPPED, with the stop's reason
+            self._put(self.cluster.tasks([r.task_arn])[r.task_arn], r, "RUNNING", None, desired="STOPPED")
             self._signal(r, signal.SIGTERM)
             self.on_change(f"  SIGTERM -> {_short(r.task_arn)} (pid {r.proc.pid}): StopTask")
 
@@ -240,14 +259,15 @@ class TaskRunner:
         status: str,
         exit_code: int | None,
         stop_code: str | None = None,
+        desired: str | None = None,
     ) -> None:
         task = {
             **task,
             "lastStatus": status,
-            "desiredStatus": "STOPPED" if status == "STOPPED" else "RUNNING",
+            "desiredStatus": desired or ("STOPPED" if status == "STOPPED" else "RUNNING"),
             "startedAt": r.started_at,
         }
-        r.version += 1 if status == "STOPPED" else 0
+        r.version += 1 if status == "STOPPED" or desired else 0
         event = task_event(task, r.version, exit_code=exit_code, stop_code=stop_code, at=datetime.now(UTC))
         for c in event["detail"]["containers"]:
             if c["name"] == r.container:

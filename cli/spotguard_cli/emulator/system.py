@@ -16,22 +16,61 @@ The parts are put together by `assembly.assemble`. `pump()` does one round of ev
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from spotguard.adapters import clients
 from spotguard_cli.emulator.assembly import assemble
-from spotguard_cli.emulator.gpucluster import Host
-from spotguard_cli.emulator.inject import container_instance_event, make_event, put_entry
+from spotguard_cli.emulator.gpucluster import Host, PoolGroup
+from spotguard_cli.emulator.inject import container_instance_event, launch_unsuccessful, make_event, put_entry
 from spotguard_cli.emulator.runner import TaskRunner
 from spotguard_cli.emulator.template import load
 
 # Shorter waits than in AWS, so that a local run takes a minute: the first retry for capacity (then
 # doubling), and the follow-up checks of a held lifecycle action.
 LOCAL_ENV = {"SPOTGUARD_RETRY_BASE_SECONDS": "2", "SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "2"}
+
+# The local cluster's pools, as examples/gpu-cluster makes them: two spot capacity providers in different
+# zones and an on-demand one over both.
+LOCAL_POOLS = [
+    PoolGroup("gpu-spot-a", "gpu-spot-a-group", "g5.xlarge", ("us-east-1a",), spot=True),
+    PoolGroup("gpu-spot-b", "gpu-spot-b-group", "g5.xlarge", ("us-east-1b",), spot=True),
+    PoolGroup("gpu-od", "gpu-od-group", "g5.xlarge", ("us-east-1a", "us-east-1b"), spot=False),
+]
+
+
+class ScaledClock:
+    """Time that runs `scale` times faster than the wall clock from the moment it is made: with scale
+    300, a second here is five minutes for SpotGuard, so that a job hours long (and its deadline, and
+    the capacity policy's ten-minute ticks) plays out in a minute. Scale 1 is the wall clock."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        if scale <= 0:
+            raise ValueError("the time scale must be positive")
+        self.scale = scale
+        self.origin = datetime.now(UTC)
+
+    def now(self) -> datetime:
+        real = datetime.now(UTC)
+        return real if self.scale == 1.0 else self.origin + (real - self.origin) * self.scale
+
+    def seconds(self, scaled: float) -> float:
+        """Wall-clock seconds for `scaled` seconds of SpotGuard's time."""
+        return scaled / self.scale
+
+    def task_environment(self) -> dict[str, str]:
+        """What tells the agent in a task to date its manifests on this clock (AgentEnv.clock)."""
+        if self.scale == 1.0:
+            return {}
+        return {
+            "SPOTGUARD_CLOCK_ORIGIN": f"{self.origin.timestamp():.6f}",
+            "SPOTGUARD_CLOCK_SCALE": f"{self.scale:g}",
+        }
 
 
 def schedule_seconds() -> float:
@@ -54,6 +93,7 @@ class LocalSystem:
         parameters: dict[str, str] | None = None,
         on_change: Callable[[str], None] = lambda _: None,
         reconcile_every: float | None = None,
+        time_scale: float = 1.0,
     ) -> None:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +107,8 @@ class LocalSystem:
         self.stack, self.cluster, self.scheduler = parts.stack, parts.cluster, parts.scheduler
         self.functions, self.pollers = parts.functions, parts.pollers
         self.events = self.stack.client("events")
-        self.reconcile_every = reconcile_every or schedule_seconds()
+        self.clock = ScaledClock(time_scale)
+        self.reconcile_every = reconcile_every or self.clock.seconds(schedule_seconds())
         self._next_reconcile = time.monotonic() + self.reconcile_every
         self.runner = TaskRunner(
             self.cluster,
@@ -78,8 +119,18 @@ class LocalSystem:
             on_change,
             cwd=Path.cwd(),
             on_exit=self.scheduler.release,
+            environment=self.clock.task_environment(),
         )
+        if time_scale != 1.0:  # every function reads the scaled time, and SQS delays shrink with it
+            for host in self.functions.values():
+                runtime = getattr(host.module, "runtime", None)
+                if runtime is not None and hasattr(runtime, "clock"):
+                    runtime.clock = self.clock.now
+            for op in ("SendMessage", "SendMessageBatch"):
+                clients.on_event(f"before-parameter-build.sqs.{op}", self._scale_delay)
+        self.short: dict[str, float] = {}  # capacity provider -> wall-clock end of its shortage
         clients.on_event("before-call.ssm.SendCommand", self._ssm)
+        clients.on_event("after-call.ecs.DescribeTasks", self._describe_tasks)
         # moto cannot complete or heartbeat a lifecycle action: record them, and answer as Auto Scaling.
         self.lifecycle_calls: list[tuple[str, str, str]] = []
         for op in ("CompleteLifecycleAction", "RecordLifecycleActionHeartbeat"):
@@ -91,6 +142,40 @@ class LocalSystem:
         host = self.cluster.add_host(instance_type, zone)
         self.put(container_instance_event(self.cluster.describe_host(host)))
         return host
+
+    def add_pools(self, pools: list[PoolGroup] | None = None) -> None:
+        """The cluster's capacity providers (LOCAL_POOLS by default), each an Auto Scaling group that
+        SpotGuard discovers; add their instances with `add_pool_host`."""
+        self.pools = {p.capacity_provider: p for p in pools or LOCAL_POOLS}
+        self.cluster.add_pools(self.stack.client("autoscaling"), list(self.pools.values()))
+
+    def add_pool_host(self, capacity_provider: str, zone: str | None = None) -> Host:
+        """An instance of a pool's Auto Scaling group joins the cluster."""
+        p = self.pools[capacity_provider]
+        host = self.cluster.add_host(p.instance_type, zone or p.zones[0], capacity_provider, spot=p.spot)
+        self.put(container_instance_event(self.cluster.describe_host(host)))
+        return host
+
+    def capacity_shortage(self, capacity_provider: str, seconds: float) -> dict[str, Any]:
+        """The pool's Auto Scaling group can launch nothing for `seconds` (wall clock): RunTask finds no
+        new instance there (the scheduler refuses the provider), and Auto Scaling says so on the bus
+        (EC2 Instance Launch Unsuccessful, for each of its zones). When it ends, the group launches an
+        instance again (`pump` adds it). The first event put is returned."""
+        p = self.pools[capacity_provider]
+        self.short[capacity_provider] = time.monotonic() + seconds
+        self.scheduler.short_providers.add(capacity_provider)
+        events = [
+            launch_unsuccessful(p.group, zone, self.clock.now(), self.stack.region, self.stack.account)
+            for zone in p.zones
+        ]
+        for e in events:
+            self.put(e)
+        return events[0]
+
+    def capacity_back_in(self, capacity_provider: str, seconds: float) -> None:
+        """End a pool's shortage `seconds` (wall clock) from now."""
+        if capacity_provider in self.short:
+            self.short[capacity_provider] = time.monotonic() + seconds
 
     def put(self, event: dict[str, Any]) -> None:
         resp = self.events.put_events(Entries=[put_entry(event)])
@@ -108,6 +193,12 @@ class LocalSystem:
     # -------------------------------------------------------------------------------------- running
     def pump(self) -> int:
         """One round: the tasks' processes, every queue until empty, the schedule. Records handled."""
+        for provider, until in list(self.short.items()):
+            if time.monotonic() >= until:  # the shortage is over: Auto Scaling launches an instance
+                del self.short[provider]
+                self.scheduler.short_providers.discard(provider)
+                host = self.add_pool_host(provider)
+                self.on_change(f"  {provider}: capacity is back, instance {host.instance_id} joined")
         self.runner.poll()
         handled = 0
         for poller in self.pollers:
@@ -186,6 +277,15 @@ class LocalSystem:
         self.lifecycle_calls.append((model.name, instance, fields.get("LifecycleActionResult", "")))
         self.on_change(f"  {model.name} for {instance}")
         return AWSResponse("local://autoscaling", 200, {}, None), {}
+
+    def _describe_tasks(self, parsed: dict[str, Any], **_: Any) -> None:
+        self.runner.describe(parsed)
+
+    def _scale_delay(self, params: dict[str, Any], **_: Any) -> None:
+        """SpotGuard's delayed messages (retries, launch rechecks, lifecycle checks) wait scaled time."""
+        for entry in [params, *(params.get("Entries") or [])]:
+            if entry.get("DelaySeconds"):
+                entry["DelaySeconds"] = max(0, math.ceil(self.clock.seconds(float(entry["DelaySeconds"]))))
 
     def _ssm(self, params: dict[str, Any], **_: Any) -> None:
         """The SSM agent on the simulated instance: run SpotGuard's signal document with the command's

@@ -158,6 +158,8 @@ class Reconciler:
             return
         if (
             options.deadline is None
+            or attempt.stopped_reason is not None  # being stopped already (a notice, a cancel, ECS)
+            or attempt.interrupted_by is not None
             or options.capacity != "auto"
             or attempt.market is None
             or attempt.last_status != "RUNNING"
