@@ -1,5 +1,6 @@
 """Task-events function: ECS task state changes (with SpotGuard's own Launch Due retries, Auto Scaling's
-launch failures, which say a pool has no capacity, and, in EBS mode, EBS snapshot notifications) -> jobs.
+launch failures and successful launches, which say a pool has no capacity or has it again, and, in EBS
+mode, EBS snapshot notifications) -> jobs.
 
 Per record: classify it; a reject goes straight to the dead-letter queue; an ignore is logged; a task
 event moves its job through its states (stale and repeated events change nothing); a Launch Due message
@@ -54,7 +55,8 @@ def act(msg: TaskMessage) -> None:
     if msg.outcome == "pool":
         assert msg.pool_event is not None
         note = runtime.service.on_pool_event(msg.pool_event)
-        metrics.add_metric(name="PoolLaunchFailures", unit=MetricUnit.Count, value=1)
+        if not msg.pool_event.available:  # a launch that succeeded is no failure to count
+            metrics.add_metric(name="PoolLaunchFailures", unit=MetricUnit.Count, value=1)
         logger.info("pool event", extra={"group": msg.pool_event.group, "note": note})
         return
     assert msg.task is not None

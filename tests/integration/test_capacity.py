@@ -204,3 +204,114 @@ def test_on_demand_when_spot_is_gone_and_the_deadline_tight_then_back_to_spot_wi
     world.commit_checkpoint(job, 7, attempt=3, progress=1.0, at=_at(world, 2.6))
     _stopped(world, third["task_arn"], exit_code=0)
     assert world.status(job_id)["state"] == "succeeded"
+
+
+def _launch_succeeded(world: JobsWorld, group: str, zone: str, at: datetime, instance_id: str) -> None:
+    """Auto Scaling's EC2 Instance Launch Successful for the group in the zone, as the bus delivers it."""
+    from spotguard_cli.emulator.inject import launch_successful
+
+    world.put(launch_successful(group, zone, instance_id, at))
+    world.task_events.drain()
+
+
+def test_an_auto_scaling_launch_success_is_an_available_fact_that_ends_the_backoff(world: JobsWorld):
+    world.reconcile()
+    now = datetime.now(UTC)
+    _launch_failed(world, "gpu-spot-a-group", "us-east-1a", now)
+    assert _pools(world)["gpu-spot-a/g5.xlarge/us-east-1a"]["unavailable_until"] is not None
+    job = world.submit(gpus=1, work_hours=10)  # goes to the other pool, and waits there for its task
+    (request,) = world.scheduler.requests
+    assert _provider(request) == "gpu-spot-b"
+    waiting = world.status(job["job_id"])["attempts"][-1]
+
+    _launch_succeeded(
+        world, "gpu-spot-a-group", "us-east-1a", now + timedelta(minutes=2), "i-0a1b2c3d4e5f60789"
+    )
+    pool = _pools(world)["gpu-spot-a/g5.xlarge/us-east-1a"]
+    assert pool["unavailable_until"] is None and pool["backoff_streak"] == 0
+    newest = pool["observations"][-1]
+    assert (newest["source"], newest["available"]) == ("launch-success", True)
+    assert "i-0a1b2c3d4e5f60789" in newest["detail"]
+    assert _pools(world)["gpu-spot-b/g5.xlarge/us-east-1b"]["observations"] == []  # another group's pool
+
+    # a launch in the pool the job waits in is good news for it: its task is not stopped
+    _launch_succeeded(
+        world, "gpu-spot-b-group", "us-east-1b", now + timedelta(minutes=3), "i-0b1c2d3e4f5a60789"
+    )
+    assert _pools(world)["gpu-spot-b/g5.xlarge/us-east-1b"]["observations"][-1]["source"] == "launch-success"
+    status = world.status(job["job_id"])
+    assert status["state"] == "running" and len(status["attempts"]) == 1
+    assert status["attempts"][-1]["task_arn"] == waiting["task_arn"]
+    assert world.task(waiting["task_arn"])["desiredStatus"] == "RUNNING"
+    assert len(world.scheduler.requests) == 1
+
+
+def test_a_job_on_demand_is_moved_to_spot_only_once_auto_scaling_has_launched_there(world: JobsWorld):
+    world.reconcile()
+    start = datetime.now(UTC)
+    job = world.submit(
+        gpus=1, work_hours=4, deadline=(start + timedelta(hours=4.5)).isoformat(), min_move_interval_seconds=0
+    )
+    job_id = job["job_id"]
+    first = _running(world, job_id)
+    assert first["market"] == "spot"
+    here, other = ("a", "b") if first["pool"].startswith("gpu-spot-a/") else ("b", "a")
+    world.commit_checkpoint(job, 1, progress=0.0, at=_at(world, 0.2))
+    world.commit_checkpoint(job, 2, progress=0.25, at=_at(world, 1.2))
+    # the other pool cannot launch, this one's instance is reclaimed: the job goes on-demand
+    _launch_failed(world, f"gpu-spot-{other}-group", f"us-east-1{other}", _at(world, 1.2))
+    host = next(h for h in world.cluster.hosts if h.container_instance_arn == first["container_instance_arn"])
+    world.interrupt(host)
+    world.commit_checkpoint(job, 3, progress=0.26, at=_at(world, 1.25))
+    _stopped(world, first["task_arn"])
+    second = _running(world, job_id)
+    assert (second["number"], second["market"]) == (2, "on-demand")
+
+    # both spot pools' backoffs have run out, but nothing says their shortage ended: no move
+    world.commit_checkpoint(job, 4, attempt=2, progress=0.4, at=_at(world, 1.5))
+    world.commit_checkpoint(job, 5, attempt=2, progress=0.7, at=_at(world, 2.0))
+    pools = _pools(world)
+    for name in (
+        f"gpu-spot-{here}/g5.xlarge/us-east-1{here}",
+        f"gpu-spot-{other}/g5.xlarge/us-east-1{other}",
+    ):
+        until = pools[name]["unavailable_until"]
+        assert until is not None and datetime.fromisoformat(until) < start + timedelta(hours=2), name
+        assert pools[name]["observations"][-1]["available"] is False, name
+    from spotguard.adapters import clients
+
+    commands: list[dict] = []
+    clients.on_event(
+        "before-parameter-build.ssm.SendCommand", lambda params, **_: commands.append(dict(params))
+    )
+    counts = world.reconcile()
+    assert counts["moves_started"] == 0, counts
+    assert commands == [] and world.status(job_id)["move"] is None
+    assert world.task(second["task_arn"])["desiredStatus"] == "RUNNING"
+
+    # Auto Scaling launches an instance in this pool again, and says so: now the move is worth making
+    new = world.cluster.add_host("g5.xlarge", f"us-east-1{here}", f"gpu-spot-{here}")
+    _launch_succeeded(world, f"gpu-spot-{here}-group", f"us-east-1{here}", _at(world, 2.0), new.instance_id)
+    assert _pools(world)[f"gpu-spot-{here}/g5.xlarge/us-east-1{here}"]["observations"][-1]["source"] == (
+        "launch-success"
+    )
+    counts = world.reconcile()
+    assert counts["moves_started"] == 1, counts
+    (command,) = commands
+    assert command["InstanceIds"] == [second["instance_id"]]
+    move = world.status(job_id)["move"]
+    assert (
+        move["to"]["placement"] == "spot"
+        and move["to"]["pool"] == f"gpu-spot-{here}/g5.xlarge/us-east-1{here}"
+    )
+    world.commit_checkpoint(job, 6, attempt=2, progress=0.72, at=_at(world, 2.05))
+    assert world.reconcile()["moves_stopped"] == 1
+    _stopped(world, second["task_arn"])
+    third = _running(world, job_id)
+    assert (third["number"], third["market"]) == (3, "spot")
+    assert third["pool"] == f"gpu-spot-{here}/g5.xlarge/us-east-1{here}"
+    assert third["resume_from"].endswith("00000006/MANIFEST.json")
+    world.commit_checkpoint(job, 7, attempt=3, progress=1.0, at=_at(world, 2.6))
+    _stopped(world, third["task_arn"], exit_code=0)
+    status = world.status(job_id)
+    assert status["state"] == "succeeded" and status["moves_made"] == 1

@@ -148,6 +148,7 @@ KINDS = {  # sample -> (source, detail-type) the sample is
     "ecs-task-state-change": ("aws.ecs", "ECS Task State Change"),
     "ebs-snapshot-notification": ("aws.ec2", "EBS Snapshot Notification"),
     "asg-launch-unsuccessful": ("aws.autoscaling", "EC2 Instance Launch Unsuccessful"),
+    "asg-launch-successful": ("aws.autoscaling", "EC2 Instance Launch Successful"),
     "launch-due": ("spotguard", "Launch Due"),
     "s3-manifest-created": ("aws.s3", "Object Created"),
 }
@@ -278,6 +279,10 @@ DETAIL_RULES: dict[str, list[tuple[str, bool, Any]]] = {
         ("Details", False, lambda v: isinstance(v, dict) and all(is_str(x) for x in v.values())),
     ],
 }
+DETAIL_RULES["asg-launch-successful"] = [
+    *DETAIL_RULES["asg-launch-unsuccessful"],
+    ("EC2InstanceId", False, lambda v: v is None or (is_str(v) and len(v) <= 100)),
+]
 DETAIL_RULES["spot-interruption-hibernate"] = DETAIL_RULES["spot-interruption-warning"]
 DETAIL_RULES["instance-state-running"] = DETAIL_RULES["instance-state-shutting-down"]
 DETAIL_RULES["health-account-notification"] = DETAIL_RULES["health-scheduled-retirement"]

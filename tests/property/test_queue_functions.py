@@ -43,6 +43,7 @@ QUEUES = {
         "ecs-task-state-change",
         "ebs-snapshot-notification",
         "asg-launch-unsuccessful",
+        "asg-launch-successful",
         "launch-due",
     ],
     "checkpoints": ["s3-manifest-created"],

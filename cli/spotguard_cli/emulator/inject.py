@@ -28,6 +28,7 @@ KINDS = {
     "task-state-change": "ecs-task-state-change.json",
     "ebs-snapshot": "ebs-snapshot-notification.json",
     "launch-unsuccessful": "asg-launch-unsuccessful.json",
+    "launch-successful": "asg-launch-successful.json",
 }
 
 
@@ -81,6 +82,27 @@ def launch_unsuccessful(
     d["EC2InstanceId"] = ""
     event["resources"] = [
         f"arn:aws:autoscaling:{region}:{account}:autoScalingGroup:local:autoScalingGroupName/{group}"
+    ]
+    return event
+
+
+def launch_successful(
+    group: str,
+    zone: str,
+    instance_id: str,
+    at: datetime | None = None,
+    region: str = "us-east-1",
+    account: str = "123456789012",
+) -> dict[str, Any]:
+    """Auto Scaling's EC2 Instance Launch Successful for `group` in `zone`: it launched `instance_id`
+    there (capacity is back)."""
+    event = make_event("launch-successful", instance_id, at=at, region=region, account=account)
+    d = event["detail"]
+    d["AutoScalingGroupName"], d["Details"] = group, {**d["Details"], "Availability Zone": zone}
+    d["Description"] = f"Launching a new EC2 instance: {instance_id}"
+    event["resources"] = [
+        f"arn:aws:autoscaling:{region}:{account}:autoScalingGroup:local:autoScalingGroupName/{group}",
+        f"arn:aws:ec2:{region}:{account}:instance/{instance_id}",
     ]
     return event
 

@@ -27,7 +27,13 @@ from typing import Any
 from spotguard.adapters import clients
 from spotguard_cli.emulator.assembly import assemble
 from spotguard_cli.emulator.gpucluster import Host, PoolGroup
-from spotguard_cli.emulator.inject import container_instance_event, launch_unsuccessful, make_event, put_entry
+from spotguard_cli.emulator.inject import (
+    container_instance_event,
+    launch_successful,
+    launch_unsuccessful,
+    make_event,
+    put_entry,
+)
 from spotguard_cli.emulator.runner import TaskRunner
 from spotguard_cli.emulator.template import load
 
@@ -160,7 +166,8 @@ class LocalSystem:
         """The pool's Auto Scaling group can launch nothing for `seconds` (wall clock): RunTask finds no
         new instance there (the scheduler refuses the provider), and Auto Scaling says so on the bus
         (EC2 Instance Launch Unsuccessful, for each of its zones). When it ends, the group launches an
-        instance again (`pump` adds it). The first event put is returned."""
+        instance again (`pump` adds it, and puts EC2 Instance Launch Successful on the bus). The first
+        event put is returned."""
         p = self.pools[capacity_provider]
         self.short[capacity_provider] = time.monotonic() + seconds
         self.scheduler.short_providers.add(capacity_provider)
@@ -198,6 +205,17 @@ class LocalSystem:
                 del self.short[provider]
                 self.scheduler.short_providers.discard(provider)
                 host = self.add_pool_host(provider)
+                # and says so on the bus: the evidence a move of a running job to the pool waits for
+                self.put(
+                    launch_successful(
+                        self.pools[provider].group,
+                        host.availability_zone,
+                        host.instance_id,
+                        self.clock.now(),
+                        self.stack.region,
+                        self.stack.account,
+                    )
+                )
                 self.on_change(f"  {provider}: capacity is back, instance {host.instance_id} joined")
         self.runner.poll()
         handled = 0

@@ -37,7 +37,14 @@ if TYPE_CHECKING:  # the planner needs numpy: loaded only where options are buil
 
 Market = Literal["spot", "on-demand"]
 Source = Literal[
-    "launch", "run", "interruption", "rebalance", "launch-failure", "provisioning-timeout", "runtask"
+    "launch",  # a task of SpotGuard's started in the pool
+    "launch-success",  # Auto Scaling launched an instance for the pool's group in its zone
+    "run",
+    "interruption",
+    "rebalance",
+    "launch-failure",
+    "provisioning-timeout",
+    "runtask",
 ]
 
 IGNORE_TAG = "spotguard:pool"  # value "ignore" leaves the capacity provider out
@@ -83,6 +90,7 @@ MAX_DETAIL = 160  # characters of an observation's detail
 BACKOFF_FIRST = timedelta(minutes=15)  # a capacity failure makes the pool unavailable for this long,
 BACKOFF_MAX = timedelta(hours=1)  # doubling on each repeat, up to this
 BACKOFF_SOURCES = frozenset({"launch-failure", "provisioning-timeout", "runtask", "interruption"})
+LAUNCH_SOURCES = frozenset({"launch", "launch-success"})  # new capacity seen: an available one ends a backoff
 COUNT_HALF_LIFE_HOURS = 24.0  # the decayed counts of launch failures, interruptions, rebalances
 HOLD_HOURS = 2.0  # an observation holds (in the history) until the next one, for at most this long
 
@@ -346,6 +354,16 @@ class PoolRecord(_Frozen):
         """Not backed off after a capacity failure (and still in the cluster)."""
         return self.gone_since is None and (self.unavailable_until is None or self.unavailable_until <= now)
 
+    def confirmed_at(self, now: datetime) -> bool:
+        """Available with evidence: `available_at(now)`, and the pool's newest fact says capacity was
+        there (a launch, an instance Auto Scaling launched, a run), or it has no fact at all (a fresh
+        pool). A backoff that merely expired is no evidence that the shortage ended: `available_at` is
+        enough for a launch (the job waits anyway, and a failure marks the pool again), but a move,
+        which stops a healthy task for the pool, asks for `confirmed_at`."""
+        if not self.available_at(now):
+            return False
+        return not self.observations or self.observations[-1].available
+
 
 def pool_name(capacity_provider: str, instance_type: str, availability_zone: str) -> str:
     return f"{capacity_provider}/{instance_type}/{availability_zone}"
@@ -584,12 +602,13 @@ def backoff(observations: Sequence[Observation]) -> tuple[datetime | None, int]:
     available False) makes the pool unavailable from its time for `backoff_length(streak)`. A failure
     while the pool is already backed off extends the backoff to its own time plus the current length, no
     more; one within BACKOFF_MAX after the backoff ended is a repeat and doubles it; a later one starts
-    over at 15 minutes. A successful launch in the pool ends the backoff (only a launch shows new capacity:
-    a task running on an instance launched earlier does not)."""
+    over at 15 minutes. A successful launch in the pool ends the backoff (`LAUNCH_SOURCES`: a task of
+    SpotGuard's that started there, or an instance Auto Scaling launched for the group in the pool's zone;
+    only a launch shows new capacity: a task running on an instance launched earlier does not)."""
     until: datetime | None = None
     streak = 0
     for o in observations:
-        if o.source == "launch" and o.available:
+        if o.source in LAUNCH_SOURCES and o.available:
             until, streak = None, 0
         elif not o.available and o.source in BACKOFF_SOURCES:
             if until is not None and o.at < until:

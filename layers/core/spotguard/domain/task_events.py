@@ -1,8 +1,10 @@
 """What one record on the task-events queues is. Pure.
 
-Two kinds of record arrive: ECS Task State Change events (from EventBridge) and SpotGuard's own
-"Launch Due" messages (a job waiting for capacity, from the retry queue). Each becomes exactly one
-decision: act on a task event, launch a job, ignore with a reason, or reject (dead-letter queue).
+Records arrive as ECS Task State Change events (from EventBridge), SpotGuard's own "Launch Due"
+messages (a job waiting for capacity, from the retry queue), EBS Snapshot Notifications and Auto Scaling's
+"EC2 Instance Launch Unsuccessful" / "EC2 Instance Launch Successful" (facts about a pool's capacity).
+Each becomes exactly one decision: act on a task event, launch a job, settle a snapshot, record a pool
+fact, ignore with a reason, or reject (dead-letter queue).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, MANAGED_TAG
 TASK_STATE_CHANGE = "ECS Task State Change"
 EBS_SNAPSHOT = "EBS Snapshot Notification"
 LAUNCH_UNSUCCESSFUL = "EC2 Instance Launch Unsuccessful"  # aws.autoscaling: a pool had no capacity
+LAUNCH_SUCCESSFUL = "EC2 Instance Launch Successful"  # aws.autoscaling: a pool had capacity (an instance)
 _SNAPSHOT_ID = re.compile(r"(snap-[0-9a-f]{8,17})$")
 
 
@@ -98,14 +101,23 @@ class LaunchUnsuccessfulDetail(BaseModel):
         return self.details.get("Availability Zone") or None
 
 
+class LaunchSuccessfulDetail(LaunchUnsuccessfulDetail):
+    """Auto Scaling launched an instance (`EC2InstanceId`) for the group in that zone: the same fields."""
+
+    instance_id: str | None = Field(default=None, alias="EC2InstanceId", max_length=100)
+
+
 class PoolEvent(BaseModel):
-    """A fact about a pool's capacity that arrived as an event (today: Auto Scaling's launch failures)."""
+    """A fact about a pool's capacity that arrived as an event: Auto Scaling could not launch an
+    instance in the group's zone (`available` False), or it launched one there (True: capacity was
+    there at `at`, the evidence a move to the pool waits for)."""
 
     model_config = ConfigDict(frozen=True)
     group: str
     zone: str | None
     message: str
     at: datetime
+    available: bool = False
 
 
 class TaskMessage(BaseModel):
@@ -131,6 +143,8 @@ def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings)
         return _snapshot(event)
     if event.source == "aws.autoscaling" and event.detail_type == LAUNCH_UNSUCCESSFUL:
         return _launch_unsuccessful(event)
+    if event.source == "aws.autoscaling" and event.detail_type == LAUNCH_SUCCESSFUL:
+        return _launch_successful(event)
     if event.source != "aws.ecs" or event.detail_type != TASK_STATE_CHANGE:
         return TaskMessage(
             outcome="ignore",
@@ -252,6 +266,23 @@ def _launch_unsuccessful(event: EventBridgeModel) -> TaskMessage:
     return TaskMessage(
         outcome="pool",
         reason=f"Auto Scaling group {d.group}: launch failed",
+        event_id=event.id,
+        pool_event=pool,
+    )
+
+
+def _launch_successful(event: EventBridgeModel) -> TaskMessage:
+    """Auto Scaling launched an instance for a group (StatusCode "InProgress" while lifecycle hooks
+    run, else "Successful"): the group had capacity in that zone at the event's time."""
+    try:
+        d = LaunchSuccessfulDetail.model_validate(event.detail)
+    except ValidationError as exc:
+        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+    message = f"launched {d.instance_id}" if d.instance_id else "launched an instance"
+    pool = PoolEvent(group=d.group, zone=d.zone, message=message, at=event.time, available=True)
+    return TaskMessage(
+        outcome="pool",
+        reason=f"Auto Scaling group {d.group}: instance launched",
         event_id=event.id,
         pool_event=pool,
     )

@@ -6,7 +6,8 @@ capacity policy.
   the placement scores that are older than `score_ttl_hours` (one GetSpotPlacementScores per distinct
   set of a provider's types), and saves the lot (facts kept, vanished pools marked gone).
 - `options(cluster, now)`: the jobs path calls it before each launch: one Query, no AWS call besides.
-- `record_fact` / `record_group_fact`: what happened in a pool (a launch, an interruption, a failure).
+- `record_fact` / `record_group_fact`: what happened in a pool (a launch, an interruption, a failure, an
+  instance Auto Scaling launched or could not launch for the pool's group).
 
 Placement scores are asked only for providers of at least MIN_SCORED_TYPES instance types: EC2 scores
 fewer types low whatever the capacity (its documented minimum), and a score that says nothing would bias
@@ -146,7 +147,9 @@ class PoolService:
         instance_type: str | None = None,
     ) -> list[str]:
         """Keep a fact about a group's pools (in a zone, of a type, when known), e.g. Auto Scaling's
-        "EC2 Instance Launch Unsuccessful" (domain.task_events.PoolEvent: group, zone). The pools' names."""
+        "EC2 Instance Launch Unsuccessful" or "EC2 Instance Launch Successful" (domain.task_events.PoolEvent:
+        group, zone; the latter names no instance type, so it is kept for every type of the group in the
+        zone). The pools' names."""
         pools = matching_pools(
             self.ledger.pools(cluster), auto_scaling_group, availability_zone, instance_type
         )

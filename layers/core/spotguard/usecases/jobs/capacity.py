@@ -11,8 +11,14 @@ or a wait of the policy's length. Jobs without pools (a cluster with no capacity
 
 What the jobs path learns is written on the pools as observations (`domain.pools.Observation`): a task
 that starts running (spot was there), an interruption, RunTask's capacity failures, a task that waited
-for an instance past its bound, Auto Scaling's launch failures. A failure backs the pool off at once, so
-the decision that follows goes elsewhere.
+for an instance past its bound, Auto Scaling's launch failures and successful launches. A failure backs
+the pool off at once, so the decision that follows goes elsewhere.
+
+A move needs evidence. A launch may go to a spot pool whose backoff has merely expired (the job waits
+anyway; a failure marks the pool again), but a decision asked for a running job (any trigger but
+"launch": reconcile's) may lead to a move, which stops a healthy task: there a spot pool counts as
+available only when `PoolRecord.confirmed_at` says so (its newest fact is available, e.g. Auto Scaling's
+"EC2 Instance Launch Successful", or it has no fact yet). The pool the job runs in is its own evidence.
 """
 
 from __future__ import annotations
@@ -104,8 +110,11 @@ class CapacityAdvisor(Placement):
         )
         held = _held(live)
         named = by_name(pools)
+        here = live.pool if live is not None and held is Market.SPOT else None
         options = [
-            replace(o, available=False) if _avoided(job, named[o.name], now) else o
+            replace(o, available=False)
+            if _avoided(job, named[o.name], now) or _unconfirmed(trigger, named[o.name], here, now)
+            else o
             for o in pool_options(pools, now, TICK_HOURS)
         ]
         asked = JobNeeds(
@@ -114,7 +123,7 @@ class CapacityAdvisor(Placement):
             restart_hours=needs.restart_hours,
             time_left_hours=needs.time_left_hours,
             placement=held,
-            pool=live.pool if live is not None and held is Market.SPOT else None,
+            pool=here,
             overhead_left_hours=_overhead_left(live, needs.restart_hours, now),
             waited_hours=_waited_hours(job, now),
         )
@@ -201,7 +210,10 @@ class CapacityAdvisor(Placement):
             self._record(job.request.cluster_name, live.pool, True, "run", f"{now:%Y-%m-%dT%H:%M}", at=now)
 
     def pool_event(self, ev: PoolEvent) -> list[tuple[str, str]]:
-        fact = Observation(at=ev.at, available=False, source="launch-failure", detail=ev.message)
+        """Auto Scaling's launch failure (the pools are backed off) or successful launch (capacity was
+        there: the backoff ends, and a move may go there) for a group's pools in a zone."""
+        source: Source = "launch-success" if ev.available else "launch-failure"
+        fact = Observation(at=ev.at, available=ev.available, source=source, detail=ev.message)
         return [
             (cluster, name)
             for cluster in self.clusters
@@ -295,6 +307,13 @@ def _waited_hours(job: Job, now: datetime) -> float:
     ends = [a.stopped_at for a in job.attempts if a.stopped_at is not None]
     since = max(ends) if ends else job.created_at
     return max(0.0, (now - since).total_seconds() / 3600)
+
+
+def _unconfirmed(trigger: str, pool: PoolRecord, held: str | None, now: datetime) -> bool:
+    """A spot pool a decision that may move a running job (any trigger but "launch") stays off: one
+    without evidence of capacity since its last failure (`PoolRecord.confirmed_at`). The pool the job
+    holds is exempt (its own task is there); a launch takes any pool not backed off, as before."""
+    return trigger != "launch" and pool.name != held and not pool.confirmed_at(now)
 
 
 def _avoided(job: Job, pool: PoolRecord, now: datetime) -> bool:

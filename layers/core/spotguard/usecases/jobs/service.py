@@ -219,10 +219,14 @@ class JobService:
 
     def on_pool_event(self, ev: PoolEvent) -> str:
         """Auto Scaling could not launch an instance for a group: its pools in that zone are marked
-        unavailable, and the tasks waiting for an instance there are stopped and launched elsewhere."""
+        unavailable, and the tasks waiting for an instance there are stopped and launched elsewhere.
+        Auto Scaling launched one (`ev.available`): the pools are marked available (their backoff ends,
+        and a move may go there); no task is stopped."""
         marked = set(self.engine.placement.pool_event(ev))
         if not marked:
             return f"group {ev.group} is no pool of a watched cluster"
+        if ev.available:
+            return f"marked available: {', '.join(sorted(p for _, p in marked))}"
         moved = 0
         for job in self.store.list(JobState.RUNNING, 500):
             live = job.live_attempt
