@@ -170,9 +170,11 @@ def test_on_demand_when_spot_is_gone_and_the_deadline_tight_then_back_to_spot_wi
     status = world.status(job_id)
     assert status["decisions"][-1]["placement"] == "on-demand" and status["moves_made"] == 0
 
-    # on-demand runs faster than spot did, spot is back (a new instance in this pool): the plan says the
+    # on-demand runs faster than spot did, spot is back (Auto Scaling launched an instance in this pool,
+    # and said so): the plan says the
     # move pays its restart; SIGUSR1, the checkpoint it asks for, then the stop and the relaunch
-    world.cluster.add_host("g5.xlarge", f"us-east-1{here}", f"gpu-spot-{here}")
+    new = world.cluster.add_host("g5.xlarge", f"us-east-1{here}", f"gpu-spot-{here}")
+    _launch_succeeded(world, f"gpu-spot-{here}-group", f"us-east-1{here}", _at(world, 1.5), new.instance_id)
     world.commit_checkpoint(job, 4, attempt=2, progress=0.4, at=_at(world, 1.5))
     world.commit_checkpoint(job, 5, attempt=2, progress=0.7, at=_at(world, 2.0))
     from spotguard.adapters import clients
