@@ -1,6 +1,7 @@
 # SpotGuard developer commands. Every target sets up what it needs itself.
 #   make demo    the README's main command: the local stack (moto server on 127.0.0.1) runs a training job
 #                that is interrupted, checkpointed, resubmitted elsewhere and finished
+#   make demo-capacity  the capacity scenario: spot pools running dry, on-demand, and back to spot
 #   make check   the fast loop while you work, under a minute: lint + every test not marked slow
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   benchmarks that print figures (the interruption path, the job path; checkpoint stall and
@@ -18,7 +19,7 @@ CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo check test test-py313 lint bench bench-load bench-capacity bench-decide sam checkov events clean
+.PHONY: setup demo demo-capacity check test test-py313 lint bench bench-load bench-capacity bench-decide sam checkov events clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,11 @@ setup: $(BIN)/spotguard
 
 demo: setup
 	$(BIN)/spotguard local demo
+
+# The capacity scenario: a deadline job moved between two spot pools, on-demand and back by the policy,
+# on a clock 60x the wall clock (about three minutes).
+demo-capacity: setup
+	$(BIN)/spotguard local demo --scenario capacity
 
 lint: setup
 	$(BIN)/ruff check .

@@ -230,11 +230,12 @@ def print_capacity_demo(proof: list, decisions: list, facts: dict, timeline: Tim
         for d in decisions:
             since = datetime.fromisoformat(d["at"].replace("Z", "+00:00")) - start
             h, m = divmod(int(since.total_seconds() // 60), 60)
-            where = {"spot": f"spot {d.get('pool')}", "on-demand": f"on-demand {d.get('pool')}"}.get(
+            where = {"spot": f"spot in {d.get('pool')}", "on-demand": f"on-demand in {d.get('pool')}"}.get(
                 d["placement"], "wait"
             )
+            why = d["reason"].removeprefix(f"{where}: ").removeprefix(f"{d['placement']}: ")
             cost = f" (${d['expected_cost']:.2f} to finish)" if d.get("expected_cost") is not None else ""
-            print(f"  {h:d}:{m:02d}  {d['trigger']:<9} {where}: {d['reason']}{cost}")
+            print(f"  {h:d}:{m:02d}  {d['trigger']:<9} {where}: {why}{cost}")
     print("\nproof:")
     for c, passed in proof:
         print(f"  [{'ok' if passed else 'FAILED'}] {c}")

@@ -28,6 +28,8 @@ from spotguard_cli.emulator.timeline import Timeline
 
 STATE_DIR = Path(".local-stack")
 STATE_FILE = STATE_DIR / "up.json"
+SHORTAGE = "capacity-shortage"
+SHORTAGES = STATE_DIR / "shortages"  # `inject capacity-shortage` asks the running `up` through files here
 TRAIN = REPO / "examples" / "train.py"
 
 
@@ -61,10 +63,19 @@ def add_parser(sub: Any) -> None:
     i.add_argument(
         "kind",
         choices=sorted(
-            k for k in KINDS if k not in ("checkpoint-manifest", "task-state-change", "ebs-snapshot")
+            [k for k in KINDS if k not in ("checkpoint-manifest", "task-state-change", "ebs-snapshot")]
+            + [SHORTAGE]
         ),
     )
-    i.add_argument("--instance", required=True, help="the EC2 instance id (see `spotguard local up`)")
+    i.add_argument("--instance", help="the EC2 instance id (see `spotguard local up`)")
+    i.add_argument("--pool", help=f"{SHORTAGE}: the pool's capacity provider (see `spotguard local up`)")
+    i.add_argument(
+        "--for",
+        dest="seconds",
+        type=_positive,
+        default=300.0,
+        help=f"{SHORTAGE}: seconds until the pool can launch again (default 300)",
+    )
     i.set_defaults(run=run_inject)
 
 
@@ -340,29 +351,41 @@ def run_up(args: argparse.Namespace) -> int:
 
         clients.on_every_call(call_recorder(printer, []))  # SpotGuard's own calls, as they happen
         try:
-            zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
-            hosts = [system.add_host("g5.xlarge", zones[i % 3]) for i in range(args.instances)]
+            # the pools of examples/gpu-cluster: spot in two zones and on-demand (one instance)
+            system.add_pools()
+            spot = ["gpu-spot-a", "gpu-spot-b"]
+            hosts = [system.add_pool_host(spot[i % 2]) for i in range(args.instances)]
+            hosts.append(system.add_pool_host("gpu-od"))
             system.pump()
+            SHORTAGES.mkdir(parents=True, exist_ok=True)
+            for old in SHORTAGES.glob("*.json"):
+                old.unlink()
             state = {
                 "endpoint": moto.endpoint,
                 "region": system.stack.region,
                 "moto_pid": moto.proc.pid if moto.proc else None,
                 "cluster": system.cluster.name,
                 "instances": [h.instance_id for h in hosts],
+                "pools": {h.instance_id: h.capacity_provider for h in hosts},
+                "capacity_providers": sorted(system.pools),
                 "outputs": system.stack.outputs,
             }
             STATE_FILE.write_text(json.dumps(state, indent=2))
             print(f"SpotGuard runs locally against moto server at {moto.endpoint} ({system.stack.region})")
-            print(f"  cluster {system.cluster.name}, instances: {', '.join(state['instances'])}")
+            print(f"  cluster {system.cluster.name}, instances (pool):")
+            for h in hosts:
+                print(f"    {h.instance_id} ({h.capacity_provider}, {h.availability_zone})")
             for k in ("JobsFunctionName", "LedgerTableName", "CheckpointBucketName", "NotificationsTopicArn"):
                 print(f"  {k}: {system.stack.outputs.get(k)}")
             print(f"  state: {STATE_FILE}; logs: {STATE_DIR / 'up'}/")
             print(
                 f"  try: AWS_ENDPOINT_URL={moto.endpoint} aws ecs list-tasks --cluster {CLUSTER}\n"
                 f"       spotguard local inject spot-interruption --instance {state['instances'][0]}\n"
+                f"       spotguard local inject {SHORTAGE} --pool gpu-spot-a --for 600\n"
                 "Ctrl-C stops everything."
             )
             while not stop["now"]:
+                _take_shortages(system)
                 system.pump()
                 time.sleep(0.2)
         finally:
@@ -370,6 +393,18 @@ def run_up(args: argparse.Namespace) -> int:
             STATE_FILE.unlink(missing_ok=True)
     print("stopped: moto server and every task process.")
     return 0
+
+
+def _take_shortages(system: Any) -> None:
+    """Carry out the capacity shortages `spotguard local inject capacity-shortage` asked for."""
+    for path in sorted(SHORTAGES.glob("*.json")):
+        try:
+            ask = json.loads(path.read_text())
+            system.capacity_shortage(str(ask["pool"]), float(ask["seconds"]))
+            system.on_change(f"{ask['pool']}: no capacity for {float(ask['seconds']):g} s (injected)")
+        except (OSError, ValueError, KeyError) as exc:
+            system.on_change(f"capacity shortage {path.name} not carried out: {exc}")
+        path.unlink(missing_ok=True)
 
 
 class _Printer:
@@ -393,6 +428,22 @@ def run_inject(args: argparse.Namespace) -> int:
         )
         return 2
     state = json.loads(STATE_FILE.read_text())
+    if args.kind == SHORTAGE:
+        providers = state.get("capacity_providers") or []
+        if args.pool not in providers:
+            print(
+                f"spotguard local inject: --pool must be one of the local pools ({', '.join(providers)})",
+                file=sys.stderr,
+            )
+            return 2
+        SHORTAGES.mkdir(parents=True, exist_ok=True)
+        ask = {"pool": args.pool, "seconds": args.seconds}
+        (SHORTAGES / f"{time.time_ns()}.json").write_text(json.dumps(ask))
+        print(f"{args.pool}: no capacity for {args.seconds:g} s (the running stack takes it within a second)")
+        return 0
+    if not args.instance:
+        print(f"spotguard local inject: {args.kind} needs --instance", file=sys.stderr)
+        return 2
     if args.instance not in state["instances"]:
         print(
             f"spotguard local inject: {args.instance} is not one of the local instances "

@@ -192,6 +192,18 @@ def test_up_inject_and_ctrl_c_leave_nothing_behind(tmp_path: Path):
             if up.poll() is not None:
                 break
             time.sleep(0.1)
+        assert state["capacity_providers"] == ["gpu-od", "gpu-spot-a", "gpu-spot-b"]
+        unknown = subprocess.run([*cli, "inject", "capacity-shortage", "--pool", "nope"], **run)
+        assert unknown.returncode == 2 and "one of the local pools" in unknown.stderr
+        short = subprocess.run(
+            [*cli, "inject", "capacity-shortage", "--pool", "gpu-spot-b", "--for", "2"], **run
+        )
+        assert short.returncode == 0, short.stderr
+        deadline = time.monotonic() + 60  # taken, then over: Auto Scaling launches an instance again
+        while not any(b"gpu-spot-b: capacity is back" in x for x in lines) and time.monotonic() < deadline:
+            if up.poll() is not None:
+                break
+            time.sleep(0.1)
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=60)
@@ -199,6 +211,30 @@ def test_up_inject_and_ctrl_c_leave_nothing_behind(tmp_path: Path):
     text = b"".join(lines).decode()
     assert up.returncode == 0, text
     assert "-> DRAINING" in text and "stopped: moto server and every task process." in text
+    assert "gpu-spot-b: no capacity for 2 s (injected)" in text and "gpu-spot-b: capacity is back" in text
     assert not state_file.exists()
     with pytest.raises(ProcessLookupError):
         os.kill(state["moto_pid"], 0)
+
+
+def test_the_capacity_scenario_as_a_user_runs_it(tmp_path: Path):
+    """`spotguard local demo --scenario capacity`: spot in one pool, then the other, on-demand when both
+    run dry, moved back to spot when capacity returns, finished by the deadline with nothing lost."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "spotguard_cli.main", "local", "demo", "--scenario", "capacity", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ok"] and all(p["passed"] for p in result["proof"]), result["proof"]
+    markets = [m for m, _ in result["facts"]["attempts"]]
+    assert markets[:3] == ["spot", "spot", "on-demand"] and markets[-1] == "spot"
+    assert {d["placement"] for d in result["decisions"]} >= {"spot", "on-demand"}
+    for pid in result["facts"]["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
