@@ -740,3 +740,42 @@ def test_only_spotguards_own_lifecycle_hooks_reach_it(sam):
     assert sam["Parameters"]["LifecycleHookPrefix"]["Default"] == "spotguard-"
     env = sam["Resources"]["InterruptionFunction"]["Properties"]["Environment"]["Variables"]
     assert env["SPOTGUARD_LIFECYCLE_HOOK_PREFIX"] == {"Ref": "LifecycleHookPrefix"}
+
+
+def test_the_layer_carries_every_library_the_core_imports():
+    """Every module the core layer imports is the standard library's, the Lambda runtime's (boto3 and
+    what comes with it) or pinned in the layer's requirements: a deployed function cannot import what
+    only the developers' virtual environment has (numpy, for the capacity policy, was once missing)."""
+    import ast
+    import re
+    import sys
+
+    from spotguard_cli.emulator.template import REPO
+
+    core = REPO / "layers" / "core"
+    pinned = {
+        re.split(r"[\[=<>~ ]", line.strip(), maxsplit=1)[0].replace("-", "_").lower()
+        for line in (core / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    runtime = {"boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six"}
+    imported: dict[str, str] = {}
+    for path in (core / "spotguard").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                imported.setdefault(name.split(".")[0], str(path.relative_to(core)))
+    missing = {
+        top: where
+        for top, where in imported.items()
+        if top not in sys.stdlib_module_names
+        and top not in runtime
+        and top != "spotguard"
+        and top not in pinned
+    }
+    assert pinned >= {"aws_lambda_powertools", "pydantic", "numpy"}
+    assert not missing, f"imported by the core layer but not in its requirements.txt: {missing}"
