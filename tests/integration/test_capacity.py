@@ -142,9 +142,10 @@ def _launch_failed(world: JobsWorld, group: str, zone: str, at: datetime) -> Non
     world.task_events.drain()
 
 
-def test_on_demand_when_spot_is_gone_and_the_deadline_tight_then_back_to_spot_with_no_work_lost(
-    world: JobsWorld,
-):
+def _on_demand_after_spot_ran_dry(world: JobsWorld) -> tuple[dict, str, dict]:
+    """A deadline job on spot, slower than its estimate; then the other spot pool cannot launch and this
+    one's instance is reclaimed: checkpoint, stop, and with 3 h of work in 3.25 h nothing but on-demand
+    meets the deadline. The job, the zone letter of its first (spot) pool, and its on-demand attempt."""
     world.reconcile()
     start = datetime.now(UTC)
     job = world.submit(
@@ -156,9 +157,6 @@ def test_on_demand_when_spot_is_gone_and_the_deadline_tight_then_back_to_spot_wi
     here, other = ("a", "b") if first["pool"].startswith("gpu-spot-a/") else ("b", "a")
     world.commit_checkpoint(job, 1, progress=0.0, at=_at(world, 0.2))
     world.commit_checkpoint(job, 2, progress=0.25, at=_at(world, 1.2))
-
-    # the other spot pool cannot launch, then this one's instance is reclaimed: checkpoint, stop, and
-    # with 3 h of work in 3.25 h nothing but on-demand meets the deadline
     _launch_failed(world, f"gpu-spot-{other}-group", f"us-east-1{other}", _at(world, 1.2))
     host = next(h for h in world.cluster.hosts if h.container_instance_arn == first["container_instance_arn"])
     world.interrupt(host)
@@ -167,6 +165,14 @@ def test_on_demand_when_spot_is_gone_and_the_deadline_tight_then_back_to_spot_wi
     second = _running(world, job_id)
     assert (second["number"], second["market"]) == (2, "on-demand")
     assert second["resume_from"].endswith("00000003/MANIFEST.json")
+    return job, here, second
+
+
+def test_on_demand_when_spot_is_gone_and_the_deadline_tight_then_back_to_spot_with_no_work_lost(
+    world: JobsWorld,
+):
+    job, here, second = _on_demand_after_spot_ran_dry(world)
+    job_id = job["job_id"]
     status = world.status(job_id)
     assert status["decisions"][-1]["placement"] == "on-demand" and status["moves_made"] == 0
 
@@ -249,25 +255,10 @@ def test_an_auto_scaling_launch_success_is_an_available_fact_that_ends_the_backo
 
 
 def test_a_job_on_demand_is_moved_to_spot_only_once_auto_scaling_has_launched_there(world: JobsWorld):
-    world.reconcile()
     start = datetime.now(UTC)
-    job = world.submit(
-        gpus=1, work_hours=4, deadline=(start + timedelta(hours=4.5)).isoformat(), min_move_interval_seconds=0
-    )
+    job, here, second = _on_demand_after_spot_ran_dry(world)
     job_id = job["job_id"]
-    first = _running(world, job_id)
-    assert first["market"] == "spot"
-    here, other = ("a", "b") if first["pool"].startswith("gpu-spot-a/") else ("b", "a")
-    world.commit_checkpoint(job, 1, progress=0.0, at=_at(world, 0.2))
-    world.commit_checkpoint(job, 2, progress=0.25, at=_at(world, 1.2))
-    # the other pool cannot launch, this one's instance is reclaimed: the job goes on-demand
-    _launch_failed(world, f"gpu-spot-{other}-group", f"us-east-1{other}", _at(world, 1.2))
-    host = next(h for h in world.cluster.hosts if h.container_instance_arn == first["container_instance_arn"])
-    world.interrupt(host)
-    world.commit_checkpoint(job, 3, progress=0.26, at=_at(world, 1.25))
-    _stopped(world, first["task_arn"])
-    second = _running(world, job_id)
-    assert (second["number"], second["market"]) == (2, "on-demand")
+    other = "b" if here == "a" else "a"
 
     # both spot pools' backoffs have run out, but nothing says their shortage ended: no move
     world.commit_checkpoint(job, 4, attempt=2, progress=0.4, at=_at(world, 1.5))
