@@ -19,7 +19,7 @@ CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo demo-capacity check test test-py313 lint bench bench-load bench-capacity bench-decide sam checkov events clean
+.PHONY: setup demo demo-capacity check test test-py313 lint bench bench-load bench-capacity bench-decide sam checkov events wheels clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -105,6 +105,13 @@ $(CHECKOV_VENV)/bin/checkov:
 checkov: $(CHECKOV_VENV)/bin/checkov
 	CKV_SKIP_PACKAGE_UPDATE_CHECK=true $(CHECKOV_VENV)/bin/checkov --skip-download --quiet --compact \
 		--framework cloudformation -f template.yaml
+
+# The two wheels, spotguard (CLI and core) and spotguard-agent (for training images), into dist/ at the
+# version in VERSION; older wheels of either are removed first.
+wheels: setup
+	rm -f dist/spotguard-*.whl dist/spotguard_agent-*.whl
+	$(BIN)/python -m build --wheel --outdir dist .
+	$(BIN)/python -m build --wheel --outdir dist agent
 
 events: setup
 	$(BIN)/python -m spotguard_cli.emulator.inject

@@ -11,12 +11,42 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from spotguard_cli import explain, jobs, localcmd, simulate
 
 
+def version() -> str:
+    """SpotGuard's one version: the VERSION file of the checkout this runs from (an editable install's
+    metadata keeps the version it was installed with), else the installed package's."""
+    checkout = Path(__file__).resolve().parents[2] / "VERSION"
+    if checkout.is_file():
+        return checkout.read_text().strip()
+    from importlib.metadata import version as installed  # only when asked: the CLI starts fast
+
+    return installed("spotguard")
+
+
+class _Version(argparse.Action):
+    """--version, read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **_: object) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="print SpotGuard's version and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"{parser.prog} {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotguard", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     explain.add_parser(sub)
     jobs.add_parser(sub)
