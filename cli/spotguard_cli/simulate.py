@@ -3,7 +3,8 @@
 Without --multi-pool each trace is a pool of its own and N start times are drawn in each; with it the
 traces are simultaneous alternatives (cut to the shortest) and N start times are drawn once. The
 spotguard policy is given each pool's availability before the start as its history (as if SpotGuard had
-been watching the pool); the others ignore it. Runs are spread over the machine's cores.
+been watching the pool); the others ignore it. Runs are spread over the machine's cores. On a terminal,
+progress (runs done, time left) is shown on stderr, except with --json.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import random
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from spotguard.domain.capacity import (
     OnDemandPolicy,
     UniformProgressPolicy,
 )
+from spotguard_cli.progress import Bar, NoBar, progress
 from spotguard_cli.simulator import (
     Job,
     Prices,
@@ -104,9 +106,16 @@ def run_one(policy: str, traces: Sequence[Trace], run: Run, job: Job, prices: Pr
     return simulate(p, pools, run.start, job, prices)
 
 
-def _worker(args: tuple[str, Sequence[Trace], Run, Job, Prices]) -> tuple[float, float, float, int, bool]:
+Row = tuple[float, float, float, int, bool]  # cost, on-demand hours, spot hours, launches, missed
+
+
+def _worker(args: tuple[str, Sequence[Trace], Run, Job, Prices]) -> Row:
     r = run_one(*args)
     return r.cost, r.ondemand_hours, r.spot_hours, r.launches, r.missed
+
+
+def _chunk_worker(chunk: Sequence[tuple[str, Sequence[Trace], Run, Job, Prices]]) -> list[Row]:
+    return [_worker(t) for t in chunk]
 
 
 def summarise(
@@ -116,19 +125,32 @@ def summarise(
     job: Job,
     prices: Prices,
     workers: int | None = None,
+    bar: Bar | None = None,
 ) -> dict[str, Any]:
-    """Run `policy` on every run and return the figures of the JSON contract (and per-trace ones)."""
+    """Run `policy` on every run and return the figures of the JSON contract (and per-trace ones).
+    `bar` (spotguard_cli.progress) is advanced by one for every run done, as the workers hand them back."""
     t0 = time.monotonic()
+    bar = NoBar() if bar is None else bar
     tasks = [(policy, traces, r, job, prices) for r in runs]
     workers = workers or min(os.cpu_count() or 1, 8)
     if workers > 1 and len(tasks) > 8:
+        size = max(1, len(tasks) // (workers * 8))
+        chunks = [tasks[i : i + size] for i in range(0, len(tasks), size)]
+        done: list[list[Row]] = [[] for _ in chunks]
         with ProcessPoolExecutor(workers) as pool:
-            results = list(pool.map(_worker, tasks, chunksize=max(1, len(tasks) // (workers * 8))))
+            futures = {pool.submit(_chunk_worker, c): i for i, c in enumerate(chunks)}
+            for future in as_completed(futures):  # in the order they finish; kept in the runs' order
+                rows = done[futures[future]] = future.result()
+                bar.update(len(rows))
+        results = [row for rows in done for row in rows]
     else:
-        results = [_worker(t) for t in tasks]
+        results = []
+        for t in tasks:
+            results.append(_worker(t))
+            bar.update()
     all_on_demand = prices.on_demand * (job.hours + job.restart_hours)
 
-    def figures(rows: Sequence[tuple[float, float, float, int, bool]]) -> dict[str, Any]:
+    def figures(rows: Sequence[Row]) -> dict[str, Any]:
         n = len(rows)
         cost = sum(r[0] for r in rows) / n
         return {
@@ -141,7 +163,7 @@ def summarise(
             "cost_vs_ondemand": round(cost / all_on_demand, 4),
         }
 
-    by_pools: dict[tuple[int, ...], list[tuple[float, float, float, int, bool]]] = {}
+    by_pools: dict[tuple[int, ...], list[Row]] = {}
     for run, row in zip(runs, results, strict=True):
         by_pools.setdefault(run.pools, []).append(row)
     return {
@@ -237,13 +259,15 @@ def _run(args: argparse.Namespace) -> int:
     prices = Prices(args.spot_price, args.ondemand_price)
     policies = list(dict.fromkeys(args.policy))
     runs = draw_starts(traces, job, args.samples, args.seed, args.multi_pool)
-    results = [summarise(p, traces, runs, job, prices) for p in policies]
+    show = not args.json  # progress on stderr, on a terminal only (progress() checks)
+    with progress(len(policies) * len(runs), "simulate", show, unit="run") as bar:
+        results = [summarise(p, traces, runs, job, prices, bar=bar) for p in policies]
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
     else:
         print(render_table(results, job, args.multi_pool))
     if args.plot:
-        plot(args.plot, policies, traces, job, prices, args.samples, args.seed, args.multi_pool)
+        plot(args.plot, policies, traces, job, prices, args.samples, args.seed, args.multi_pool, show)
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
 
@@ -284,6 +308,7 @@ def plot(
     samples: int,
     seed: int,
     multi_pool: bool,
+    show_progress: bool = False,
 ) -> None:
     import matplotlib
 
@@ -291,17 +316,19 @@ def plot(
     import matplotlib.pyplot as plt
 
     deadlines = deadline_points(job, traces)
+    starts = {
+        r: draw_starts(traces, Job(job.hours, r, job.restart_hours), samples, seed, multi_pool)
+        for r in deadlines
+    }
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for policy in policies:
-        costs = []
-        for r in deadlines:
-            j = Job(job.hours, r, job.restart_hours)
-            costs.append(
-                summarise(policy, traces, draw_starts(traces, j, samples, seed, multi_pool), j, prices)[
-                    "mean_cost"
-                ]
-            )
-        ax.plot(deadlines, costs, marker="o", label=policy)
+    total = len(policies) * sum(len(runs) for runs in starts.values())
+    with progress(total, "plot", show_progress, unit="run") as bar:
+        for policy in policies:
+            costs = []
+            for r, runs in starts.items():
+                j = Job(job.hours, r, job.restart_hours)
+                costs.append(summarise(policy, traces, runs, j, prices, bar=bar)["mean_cost"])
+            ax.plot(deadlines, costs, marker="o", label=policy)
     ax.set_xlabel("deadline (hours)")
     ax.set_ylabel("mean cost ($)")
     n = len(traces)
