@@ -15,6 +15,8 @@
    paper) leaves out and on which none of the policy's constants was chosen; each job has all the
    trace before its start as history. The nearest thing here to the traces we do not have.
 
+On a terminal, each section shows its progress on stderr (runs done, time left); stdout is the same.
+
     .venv/bin/python bench/capacity.py [--samples 300] [--sweep-samples 40] [--ceiling-samples 40]
                                        [--holdout-samples 100] [--seed 1]
                                        [--only table|sweep|multi|ceiling|holdout]
@@ -30,6 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from spotguard.domain.planner import SpotGuardPolicy
+from spotguard_cli.progress import echo, progress
 from spotguard_cli.simulate import draw_starts, summarise
 from spotguard_cli.simulator import Job, Prices, Trace, load_trace, simulate
 
@@ -63,13 +66,14 @@ def table(samples: int, seed: int, holdout: bool = False) -> None:
         f"{'policy':18} {'OD h':>6} {'spot h':>6} {'cost $':>8} {'misses':>6} {'launches':>8} {'seconds':>8}"
     )
     res = {}
-    for p in POLICIES:
-        r = res[p] = summarise(p, traces, runs, job, PRICES)
-        print(
-            f"{p:18} {r['mean_ondemand_hours']:6.2f} {r['mean_spot_hours']:6.2f} {r['mean_cost']:8.2f} "
-            f"{r['deadline_misses']:6d} {r['mean_launches']:8.1f} {r['seconds']:8.1f}",
-            flush=True,
-        )
+    with progress(len(POLICIES) * len(runs), "held out" if holdout else "table", unit="run") as bar:
+        for p in POLICIES:
+            r = res[p] = summarise(p, traces, runs, job, PRICES, bar=bar)
+            echo(
+                f"{p:18} {r['mean_ondemand_hours']:6.2f} {r['mean_spot_hours']:6.2f} {r['mean_cost']:8.2f} "
+                f"{r['deadline_misses']:6d} {r['mean_launches']:8.1f} {r['seconds']:8.1f}",
+                flush=True,
+            )
     up, omni, sg = (res[p]["mean_cost"] for p in ("uniform-progress", "omniscient", "spotguard"))
     print(f"spotguard closes {closed(sg, up, omni)} of uniform progress's gap to omniscient (goal: 50%)")
     print("per trace, mean cost: uniform-progress / spotguard / omniscient (closed)")
@@ -86,13 +90,17 @@ def sweep(samples: int, seed: int) -> None:
     traces = load(NAMES, holdout=False)
     print(f"\n## Deadline sweep: 8 traces x {samples} starts, C=48 d=0.2, mean cost $ (misses)")
     print(f"{'R':>4} " + " ".join(f"{p:>18}" for p in POLICIES) + "   closed")
-    for r_hours in (52, 56, 60, 66, 72, 84, 96):
-        job = Job(48.0, float(r_hours), 0.2)
-        runs = draw_starts(traces, job, samples, seed, multi_pool=False)
-        res = {p: summarise(p, traces, runs, job, PRICES) for p in POLICIES}
-        cells = " ".join(f"{res[p]['mean_cost']:12.2f} ({res[p]['deadline_misses']:3d})" for p in POLICIES)
-        up, omni, sg = (res[p]["mean_cost"] for p in ("uniform-progress", "omniscient", "spotguard"))
-        print(f"{r_hours:4d} {cells}   {closed(sg, up, omni)}", flush=True)
+    deadlines = (52, 56, 60, 66, 72, 84, 96)
+    with progress(len(deadlines) * len(POLICIES) * samples * len(traces), "sweep", unit="run") as bar:
+        for r_hours in deadlines:
+            job = Job(48.0, float(r_hours), 0.2)
+            runs = draw_starts(traces, job, samples, seed, multi_pool=False)
+            res = {p: summarise(p, traces, runs, job, PRICES, bar=bar) for p in POLICIES}
+            cells = " ".join(
+                f"{res[p]['mean_cost']:12.2f} ({res[p]['deadline_misses']:3d})" for p in POLICIES
+            )
+            up, omni, sg = (res[p]["mean_cost"] for p in ("uniform-progress", "omniscient", "spotguard"))
+            echo(f"{r_hours:4d} {cells}   {closed(sg, up, omni)}", flush=True)
 
 
 def multi(samples: int, seed: int, names: tuple[str, ...], holdout: bool = False) -> None:
@@ -102,20 +110,21 @@ def multi(samples: int, seed: int, names: tuple[str, ...], holdout: bool = False
     runs = draw_starts(traces, job, samples, seed, multi_pool=True, earliest_hours=earliest)
     when = " in days 13-27 (held out)" if holdout else ""
     print(f"\n## {len(names)} pools at once ({', '.join(names)}), {samples} starts{when}, C=48 R=60 d=0.2")
-    res = {
-        p: summarise(p, traces, runs, job, PRICES) for p in ("uniform-progress", "spotguard", "omniscient")
-    }
-    for p, r in res.items():
-        print(
-            f"{p + ' (any pool)':30} cost {r['mean_cost']:7.2f}  OD h {r['mean_ondemand_hours']:5.2f}"
-            f"  misses {r['deadline_misses']}"
-        )
-    singles = []
-    for i, t in enumerate(traces):
-        one = [type(run)((0,), run.start) for run in runs]  # the same start times, one pool
-        r = summarise("uniform-progress", [t], one, job, PRICES)
-        singles.append(r["mean_cost"])
-        print(f"{'uniform-progress on ' + names[i]:30} cost {r['mean_cost']:7.2f}")
+    policies = ("uniform-progress", "spotguard", "omniscient")
+    desc = f"{len(names)} pools{' held out' if holdout else ''}"
+    with progress((len(policies) + len(traces)) * len(runs), desc, unit="run") as bar:
+        res = {p: summarise(p, traces, runs, job, PRICES, bar=bar) for p in policies}
+        for p, r in res.items():
+            echo(
+                f"{p + ' (any pool)':30} cost {r['mean_cost']:7.2f}  OD h {r['mean_ondemand_hours']:5.2f}"
+                f"  misses {r['deadline_misses']}"
+            )
+        singles = []
+        for i, t in enumerate(traces):
+            one = [type(run)((0,), run.start) for run in runs]  # the same start times, one pool
+            r = summarise("uniform-progress", [t], one, job, PRICES, bar=bar)
+            singles.append(r["mean_cost"])
+            echo(f"{'uniform-progress on ' + names[i]:30} cost {r['mean_cost']:7.2f}")
     up, omni, sg = (res[p]["mean_cost"] for p in ("uniform-progress", "omniscient", "spotguard"))
     best = min(singles)
     print(
@@ -137,12 +146,14 @@ def ceiling(samples: int, seed: int) -> None:
     job = Job(48.0, 60.0, 0.2)
     runs = draw_starts(traces, job, samples, seed, multi_pool=False)
     print(f"\n## How far the model can go: 8 traces x {samples} starts, C=48 R=60 d=0.2 (seed {seed})")
-    res = {
-        p: summarise(p, traces, runs, job, PRICES)["mean_cost"]
-        for p in ("uniform-progress", "spotguard", "omniscient")
-    }
-    with ProcessPoolExecutor(min(os.cpu_count() or 1, 8)) as pool:
-        costs = list(pool.map(_window_oracle_cost, [(traces[r.pools[0]], r.start, job) for r in runs]))
+    policies = ("uniform-progress", "spotguard", "omniscient")
+    with progress((len(policies) + 1) * len(runs), "ceiling", unit="run") as bar:
+        res = {p: summarise(p, traces, runs, job, PRICES, bar=bar)["mean_cost"] for p in policies}
+        costs = []
+        with ProcessPoolExecutor(min(os.cpu_count() or 1, 8)) as pool:
+            for cost in pool.map(_window_oracle_cost, [(traces[r.pools[0]], r.start, job) for r in runs]):
+                costs.append(cost)
+                bar.update()
     res["spotguard, model from the job's own window (oracle)"] = sum(costs) / len(costs)
     up, omni = res["uniform-progress"], res["omniscient"]
     for name, cost in res.items():

@@ -11,7 +11,8 @@ of a week of random availability (runs of random mean length), the others none; 
 spot in a pool that has it, or on-demand. The old plan is loaded from git (`git show
 389ee7e:layers/core/spotguard/domain/planner.py`) into a temporary module; its cases predicted to take
 longer than --old-limit seconds (from its work, calibrated on the cases it ran) are skipped and counted.
-Times are scaled to Lambda memory sizes by the CPU share, memory / 1,769 MB of a core.
+Times are scaled to Lambda memory sizes by the CPU share, memory / 1,769 MB of a core. On a terminal, the
+cases done (and the time left) are shown on stderr; stdout is the same.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from spotguard.domain import planner
 from spotguard.domain.capacity import Placement, slack_grid
+from spotguard_cli.progress import Bar, NoBar, progress
 
 REPO = Path(__file__).resolve().parents[1]
 OLD_COMMIT = "389ee7e"
@@ -157,12 +159,14 @@ def quantiles(xs: list[float]) -> str:
     return f"p50 {statistics.median(s):7.3f} s  p99 {p99:7.3f} s  max {s[-1]:7.3f} s"
 
 
-def cold_import(statement: str, runs: int) -> float:
+def cold_import(statement: str, runs: int, bar: Bar | None = None) -> float:
     code = f"import time; t = time.perf_counter(); {statement}; print(time.perf_counter() - t)"
-    times = [
-        float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
-        for _ in range(runs)
-    ]
+    bar = NoBar() if bar is None else bar
+    times = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+        times.append(float(out))
+        bar.update()
     return statistics.median(times)
 
 
@@ -179,10 +183,12 @@ def main() -> int:
 
     new_times: list[float] = []
     answers: dict[str, int] = {}
-    for case in cases:
-        dt, decision = timed(planner, case)
-        new_times.append(dt)
-        answers[decision.placement.value] = answers.get(decision.placement.value, 0) + 1
+    with progress(len(cases), "choose_capacity now", unit="case") as bar:
+        for case in cases:
+            dt, decision = timed(planner, case)
+            new_times.append(dt)
+            answers[decision.placement.value] = answers.get(decision.placement.value, 0) + 1
+            bar.update()
     print(f"## choose_capacity, {args.jobs} random jobs x 4 pools, one decision each (seed {args.seed})")
     print(f"now          {quantiles(new_times)}   answers {answers}")
     loose = [t for t, c in zip(new_times, cases, strict=True) if c["deadline"] and c["deadline"] > 100]
@@ -192,15 +198,21 @@ def main() -> int:
     old_times: list[float] = []
     rate: float | None = None  # seconds per unit of the old plan's work, from the largest case it ran
     skipped = 0
-    for case in sorted(cases, key=old_work):  # small first: the calibration comes from them
-        work = old_work(case)
-        if rate is not None and work * rate > args.old_limit:
-            skipped += 1
-            continue
-        dt, _ = timed(old, case)
-        old_times.append(dt)
-        if work > 0:
-            rate = dt / work
+    with progress(
+        len(cases), f"choose_capacity {OLD_COMMIT}", unit="case"
+    ) as bar:  # a case skipped counts as done
+        for case in sorted(cases, key=old_work):  # small first: the calibration comes from them
+            work = old_work(case)
+            if rate is not None and work * rate > args.old_limit:
+                skipped += 1
+                bar.update()
+                bar.set_postfix_str(f"{skipped} skipped")
+                continue
+            dt, _ = timed(old, case)
+            bar.update()
+            old_times.append(dt)
+            if work > 0:
+                rate = dt / work
     print(
         f"{OLD_COMMIT}      {quantiles(old_times)}   on the {len(old_times)} jobs it took at most "
         f"~{args.old_limit:g} s for; {skipped} skipped as longer (p99 and max of all would be higher)"
@@ -211,12 +223,15 @@ def main() -> int:
         print(f"{mb:5d} MB   now  {quantiles([t * scale for t in new_times])}")
 
     print(f"\n## cold import, fresh processes, median of {args.import_runs}")
-    for label, stmt in (
+    imports = (
         ("spotguard.domain.capacity (no numpy)", "import spotguard.domain.capacity"),
         ("spotguard.domain.planner (numpy)", "import spotguard.domain.planner"),
         ("numpy alone", "import numpy"),
-    ):
-        print(f"{label:40} {cold_import(stmt, args.import_runs) * 1000:7.1f} ms")
+    )
+    for label, stmt in imports:
+        with progress(args.import_runs, f"import {label.split()[0]}", unit="run") as bar:
+            seconds = cold_import(stmt, args.import_runs, bar)
+        print(f"{label:40} {seconds * 1000:7.1f} ms")
     return 0
 
 

@@ -20,6 +20,10 @@ checks that every task was stopped once, every job resubmitted once, nothing dea
 the README), so the result projects to AWS rather than to moto on 127.0.0.1. Everything runs on this
 machine's cores (moto server in one process, every function in this one): where the cores are few or
 shared, moto's throughput bounds the figures, which the output shows (calls per second).
+
+On a terminal (and without --json), progress is shown on stderr, phase by phase: hosts set up, jobs
+submitted, tasks running, notices handled (an instance's notice counts once all its tasks have had their
+StopTask, the end of what is measured), jobs resubmitted. stdout is the same.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from spotguard_cli.emulator.lambdas import FunctionHost
 from spotguard_cli.emulator.latency import LatencyModel
 from spotguard_cli.emulator.motoserver import MotoServer
 from spotguard_cli.emulator.system import LocalSystem
+from spotguard_cli.progress import Bar, NoBar, progress
 
 HOST_TYPES = {1: "g5.xlarge", 4: "g5.12xlarge", 8: "g5.48xlarge"}  # as many GPUs as tasks
 SIGNALS = {"StopTask", "SendCommand"}
@@ -64,6 +69,10 @@ class CallLog:
         self.calls: list[tuple[float, str, str | None]] = []
         self.stopped: list[str] = []  # the task of every StopTask
         self.by_container_instance: dict[str, str] = {}
+        self.task_instance: dict[str, str] = {}  # task ARN (and id) of a doomed host -> its instance
+        self.tasks_per_instance = 0
+        self.notices: Bar = NoBar()  # advanced once per instance whose tasks have all been stopped
+        self._stopped_on: dict[str, set[str]] = defaultdict(set)
         self._lock = threading.Lock()
 
     def hook(self, model: Any, params: dict[str, Any], **_: Any) -> None:
@@ -77,18 +86,33 @@ class CallLog:
         with self._lock:
             self.calls.append((time.monotonic(), model.name, who))
             if model.name == "StopTask":
-                self.stopped.append(str(params.get("task")))
+                task = str(params.get("task"))
+                self.stopped.append(task)
+                instance = self.task_instance.get(task) or self.task_instance.get(task.rsplit("/", 1)[-1])
+                if instance is not None:
+                    on = self._stopped_on[instance]
+                    before = len(on)
+                    on.add(task)
+                    if before < self.tasks_per_instance <= len(on):
+                        self.notices.update()
 
 
 def setup(
-    system: LocalSystem, instances: int, tasks: int, phases: dict[str, float]
+    system: LocalSystem, instances: int, tasks: int, phases: dict[str, float], show: bool = False
 ) -> tuple[list[Any], list[str]]:
     """The hosts (doomed ones first: binpacking fills them in order) and the jobs, side by side."""
     host_type = HOST_TYPES[tasks]
     t = time.monotonic()
-    with ThreadPoolExecutor(SETUP_THREADS) as pool:
-        doomed = list(pool.map(lambda _: system.add_host(host_type, "us-east-1a"), range(instances)))
-        list(pool.map(lambda _: system.add_host(host_type, "us-east-1b"), range(instances)))
+    with (
+        ThreadPoolExecutor(SETUP_THREADS) as pool,
+        progress(2 * instances, "hosts set up", show, unit="host") as bar,
+    ):
+        doomed = []
+        for host in pool.map(lambda _: system.add_host(host_type, "us-east-1a"), range(instances)):
+            doomed.append(host)
+            bar.update()
+        for _ in pool.map(lambda _: system.add_host(host_type, "us-east-1b"), range(instances)):
+            bar.update()
     system.pump()  # the container instance events: the index
     phases["hosts"], t = round(time.monotonic() - t, 1), time.monotonic()
     td = system.task_definition(["sim:checkpointing", "0.2"], gpus=1)
@@ -116,15 +140,20 @@ def setup(
         assert answer["ok"], answer
         return str(answer["job"]["job_id"])
 
-    with ThreadPoolExecutor(SETUP_THREADS) as pool:
-        jobs = list(pool.map(submit, range(instances * tasks)))
-    phases["submits"], t = round(time.monotonic() - t, 1), time.monotonic()
     want = instances * tasks
+    with ThreadPoolExecutor(SETUP_THREADS) as pool, progress(want, "jobs submitted", show, unit="job") as bar:
+        jobs = []
+        for job_id in pool.map(submit, range(want)):
+            jobs.append(job_id)
+            bar.update()
+    phases["submits"], t = round(time.monotonic() - t, 1), time.monotonic()
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:  # the tasks start; their RUNNING events fill the hosts' task index
-        system.pump()
-        if len(system.runner.running) >= want and not any(_visible(p) for p in system.pollers):
-            break
+    with progress(want, "tasks running", show, unit="task") as bar:
+        while time.monotonic() < deadline:  # the tasks start; their RUNNING events fill the hosts' index
+            system.pump()
+            bar.update(max(0, min(want, len(system.runner.running)) - bar.n))
+            if len(system.runner.running) >= want and not any(_visible(p) for p in system.pollers):
+                break
     phases["tasks running and indexed"] = round(time.monotonic() - t, 1)
     return doomed, jobs
 
@@ -137,7 +166,8 @@ def _visible(poller: Any) -> int:
     return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
 
 
-def run(instances: int, tasks: int, latency: bool) -> dict[str, Any]:
+def run(instances: int, tasks: int, latency: bool, show: bool = False) -> dict[str, Any]:
+    """The benchmark; `show`: progress on stderr (when it is a terminal)."""
     if tasks not in HOST_TYPES:
         raise SystemExit(f"--tasks must be one of {sorted(HOST_TYPES)} (instance types with that many GPUs)")
     work = Path(tempfile.mkdtemp(prefix="spotguard-load-"))
@@ -150,11 +180,16 @@ def run(instances: int, tasks: int, latency: bool) -> dict[str, Any]:
             clients.on_every_call(log.hook)
             t = time.monotonic()
             phases: dict[str, float] = {}
-            doomed, jobs = setup(system, instances, tasks, phases)
+            doomed, jobs = setup(system, instances, tasks, phases, show)
             setup_seconds = time.monotonic() - t
             placed = Counter(system.scheduler.placed.values())
             assert all(placed[h.container_instance_arn] == tasks for h in doomed), "jobs not on doomed hosts"
             log.by_container_instance = {h.container_instance_arn: h.instance_id for h in doomed}
+            for task, where in system.scheduler.placed.items():
+                if where in log.by_container_instance:
+                    instance = log.by_container_instance[where]
+                    log.task_instance[task] = log.task_instance[task.rsplit("/", 1)[-1]] = instance
+            log.tasks_per_instance = tasks
             model = LatencyModel().install() if latency else None
 
             interruptions = system.pollers[0]
@@ -173,6 +208,7 @@ def run(instances: int, tasks: int, latency: bool) -> dict[str, Any]:
                 now = time.monotonic()
                 put_at.update({instance: now for instance, _ in batch})
 
+            notices = log.notices = progress(instances, "notices handled", show, unit="notice")
             log.on = True
             cpu0 = time.process_time()
             t0 = time.monotonic()
@@ -187,15 +223,21 @@ def run(instances: int, tasks: int, latency: bool) -> dict[str, Any]:
             handler_seconds = time.monotonic() - t0
             cpu = time.process_time() - cpu0
             log.on = False
+            notices.close()
             if model is not None:
                 model.enabled = False  # the resubmissions are not what is measured
             calls = list(log.calls)
 
+            resubmitted = progress(len(jobs), "jobs resubmitted", show, unit="job")
+
             def all_resubmitted() -> bool:
+                done = min(len(jobs), max(0, len(system.scheduler.requests) - len(jobs)))
+                resubmitted.update(done - resubmitted.n)
                 return len(system.scheduler.requests) >= 2 * len(jobs)
 
             t2 = time.monotonic()
-            system.run_until(all_resubmitted, timeout=1800, every=0.05)
+            with resubmitted:
+                system.run_until(all_resubmitted, timeout=1800, every=0.05)
             system.pump()
             resubmit_seconds = time.monotonic() - t2
             attempts: Counter[int] = Counter()
@@ -261,7 +303,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     os.environ.pop("AWS_ENDPOINT_URL", None)
-    r = run(args.instances, args.tasks, args.latency)
+    r = run(args.instances, args.tasks, args.latency, show=not args.json)
     if args.json:
         print(json.dumps(r, indent=2))
     else:
