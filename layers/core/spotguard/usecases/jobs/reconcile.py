@@ -28,12 +28,7 @@ from datetime import datetime
 
 from spotguard.domain.jobs.effects import Cleanup
 from spotguard.domain.jobs.model import Attempt, Job, JobState, UnreadableJob, revised, started_by
-from spotguard.domain.jobs.transitions import (
-    abandon_provisioning,
-    move_abandoned,
-    move_checkpointed,
-    request_move,
-)
+from spotguard.domain.jobs.transitions import abandon_provisioning, move_abandoned, move_checkpointed
 from spotguard.domain.stops import VANISHED_REASON
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.service import JobService
@@ -156,22 +151,8 @@ class Reconciler:
                 self.engine.run(job.job_id, lambda j: abandon_provisioning(j, why), current=job, drive=False)
                 counts["provisioning_abandoned"] += 1
             return
-        if (
-            options.deadline is None
-            or attempt.stopped_reason is not None  # being stopped already (a notice, a cancel, ECS)
-            or attempt.interrupted_by is not None
-            or options.capacity != "auto"
-            or attempt.market is None
-            or attempt.last_status != "RUNNING"
-            or job.moves_made >= options.max_moves
-            or waited < options.min_move_interval_seconds
-        ):
-            return
-        decision = placement.decide(job, "reconcile")
-        if decision is None or decision.placement in ("none", attempt.market):
-            return
-        self.engine.run(job.job_id, lambda j: request_move(j, decision, now), current=job, drive=False)
-        counts["moves_started"] += 1
+        if self.jobs.consider_move(job, "reconcile"):
+            counts["moves_started"] += 1
 
     def _committed_since(self, job: Job, attempt: int, since: datetime) -> bool:
         return any(

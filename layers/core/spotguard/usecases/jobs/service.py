@@ -25,6 +25,7 @@ from spotguard.domain.jobs.transitions import (
     abandon_provisioning,
     on_task_event,
     request_cancel,
+    request_move,
     request_resubmit,
 )
 from spotguard.domain.prices import task_share
@@ -226,7 +227,14 @@ class JobService:
         if not marked:
             return f"group {ev.group} is no pool of a watched cluster"
         if ev.available:
-            return f"marked available: {', '.join(sorted(p for _, p in marked))}"
+            # spot is there again: a deadline job on on-demand may move now rather than at the next sweep
+            moving = 0
+            for job in self.store.list(JobState.RUNNING, 500):
+                live = job.live_attempt
+                if live is not None and live.market == "on-demand":
+                    moving += self.consider_move(job, "pool-event")
+            pools = ", ".join(sorted(p for _, p in marked))
+            return f"marked available: {pools}; {moving} job(s) asked to move"
         moved = 0
         for job in self.store.list(JobState.RUNNING, 500):
             live = job.live_attempt
@@ -237,6 +245,32 @@ class JobService:
             moved += 1
         pools = ", ".join(sorted(p for _, p in marked))
         return f"marked unavailable: {pools}; {moved} waiting task(s) stopped to launch elsewhere"
+
+    def consider_move(self, job: Job, trigger: str) -> bool:
+        """Ask the policy again for a running deadline job (reconcile's sweep, a pool event) and start a
+        move when it says the job should be elsewhere: SIGUSR1 now, the stop once the checkpoint that
+        follows is committed (reconcile). Bounded: no move of a job without a deadline or placed by hand,
+        of an attempt not running or already being stopped, past `max_moves`, or sooner than
+        `min_move_interval_seconds` after its launch. True when a move was started."""
+        now, attempt, options = self.clock(), job.live_attempt, job.options
+        if (
+            attempt is None
+            or job.move is not None
+            or options.deadline is None
+            or options.capacity != "auto"
+            or attempt.market is None
+            or attempt.last_status != "RUNNING"
+            or attempt.stopped_reason is not None  # being stopped already (a notice, a cancel, ECS)
+            or attempt.interrupted_by is not None
+            or job.moves_made >= options.max_moves
+            or (now - attempt.launched_at).total_seconds() < options.min_move_interval_seconds
+        ):
+            return False
+        decision = self.engine.placement.decide(job, trigger)
+        if decision is None or decision.placement in ("none", attempt.market):
+            return False
+        self.engine.run(job.job_id, lambda j: request_move(j, decision, now), current=job, drive=False)
+        return True
 
     # ------------------------------------------------------------------------------------ internals
     def _task_event(self, ev: TaskEvent) -> Transition:
