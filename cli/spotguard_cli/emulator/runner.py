@@ -85,8 +85,10 @@ class TaskRunner:
         cwd: Path | None = None,
         on_exit: Callable[[str], None] = lambda _: None,
         environment: dict[str, str] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.cluster = cluster
+        self.clock = clock  # the times the ECS agent reports (the local stack's scaled clock, if any)
         self.environment = dict(environment or {})  # every task's, after its own (the scaled clock)
         self.ecs = cluster.ecs
         self.events = events
@@ -212,6 +214,7 @@ class TaskRunner:
             log_path=log_path,
             stop_timeout=float(container.get("stopTimeout", 30)),
             log=log,
+            started_at=self.clock(),
         )
         self.running[arn] = r
         self.containers[arn] = name
@@ -268,7 +271,7 @@ class TaskRunner:
             "startedAt": r.started_at,
         }
         r.version += 1 if status == "STOPPED" or desired else 0
-        event = task_event(task, r.version, exit_code=exit_code, stop_code=stop_code, at=datetime.now(UTC))
+        event = task_event(task, r.version, exit_code=exit_code, stop_code=stop_code, at=self.clock())
         for c in event["detail"]["containers"]:
             if c["name"] == r.container:
                 c["runtimeId"] = r.runtime_id

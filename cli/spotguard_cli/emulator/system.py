@@ -126,6 +126,7 @@ class LocalSystem:
             cwd=Path.cwd(),
             on_exit=self.scheduler.release,
             environment=self.clock.task_environment(),
+            clock=self.clock.now,
         )
         if time_scale != 1.0:  # every function reads the scaled time, and SQS delays shrink with it
             for host in self.functions.values():
