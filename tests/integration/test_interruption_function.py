@@ -298,7 +298,8 @@ def test_four_calls_go_before_the_stops_whatever_the_number_of_tasks(world, n):
     world.calls.clear()
     world.send(world.warning(world.a))
     assert world.run() == (1, 0)
-    first_stop = world.calls.index("StopTask")
+    # the stops and the drain go side by side: either may reach botocore first
+    first_stop = min(world.calls.index("StopTask"), world.calls.index("UpdateContainerInstancesState"))
     assert sorted(world.calls[:first_stop]) == ["ListTasks", "Query", "Query", "UpdateItem"]
     assert sorted(world.calls[first_stop:]) == sorted(
         ["StopTask"] * n + ["UpdateContainerInstancesState", "UpdateItem"]
