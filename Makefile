@@ -6,6 +6,7 @@
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   benchmarks that print figures (the interruption path, the job path; checkpoint stall and
 #                commit time); make bench-load: the local stack with 200 (and 1,000) instances warned at once
+#   make traces  the spot traces make bench-capacity reads, fetched into .traces/ (docs/traces.md)
 #   make sam     sam validate --lint and sam build (in a separate virtual environment)
 #   make checkov checkov on template.yaml, offline (its own virtual environment: it pins an old boto3);
 #                every finding is fixed or skipped with its reason in the resource's Metadata
@@ -19,7 +20,7 @@ CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo demo-capacity check test test-py313 lint bench bench-load bench-capacity bench-decide sam checkov events wheels clean
+.PHONY: setup demo demo-capacity check test test-py313 lint bench bench-load bench-capacity bench-decide traces sam checkov events wheels clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,9 +69,15 @@ bench: setup
 	$(BIN)/python bench/checkpoint.py
 	$(BIN)/python bench/cold_start.py
 
-# Capacity policies on the Can't Be Late traces (../shared/traces): Table 3, a deadline sweep, two pools
+# The Can't Be Late spot traces (docs/traces.md) into .traces/ (git-ignored), each checked against its
+# SHA-256 in bench/traces.lock.json: copied from ../shared/traces when it is beside the clone, else
+# downloaded from GitHub at the locked commit. They have no licence, so the project holds only the hashes.
+traces:
+	$(PYTHON) bench/traces.py fetch
+
+# Capacity policies on the Can't Be Late traces (make traces): Table 3, a deadline sweep, two pools
 # at once. Long: the omniscient bound and SpotGuard's planner solve a dynamic programme per run.
-bench-capacity: setup
+bench-capacity: setup traces
 	$(BIN)/python bench/capacity.py
 
 # One capacity decision (choose_capacity, 100 random jobs x 4 pools) on one core, as a 1,769 MB Lambda

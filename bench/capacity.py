@@ -1,4 +1,4 @@
-"""Capacity policies on the "Can't Be Late" traces (../shared/traces): the issue #5 benchmark.
+"""Capacity policies on the "Can't Be Late" traces (docs/traces.md): the issue #5 benchmark.
 
 1. All five policies on the eight traces, first 13 days, 300 starts each, C=48 h, R=60 h, d=0.2 h: the
    paper's Table 3 (greedy 30.8, uniform progress 25.1, omniscient 20.7 on-demand hours), and how much
@@ -17,6 +17,8 @@
 
 On a terminal, each section shows its progress on stderr (runs done, time left); stdout is the same.
 
+The traces are read from .traces/ (make traces); when they are missing they are fetched first.
+
     .venv/bin/python bench/capacity.py [--samples 300] [--sweep-samples 40] [--ceiling-samples 40]
                                        [--holdout-samples 100] [--seed 1]
                                        [--only table|sweep|multi|ceiling|holdout]
@@ -31,14 +33,16 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import traces as trace_files  # bench/traces.py: the fetcher and its lock
+
 from spotguard.domain.planner import SpotGuardPolicy
 from spotguard_cli.progress import echo, progress
 from spotguard_cli.simulate import draw_starts, summarise
 from spotguard_cli.simulator import Job, Prices, Trace, load_trace, simulate
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "cant-be-late-2022-10"
+TRACES = trace_files.DEST
 POLICIES = ("on-demand", "greedy", "uniform-progress", "spotguard", "omniscient")
-NAMES = tuple(p.stem for p in sorted(TRACES.glob("*.json")))
+NAMES = tuple(Path(n).stem for n in sorted(trace_files.read_lock()["files"]))
 PRICES = Prices()
 HOLDOUT_HOURS = 13 * 24  # the table's starts are in the first 13 days; the held-out ones after them
 
@@ -169,9 +173,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", choices=("table", "sweep", "multi", "ceiling", "holdout"))
     args = ap.parse_args()
-    if not TRACES.is_dir():
-        print(f"no traces at {TRACES}", file=sys.stderr)
-        return 2
+    if not trace_files.ready(TRACES):
+        try:  # on stderr, so stdout is the same whether they were fetched or not
+            print(trace_files.fetch(TRACES, trace_files.default_source()), file=sys.stderr)
+        except trace_files.TraceError as e:
+            print(f"no traces at {TRACES} ({e}): run `make traces`", file=sys.stderr)
+            return 2
     v100 = ("us-west-2a_v100_1", "us-west-2b_v100_1")
     if args.only in (None, "table"):
         table(args.samples, args.seed)
