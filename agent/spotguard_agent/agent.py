@@ -52,7 +52,7 @@ WARNING_SECONDS = 120  # a spot warning's notice: a checkpoint should commit wit
 
 
 class AgentEnv(BaseModel):
-    """The task's environment as SpotGuard sets it (DESIGN.md), validated."""
+    """The task's environment as SpotGuard sets it (docs/container-contract.md), validated."""
 
     model_config = ConfigDict(frozen=True)
     job_id: str = Field(default="local", alias="SPOTGUARD_JOB_ID")

@@ -1,6 +1,6 @@
 """The checkpoint manifest: written last, it is what makes a checkpoint committed.
 
-Layout (DESIGN.md): `<checkpoint uri>checkpoints/<sequence, zero-padded>/<files>` with MANIFEST.json
+Layout (docs/container-contract.md): `<checkpoint uri>checkpoints/<sequence, zero-padded>/<files>` with MANIFEST.json
 listing every file with its size and sha256, the step, the progress (0..1), the attempt and the time.
 No manifest = not a checkpoint.
 

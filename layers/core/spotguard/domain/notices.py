@@ -3,7 +3,7 @@
 Pure: no boto3, no clock. Every event the interruption queue can carry comes through `classify`, and so do
 the events `spotguard explain` is given, so what the CLI prints is what the Lambda does.
 
-Quirks of the platform handled here (see DESIGN.md):
+Quirks of the platform handled here:
 - ids come from `detail`, never from `resources` (the spot warning's ARN may hold an availability zone
   where the region should be, and no account);
 - ECS times carry 0 to 3 fractional digits; AWS Health times are RFC 1123 with sometimes wrong weekdays;

@@ -3,7 +3,7 @@
 A stopped task is classified from its exit codes, `stopCode` (older events carry none), `stoppedReason`
 and SpotGuard's own record of having stopped it for a notice or a cancel:
 
-- succeeded: the checkpoint container exited 0 (DESIGN.md: 0 = the job finished);
+- succeeded: the checkpoint container exited 0 (docs/container-contract.md: 0 = the job finished);
 - resubmit:  exit 75 (stopped after committing a checkpoint), exit 69 (the agent could not read a committed
              checkpoint now), stopped by SpotGuard for a notice, the host going away, or ECS's own
              SpotInterruption / TerminationNotice;
