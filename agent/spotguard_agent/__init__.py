@@ -1,5 +1,6 @@
 """spotguard-agent: the container side of SpotGuard (restore the newest committed checkpoint, commit new
-ones). See docs/container-contract.md for the contracts: the SPOTGUARD_* environment, the checkpoint layout, exit codes."""
+ones). See docs/container-contract.md for the contracts: the SPOTGUARD_* environment, the checkpoint
+layout, exit codes."""
 
 from spotguard_agent.agent import RESUME_ME, Agent, AgentEnv, RestoreFailed
 from spotguard_agent.manifest import Manifest

@@ -1,8 +1,8 @@
 """The checkpoint manifest: written last, it is what makes a checkpoint committed.
 
-Layout (docs/container-contract.md): `<checkpoint uri>checkpoints/<sequence, zero-padded>/<files>` with MANIFEST.json
-listing every file with its size and sha256, the step, the progress (0..1), the attempt and the time.
-No manifest = not a checkpoint.
+Layout (docs/container-contract.md): `<checkpoint uri>checkpoints/<sequence, zero-padded>/<files>` with
+MANIFEST.json listing every file with its size and sha256, the step, the progress (0..1), the attempt
+and the time. No manifest = not a checkpoint.
 
 This module is the one definition of the manifest, for both sides: the agent writes (and restores) with
 it, and SpotGuard's checkpoints function reads with it. The core layer ships this very file as

@@ -1,10 +1,10 @@
 """Committed checkpoints as the manager side sees them. Pure.
 
-The contract (docs/container-contract.md) is written by the agent in the container: `<checkpoint uri>checkpoints/
-<sequence, zero-padded>/<files>` and MANIFEST.json last. This module reads it: which S3 events are
-manifests, and what a valid manifest says. The manifest's schema is the agent's own: `manifest` is the
-agent's spotguard_agent/manifest.py, linked into the layer (its docstring says why), so writer and
-reader cannot drift apart.
+The contract (docs/container-contract.md) is written by the agent in the container:
+`<checkpoint uri>checkpoints/<sequence, zero-padded>/<files>` and MANIFEST.json last. This module reads
+it: which S3 events are manifests, and what a valid manifest says. The manifest's schema is the agent's
+own: `manifest` is the agent's spotguard_agent/manifest.py, linked into the layer (its docstring says
+why), so writer and reader cannot drift apart.
 """
 
 from __future__ import annotations
