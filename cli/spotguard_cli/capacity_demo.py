@@ -50,7 +50,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
     from spotguard_cli.emulator.timeline import call_recorder
-    from spotguard_cli.localcmd import _reference_run, _same_weights, _task_definition
+    from spotguard_cli.localcmd import _picture, _reference_run, _same_weights, _task_definition
 
     timeline: Timeline = Timeline()
     proof: list[tuple[str, bool]] = []
@@ -194,6 +194,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
                 ("final weights equal to an uninterrupted run", out.exists() and _same_weights(out, ref_out)),
                 ("finished by its deadline", final["state"] == "succeeded" and finished_at <= deadline),
                 ("nothing in any dead-letter queue", not any(facts["dead_letters"].values())),
+                ("its timeline drawn, a bar for every attempt", _picture(final, work, facts)),
             ]
             facts["pids"] = [p for p in (moto.proc.pid if moto.proc else None, reference.pid) if p]
             facts["pids"] += system.runner.pids

@@ -148,6 +148,17 @@ def _reference_run(system: Any, out: Path, steps: int, log: Path) -> subprocess.
     )
 
 
+def _picture(status: dict[str, Any], work: Path, facts: dict[str, Any]) -> bool:
+    """Draw the job's timeline (as `spotguard jobs status --plot` does) to work/timeline.png; True when
+    the picture has one bar per attempt."""
+    from spotguard_cli.timeline_plot import plot_job
+
+    path = work / "timeline.png"
+    drawn = plot_job(status, str(path))
+    facts["timeline_png"] = str(path)
+    return path.exists() and len(drawn.bars) == len(status["attempts"])
+
+
 def _same_weights(a: Path, b: Path) -> bool:
     import torch
 
@@ -265,6 +276,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 ("final weights equal to an uninterrupted run", out.exists() and _same_weights(out, ref_out)),
                 ("host A was drained", system.cluster.describe_host(a)["status"] == "DRAINING"),
                 ("nothing in any dead-letter queue", not any(facts["dead_letters"].values())),
+                ("its timeline drawn, a bar for every attempt", _picture(status, work, facts)),
             ]
         finally:
             system.close()
@@ -300,7 +312,7 @@ def run_demo(args: argparse.Namespace) -> int:
             f"{facts['gpu_hours_lost'] * 3600:.1f} of them after the last checkpoint (shutting down), "
             f"{facts['steps_lost']} steps redone."
         )
-    print(f"logs: {work}/ (functions.log, task-*.log, reference.log, moto.log)")
+    print(f"logs: {work}/ (functions.log, task-*.log, reference.log, moto.log, timeline.png)")
     print("moto server and every task process stopped.\n" + ("demo passed" if ok else "demo FAILED"))
     return 0 if ok else 1
 
@@ -322,7 +334,7 @@ def _run_capacity(args: argparse.Namespace, work: Path, say: Any) -> int:
     proof, decisions, facts, timeline = run_capacity_demo(args, work, say)
     ok = print_capacity_demo(proof, decisions, facts, timeline, args.json)
     if not args.json:
-        print(f"logs: {work}/ (functions.log, task-*.log, reference.log, moto.log)")
+        print(f"logs: {work}/ (functions.log, task-*.log, reference.log, moto.log, timeline.png)")
         print("moto server and every task process stopped.\n" + ("demo passed" if ok else "demo FAILED"))
     return 0 if ok else 1
 

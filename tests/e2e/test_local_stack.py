@@ -147,6 +147,7 @@ def test_the_demo_as_a_user_runs_it_and_no_process_is_left(tmp_path: Path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["ok"] and all(p["passed"] for p in result["proof"])
     assert result["facts"]["steps_lost"] == 0
+    assert (tmp_path / result["facts"]["timeline_png"]).stat().st_size > 0  # its picture, every attempt a bar
     for pid in result["facts"]["pids"]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # moto server, every task, the reference run: all gone
@@ -235,6 +236,7 @@ def test_the_capacity_scenario_as_a_user_runs_it(tmp_path: Path):
     markets = [m for m, _ in result["facts"]["attempts"]]
     assert markets[:3] == ["spot", "spot", "on-demand"] and markets[-1] == "spot"
     assert {d["placement"] for d in result["decisions"]} >= {"spot", "on-demand"}
+    assert (tmp_path / result["facts"]["timeline_png"]).stat().st_size > 0
     for pid in result["facts"]["pids"]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
