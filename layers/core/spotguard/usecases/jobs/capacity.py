@@ -27,12 +27,11 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spotguard.domain.capacity import Placement as Market
 from spotguard.domain.jobs.model import Attempt, Job, JobState
 from spotguard.domain.jobs.placement import PlacementDecision, job_needs
-from spotguard.domain.planner import CapacityDecision, JobNeeds, PoolOption, choose_capacity
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,
@@ -43,6 +42,9 @@ from spotguard.domain.pools import (
 )
 from spotguard.domain.task_events import PoolEvent
 from spotguard.domain.tasks import TaskInfo
+
+if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not at a cold start
+    from spotguard.domain.planner import CapacityDecision, PoolOption
 from spotguard.ports import JobStore
 from spotguard.usecases.jobs.engine import Placement
 
@@ -98,6 +100,8 @@ class CapacityAdvisor(Placement):
             pool = by_name(pools).get(carried.pool or "")
             if pool is not None and pool.available_at(now):
                 return carried  # the move's own decision, for the launch it stopped the task for
+        from spotguard.domain.planner import JobNeeds, choose_capacity  # numpy, at the first decision
+
         live = job.live_attempt if trigger != "launch" else None
         needs = job_needs(
             job.gpus,
