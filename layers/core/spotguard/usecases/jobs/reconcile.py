@@ -76,9 +76,9 @@ class Reconciler:
             counts["checked"] += len(jobs)
             return jobs
 
-        def isolated(job: Job, work: Callable[[], None]) -> None:
+        def isolated(job: Job, work: Callable[[], object]) -> object:
             try:
-                work()
+                return work()
             except Exception:
                 log.exception("reconcile could not handle job %s; the sweep goes on", job.job_id)
                 counts["failed"] += 1
@@ -100,11 +100,12 @@ class Reconciler:
                 isolated(job, lambda job=job: self._delete_volumes(job))
             attempt = job.live_attempt
             if attempt is not None:
-                stopping = counts["moves_stopped"] + counts["provisioning_abandoned"]
-                isolated(job, lambda job=job, attempt=attempt: self._capacity(job, attempt, now, counts))
+                stopped = isolated(
+                    job, lambda job=job, attempt=attempt: self._capacity(job, attempt, now, counts)
+                )
                 # a task this sweep just stopped is left to its STOPPED event: described now, it may
                 # show the exit of a container not yet given its signal's time to checkpoint and exit
-                if counts["moves_stopped"] + counts["provisioning_abandoned"] == stopping:
+                if not stopped:
                     live.setdefault(job.request.cluster, []).append((job, attempt))
         for cluster, pairs in live.items():
             try:
@@ -127,21 +128,22 @@ class Reconciler:
                     counts["vanished"] += 1
         return counts
 
-    def _capacity(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> None:
+    def _capacity(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> bool:
         """A running job's capacity: a task stuck waiting for an instance, a move under way, or a move
-        its plan now asks for."""
+        its plan now asks for. True when it stopped the job's task."""
         placement, options = self.engine.placement, job.options
         if job.move is not None:
             if job.move.stop_requested_at is not None:
-                return  # stopped; the STOPPED event relaunches it
+                return False  # stopped before; the STOPPED event relaunches it
             if self._committed_since(job, job.move.attempt, job.move.requested_at):
                 self.engine.run(job.job_id, lambda j: move_checkpointed(j, now), current=job, drive=False)
                 counts["moves_stopped"] += 1
+                return True
             elif (now - job.move.requested_at).total_seconds() > MOVE_COMMIT_SECONDS:
                 why = f"no checkpoint committed within {MOVE_COMMIT_SECONDS} s of the request"
                 self.engine.run(job.job_id, lambda j: move_abandoned(j, now, why), current=job, drive=False)
                 counts["moves_abandoned"] += 1
-            return
+            return False
         placement.still_running(job)
         waited = (now - attempt.launched_at).total_seconds()
         if attempt.last_status in ("PROVISIONING", "PENDING"):
@@ -150,9 +152,11 @@ class Reconciler:
                 why = f"still {attempt.last_status.lower()} after {int(waited)} s"
                 self.engine.run(job.job_id, lambda j: abandon_provisioning(j, why), current=job, drive=False)
                 counts["provisioning_abandoned"] += 1
-            return
+                return True
+            return False
         if self.jobs.consider_move(job, "reconcile"):
             counts["moves_started"] += 1
+        return False
 
     def _committed_since(self, job: Job, attempt: int, since: datetime) -> bool:
         return any(
