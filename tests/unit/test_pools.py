@@ -15,6 +15,7 @@ from spotguard.domain.pools import (
     ON_DEMAND_PRICES,
     UNPRICED_PER_GPU,
     ClusterDescription,
+    HostPlacement,
     Observation,
     PoolRecord,
     ScoreQuote,
@@ -25,12 +26,14 @@ from spotguard.domain.pools import (
     fold,
     fold_all,
     group_market,
+    host_pools,
     mark_gone,
     matching_pools,
     merge_discovered,
     on_demand_pool,
     pool_options,
     price_override,
+    rebalance_fact,
     with_score,
     with_spot_price,
 )
@@ -500,3 +503,76 @@ def test_matching_pools_of_a_group_event():
     assert names(matching_pools(pools, "gpu1-spot", "us-east-1b", "g6.xlarge")) == [
         "gpu-spot-gpu1-spot/g6.xlarge/us-east-1b"
     ]
+
+
+# ================================================================================= rebalances
+def test_a_rebalance_recommendation_is_counted_once_and_is_no_fact_about_capacity():
+    once = fold(pool(), rebalance_fact(NOW, "i-0b662ef9931388ba0"))
+    assert fold(once, rebalance_fact(NOW, "i-0b662ef9931388ba0")) is once  # the notice delivered again
+    assert once.rebalances.value == 1.0 and once.interruptions.value == 0.0
+    (kept,) = once.observations
+    assert (kept.source, kept.available, kept.detail) == ("rebalance", True, "i-0b662ef9931388ba0")
+    # a risk signal, not a lost instance: no backoff, and the pool is still offered as available
+    assert once.unavailable_until is None and once.backoff_streak == 0 and once.available_at(NOW)
+    (option,) = [o for o in pool_options([once.model_copy(update={"spot_price": 0.4})], NOW, TICK)]
+    assert option.available and option.history is None  # no capacity fact: the planner's prior stands
+    # ... nor evidence that a shortage ended: after an expired backoff the pool stays unconfirmed
+    failed = fold(pool(), fact(0, False, "launch-failure"))
+    later = fold(failed, rebalance_fact(NOW + timedelta(minutes=20), "i-1"))
+    assert later.available_at(NOW + timedelta(minutes=20)) and not later.confirmed_at(
+        NOW + timedelta(minutes=20)
+    )
+    launched = fold(pool(), fact(0, True, "launch"))
+    assert fold(launched, rebalance_fact(NOW + timedelta(minutes=5), "i-1")).confirmed_at(NOW)
+    # ... nor an observation in the planner's history: the same history with or without it
+    facts = [fact(0, True, "launch"), fact(30, False, "interruption")]
+    with_risk = fold_all(pool(), [*facts, rebalance_fact(NOW + timedelta(minutes=35), "i-1")])
+    now = NOW + timedelta(minutes=50)
+    assert ticks_of(with_risk, now) == ticks_of(fold_all(pool(), facts), now)
+
+
+def test_the_pool_a_host_is_in():
+    pools = discover_pools(described(), NOW).pools
+
+    def where(**kw: Any) -> list[str]:
+        return names(host_pools(pools, HostPlacement(cluster="gpu-spot", **kw)))
+
+    # ECS names the capacity provider: that provider's pool of the type and zone, spot or not
+    assert where(
+        capacity_provider="gpu-spot-gpu1-spot", instance_type="g6.xlarge", availability_zone="us-east-1b"
+    ) == ["gpu-spot-gpu1-spot/g6.xlarge/us-east-1b"]
+    assert where(
+        capacity_provider="gpu-spot-gpu1-ondemand", instance_type="g5.xlarge", availability_zone="us-east-1a"
+    ) == ["gpu-spot-gpu1-ondemand/g5.xlarge/us-east-1a"]
+    assert (
+        where(capacity_provider="gpu-spot-cpu", instance_type="m7i.large", availability_zone="us-east-1a")
+        == []
+    )
+    # it names none: the one spot pool of the type and zone (the on-demand one of g5.xlarge is no match)
+    assert where(instance_type="g5.xlarge", availability_zone="us-east-1a") == [
+        "gpu-spot-gpu1-spot/g5.xlarge/us-east-1a"
+    ]
+    assert where(instance_type="g5.xlarge") == [] and where(availability_zone="us-east-1a") == []
+    assert where(instance_type="p5.48xlarge", availability_zone="us-east-1a") == []
+    assert (
+        names(
+            host_pools(
+                pools,
+                HostPlacement(cluster="other", instance_type="g5.xlarge", availability_zone="us-east-1a"),
+            )
+        )
+        == []
+    )
+    # two spot providers with the type in the zone cannot be told apart: no pool rather than a wrong one
+    twin = next(p for p in pools if p.name == "gpu-spot-gpu1-spot/g5.xlarge/us-east-1a").model_copy(
+        update={"capacity_provider": "gpu-spot-gpu1-spot-2", "auto_scaling_group": "gpu1-spot-2"}
+    )
+    assert (
+        names(
+            host_pools(
+                [*pools, twin],
+                HostPlacement(cluster="gpu-spot", instance_type="g5.xlarge", availability_zone="us-east-1a"),
+            )
+        )
+        == []
+    )

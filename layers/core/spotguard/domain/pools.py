@@ -91,6 +91,11 @@ BACKOFF_FIRST = timedelta(minutes=15)  # a capacity failure makes the pool unava
 BACKOFF_MAX = timedelta(hours=1)  # doubling on each repeat, up to this
 BACKOFF_SOURCES = frozenset({"launch-failure", "provisioning-timeout", "runtask", "interruption"})
 LAUNCH_SOURCES = frozenset({"launch", "launch-success"})  # new capacity seen: an available one ends a backoff
+# Risk signals: EC2's rebalance recommendation says an instance of the pool is at elevated risk of
+# interruption, not that capacity was lost or found. Such a fact is counted (`PoolRecord.rebalances`) and
+# kept, but neither backs the pool off, nor is evidence of capacity (`confirmed_at`), nor an observation
+# in the planner's history (`capacity_facts`).
+RISK_SOURCES = frozenset({"rebalance"})
 COUNT_HALF_LIFE_HOURS = 24.0  # the decayed counts of launch failures, interruptions, rebalances
 HOLD_HOURS = 2.0  # an observation holds (in the history) until the next one, for at most this long
 
@@ -355,14 +360,22 @@ class PoolRecord(_Frozen):
         return self.gone_since is None and (self.unavailable_until is None or self.unavailable_until <= now)
 
     def confirmed_at(self, now: datetime) -> bool:
-        """Available with evidence: `available_at(now)`, and the pool's newest fact says capacity was
-        there (a launch, an instance Auto Scaling launched, a run), or it has no fact at all (a fresh
-        pool). A backoff that merely expired is no evidence that the shortage ended: `available_at` is
+        """Available with evidence: `available_at(now)`, and the pool's newest fact about capacity says
+        it was there (a launch, an instance Auto Scaling launched, a run), or it has no such fact (a
+        fresh pool). A risk signal (a rebalance recommendation) is no fact about capacity either way,
+        and a backoff that merely expired is no evidence that the shortage ended: `available_at` is
         enough for a launch (the job waits anyway, and a failure marks the pool again), but a move,
         which stops a healthy task for the pool, asks for `confirmed_at`."""
         if not self.available_at(now):
             return False
-        return not self.observations or self.observations[-1].available
+        facts = self.capacity_facts
+        return not facts or facts[-1].available
+
+    @property
+    def capacity_facts(self) -> tuple[Observation, ...]:
+        """The observations that say whether capacity was there, oldest first: all but risk signals
+        (`RISK_SOURCES`: a rebalance recommendation is neither a lost instance nor a launch)."""
+        return tuple(o for o in self.observations if o.source not in RISK_SOURCES)
 
 
 def pool_name(capacity_provider: str, instance_type: str, availability_zone: str) -> str:
@@ -694,6 +707,44 @@ def mark_gone(pool: PoolRecord, now: datetime) -> PoolRecord:
     return pool if pool.gone_since is not None else pool.model_copy(update={"gone_since": now})
 
 
+def rebalance_fact(at: datetime, instance_id: str) -> Observation:
+    """EC2's rebalance recommendation for an instance of the pool: a risk signal (`RISK_SOURCES`), so
+    `available` stays True (the instance was not lost). Its time is the event's and its detail the
+    instance, so the same notice delivered again is the same fact (`fold` keeps it once)."""
+    return Observation(at=at, available=True, source="rebalance", detail=instance_id)
+
+
+class HostPlacement(_Frozen):
+    """Where an instance of a cluster is, as ECS describes its container instance: the capacity provider
+    ECS associates it with (`capacityProviderName`; None when ECS names none), and its
+    `ecs.instance-type` and `ecs.availability-zone` attributes (None when missing)."""
+
+    cluster: str  # the cluster's name
+    capacity_provider: str | None = None
+    instance_type: str | None = None
+    availability_zone: str | None = None
+
+
+def host_pools(pools: Iterable[PoolRecord], host: HostPlacement) -> list[PoolRecord]:
+    """The pool an instance is in: the one of its capacity provider, type and zone. When ECS names no
+    provider, the spot pool of its type and zone, if only one provider has such a pool (a rebalance
+    recommendation is for spot instances; two providers with the same type in a zone cannot be told
+    apart, and a fact on the wrong pool would be worse than none). An empty list: no pool of the
+    cluster's is known to hold it."""
+    if host.instance_type is None or host.availability_zone is None:
+        return []
+    here = [
+        p
+        for p in pools
+        if (p.instance_type, p.availability_zone) == (host.instance_type, host.availability_zone)
+        and p.cluster == host.cluster
+    ]
+    if host.capacity_provider is not None:
+        return [p for p in here if p.capacity_provider == host.capacity_provider]
+    spot = [p for p in here if p.market == "spot"]
+    return spot if len({p.capacity_provider for p in spot}) == 1 else []
+
+
 def matching_pools(
     pools: Iterable[PoolRecord],
     auto_scaling_group: str,
@@ -719,7 +770,8 @@ def availability_history(
     half_life_hours: float = 168.0,
     hold_hours: float = HOLD_HOURS,
 ) -> AvailabilityHistory:
-    """The pool's observations as the planner's tick-based history, up to the tick of `now`.
+    """The pool's capacity facts (risk signals aside) as the planner's tick-based history, up to the
+    tick of `now`.
 
     Ticks are `tick_hours` long, counted from the epoch. The rule: a fact holds from its own tick until
     the next fact, for at most `hold_hours`; within a tick the last fact counts. A tick no fact holds is
@@ -729,7 +781,7 @@ def availability_history(
     from spotguard.domain.planner import AvailabilityHistory
 
     history = AvailabilityHistory(tick_hours, half_life_hours)
-    facts = [o for o in pool.observations if o.at <= now]
+    facts = [o for o in pool.capacity_facts if o.at <= now]
     if not facts:
         return history
     tick = tick_hours * 3600.0
@@ -784,8 +836,8 @@ def pool_options(
     it is not backed off (`unavailable_until` past) and its spot price is known; an unavailable one is
     still a candidate (its history and on-demand price count). On-demand pools are not candidates: the
     planner's on-demand choice is a spot pool's instance type (`CapacityDecision.instance_pool`), placed
-    with `on_demand_pool`. A pool without observations has no history (the planner's prior and the
-    placement score stand in)."""
+    with `on_demand_pool`. A pool without observations (risk signals aside) has no history (the
+    planner's prior and the placement score stand in)."""
     from spotguard.domain.planner import PoolOption
 
     options = []
@@ -801,7 +853,7 @@ def pool_options(
                 on_demand_price=on_demand,
                 available=p.available_at(now) and p.spot_price is not None,
                 history=availability_history(p, tick_hours, now, half_life_hours, hold_hours)
-                if p.observations
+                if p.capacity_facts
                 else None,
                 placement_score=p.placement_score,
             )
