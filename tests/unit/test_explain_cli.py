@@ -43,7 +43,11 @@ def test_settings_change_the_explanation(capsys):
     _, (default,) = _run(capsys, f)
     _, (ignored,) = _run(capsys, "--rebalance", "ignore", f)
     _, (drained,) = _run(capsys, "--rebalance", "drain", "--manage", "all-gpu", f)
-    assert default["actions"] == ["record-notice", "signal-managed-tasks-SIGUSR1"]
+    assert default["actions"] == [
+        "record-notice",
+        "signal-managed-tasks-SIGUSR1",
+        "record-rebalance-on-pool",
+    ]
     assert ignored["outcome"] == "ignore"
     assert "stop-managed-tasks" in drained["actions"] and "any GPU task" in drained["managed_tasks"]
 

@@ -564,3 +564,72 @@ def test_two_copies_of_a_rebalance_recommendation_signal_once():
     svc.handle(n)
     svc.handle(n)
     assert [c[0] for c in rec.calls] == ["signal"]
+
+
+# ----------------------------------------------------------------------- rebalances on the pools
+class FakePoolFacts:
+    """The pools' side (usecases.pools.HostPoolFacts): logs each call into `log`, fails when told."""
+
+    def __init__(self, log: list, fail: Exception | None = None) -> None:
+        self.log, self.fail = log, fail
+
+    def record_rebalance(self, ref, instance_id, at):
+        self.log.append(("pool-fact", ref.container_instance_arn, instance_id, at))
+        if self.fail is not None:
+            raise self.fail
+        return ["gpu-spot-a/g5.xlarge/us-east-1a"]
+
+
+def rebalance(event_id="r") -> Notice:
+    return Notice(
+        kind=NoticeKind.REBALANCE, instance_id=HOST, event_id=event_id, event_time=T0, deadline=None
+    )
+
+
+def test_a_rebalance_recommendation_is_kept_on_the_host_s_pool_after_the_signal():
+    svc, _ecs, ledger, rec, _ = service([task(1)], rebalance=RebalanceMode.CHECKPOINT)
+    svc.pool_facts = FakePoolFacts(rec.calls)
+    out = svc.handle(rebalance())
+    assert [c[0] for c in rec.calls] == ["signal", "pool-fact"]
+    # the event's time and the instance: a redelivery is the same fact
+    assert rec.calls[1] == ("pool-fact", CI, HOST, T0)
+    assert out.pool_facts == ["gpu-spot-a/g5.xlarge/us-east-1a"] and out.pool_fact_error is None
+    assert ledger.notices[out.notice_key]["pool_facts"] == out.pool_facts
+    svc.handle(rebalance())  # the same notice again: its outcome, nothing done twice
+    assert [c[0] for c in rec.calls] == ["signal", "pool-fact"]
+
+
+def test_a_rebalance_on_a_host_with_no_managed_task_is_kept_on_its_pool_too():
+    svc, *_rest = service([task(1, tags={})], rebalance=RebalanceMode.CHECKPOINT)
+    log: list = []
+    svc.pool_facts = FakePoolFacts(log)
+    out = svc.handle(rebalance())
+    assert out.skipped == "no managed task on this instance" and [c[0] for c in log] == ["pool-fact"]
+
+
+def test_in_drain_mode_the_rebalance_is_kept_after_the_stops_and_the_drain():
+    svc, ecs, *_ = service([task(1), task(2)], rebalance=RebalanceMode.DRAIN)
+    svc.pool_facts = FakePoolFacts(ecs.calls)
+    out = svc.handle(rebalance())
+    assert ecs.calls[-1][0] == "pool-fact" and ecs.calls.count("stop") == 2 and out.drained
+    assert out.pool_facts == ["gpu-spot-a/g5.xlarge/us-east-1a"]
+
+
+def test_a_pool_fact_that_cannot_be_kept_fails_nothing():
+    svc, _ecs, ledger, rec, _ = service([task(1)], rebalance=RebalanceMode.CHECKPOINT)
+    svc.pool_facts = FakePoolFacts(rec.calls, fail=RuntimeError("ProvisionedThroughputExceededException"))
+    out = svc.handle(rebalance())
+    assert out.signal == "SIGUSR1" and out.signalled == [task(1).task_arn]
+    assert out.pool_facts == [] and "ProvisionedThroughputExceeded" in (out.pool_fact_error or "")
+    assert ledger.notices[out.notice_key]["pool_fact_error"] == out.pool_fact_error  # handled, recorded
+
+
+@pytest.mark.parametrize("kind", [NoticeKind.SPOT_INTERRUPTION, NoticeKind.INSTANCE_STATE, NoticeKind.HEALTH])
+def test_no_other_notice_touches_the_pools(kind):
+    """A spot warning's path gets no new call (issue 21): the interruption itself is learnt by the jobs
+    path, from the attempt it ends."""
+    svc, *_rest = service([task(1)])
+    log: list = []
+    svc.pool_facts = FakePoolFacts(log)
+    svc.handle(notice(kind))
+    assert log == []

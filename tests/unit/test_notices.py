@@ -50,8 +50,12 @@ def test_hibernation_has_no_warning_time(event):
     ("mode", "outcome", "actions"),
     [
         (RebalanceMode.IGNORE, "ignore", []),
-        (RebalanceMode.CHECKPOINT, "act", [Action.RECORD, Action.CHECKPOINT_TASKS]),
-        (RebalanceMode.DRAIN, "act", [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]),
+        (RebalanceMode.CHECKPOINT, "act", [Action.RECORD, Action.CHECKPOINT_TASKS, Action.POOL_FACT]),
+        (
+            RebalanceMode.DRAIN,
+            "act",
+            [Action.RECORD, Action.DRAIN, Action.STOP_TASKS, Action.POOL_FACT],
+        ),
     ],
 )
 def test_rebalance_follows_the_stack_setting(event, mode, outcome, actions):

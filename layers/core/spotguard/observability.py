@@ -29,6 +29,10 @@ def count_outcome(metrics: Metrics, outcome: dict[str, Any]) -> None:
         metrics.add_metric(name="SecondsToSignal", unit=MetricUnit.Seconds, value=float(latency))
     if outcome.get("drained"):
         metrics.add_metric(name="HostsDrained", unit=MetricUnit.Count, value=1)
+    if outcome.get("pool_facts"):  # a rebalance recommendation kept on the host's pool
+        metrics.add_metric(name="PoolRebalances", unit=MetricUnit.Count, value=len(outcome["pool_facts"]))
+    if outcome.get("pool_fact_error"):  # ... or not kept: the notice was handled all the same
+        metrics.add_metric(name="PoolFactsNotKept", unit=MetricUnit.Count, value=1)
 
 
 def tracer() -> Any:

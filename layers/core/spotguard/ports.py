@@ -62,6 +62,13 @@ class InterruptionLedger(Protocol):
     def indexed_tasks(self, container_instance_arn: str) -> dict[str, TaskInfo]: ...
 
 
+class PoolFacts(Protocol):
+    """What the interruption path tells the pools: a rebalance recommendation for a host, as a fact on the
+    pool it is in (usecases.pools.HostPoolFacts). The pools' names that kept it."""
+
+    def record_rebalance(self, ref: ContainerInstanceRef, instance_id: str, at: datetime) -> list[str]: ...
+
+
 # ------------------------------------------------------------------------------------------- jobs
 class JobStore(Protocol):
     def get(self, job_id: str) -> Job | None: ...
@@ -127,7 +134,14 @@ class LaunchRetries(Protocol):
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-    from spotguard.domain.pools import Discovery, Observation, PoolRecord, ScoreQuote, SpotQuote
+    from spotguard.domain.pools import (
+        Discovery,
+        HostPlacement,
+        Observation,
+        PoolRecord,
+        ScoreQuote,
+        SpotQuote,
+    )
 
 
 class PoolFinder(Protocol):
@@ -151,3 +165,9 @@ class PoolLedger(Protocol):
     def record(self, cluster: str, pool_name: str, fact: Observation) -> PoolRecord | None: ...
     def set_prices(self, cluster: str, quotes: Sequence[SpotQuote]) -> int: ...
     def set_scores(self, cluster: str, quotes: Sequence[ScoreQuote]) -> int: ...
+
+
+class HostPlacements(Protocol):
+    """Where a container instance is: capacity provider, type, zone (adapters/ecs.py: EcsAdapter)."""
+
+    def placement(self, ref: ContainerInstanceRef) -> HostPlacement | None: ...

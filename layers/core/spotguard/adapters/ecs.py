@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -17,6 +17,9 @@ from spotguard.domain.tasks import (
     container_overrides_have_gpu,
     task_definition_has_gpu,
 )
+
+if TYPE_CHECKING:  # the pools' domain is loaded by the rebalance path only, not at a cold start
+    from spotguard.domain.pools import HostPlacement
 
 PAGE = 100  # ListTasks, DescribeTasks and DescribeContainerInstances take at most 100 at a time
 
@@ -80,6 +83,27 @@ class EcsAdapter:
                             status=ci.get("status", "ACTIVE"),
                         )
         return None
+
+    def placement(self, ref: ContainerInstanceRef) -> HostPlacement | None:
+        """Where the host is (its capacity provider, instance type and zone), from one
+        DescribeContainerInstances; None when ECS no longer knows it. For the pool a rebalance
+        recommendation is about: off the urgent path, and domain.pools is loaded only here."""
+        from spotguard.domain.pools import HostPlacement
+
+        resp = self.client.describe_container_instances(
+            cluster=ref.cluster_arn, containerInstances=[ref.container_instance_arn]
+        )
+        found = resp.get("containerInstances") or []
+        if not found:
+            return None
+        ci = found[0]
+        attrs = {a.get("name"): a.get("value") for a in ci.get("attributes") or []}
+        return HostPlacement(
+            cluster=ref.cluster_name,
+            capacity_provider=ci.get("capacityProviderName") or None,
+            instance_type=attrs.get("ecs.instance-type") or None,
+            availability_zone=attrs.get("ecs.availability-zone") or None,
+        )
 
     def _all_clusters(self) -> list[str]:
         arns: list[str] = []

@@ -73,6 +73,7 @@ class Action(StrEnum):
     CHECKPOINT_TASKS = "signal-managed-tasks-SIGUSR1"
     HEARTBEAT = "heartbeat-lifecycle-action"
     COMPLETE_LIFECYCLE = "complete-lifecycle-action-when-stopped"
+    POOL_FACT = "record-rebalance-on-pool"  # after the signals: a risk signal on the host's pool
 
 
 class LifecycleRef(BaseModel):
@@ -552,8 +553,10 @@ def actions(kind: str, settings: Settings) -> list[Action]:
     if kind == NoticeKind.LIFECYCLE_CHECK:
         return [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
     if kind == NoticeKind.REBALANCE and settings.rebalance is RebalanceMode.CHECKPOINT:
-        return [Action.RECORD, Action.CHECKPOINT_TASKS]
+        return [Action.RECORD, Action.CHECKPOINT_TASKS, Action.POOL_FACT]
     steps = [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
+    if kind == NoticeKind.REBALANCE:
+        steps += [Action.POOL_FACT]
     if kind == NoticeKind.LIFECYCLE_TERMINATE:
         steps += [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
     return steps

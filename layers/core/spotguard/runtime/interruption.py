@@ -10,8 +10,10 @@ idempotency-table calls that stood before and after every notice.
 from __future__ import annotations
 
 import contextvars
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
@@ -24,8 +26,12 @@ from spotguard.adapters.queues import DeadLetters, FollowUpQueue
 from spotguard.adapters.ssm import SsmSignaller
 from spotguard.config import InterruptionEnv
 from spotguard.domain.notices import Notice
+from spotguard.domain.tasks import ContainerInstanceRef
 from spotguard.runtime import utcnow
 from spotguard.usecases.interruption import InterruptionConfig, InterruptionService
+
+if TYPE_CHECKING:
+    from spotguard.usecases.pools import HostPoolFacts
 
 # What a try of a notice keeps in hand when it takes its lease: the time left to answer the batch. A try
 # that is cut off (the function's timeout) is taken over by the redelivery once its lease has run out.
@@ -38,6 +44,8 @@ class InterruptionRuntime:
         self.settings = env.settings
         sqs = LazyClient("sqs")
         self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
+        ecs = EcsAdapter(client("ecs"))
+        self.pool_facts = LazyPoolFacts(ecs, client("dynamodb"), env.ledger_table)
         self.service = InterruptionService(
             config=InterruptionConfig(
                 settings=env.settings,
@@ -45,12 +53,13 @@ class InterruptionRuntime:
                 lifecycle_wait_seconds=env.lifecycle_wait_seconds,
                 lifecycle_check_seconds=env.lifecycle_check_seconds,
             ),
-            ecs=EcsAdapter(client("ecs")),
+            ecs=ecs,
             signaller=SsmSignaller(LazyClient("ssm"), env.signal_document),
             lifecycle=LifecycleAdapter(LazyClient("autoscaling")),
             follow_ups=FollowUpQueue(sqs, env.queue_url),
             ledger=self.ledger,
             clock=utcnow,
+            pool_facts=self.pool_facts,
         )
         self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
         self._context: Any = None
@@ -66,6 +75,26 @@ class InterruptionRuntime:
         if remaining is None:
             return None
         return max(LEASE_MARGIN_SECONDS, remaining() / 1000 + LEASE_MARGIN_SECONDS)
+
+
+class LazyPoolFacts:
+    """The pools' side of a rebalance recommendation (usecases.pools.HostPoolFacts over the ledger's
+    pools), built at the first one: a cold start of the urgent function loads nothing of the pools."""
+
+    def __init__(self, ecs: EcsAdapter, dynamodb: Any, table: str) -> None:
+        self.ecs, self.dynamodb, self.table = ecs, dynamodb, table
+        self._facts: HostPoolFacts | None = None
+        self._lock = threading.Lock()
+
+    def record_rebalance(self, ref: ContainerInstanceRef, instance_id: str, at: datetime) -> list[str]:
+        with self._lock:
+            if self._facts is None:
+                from spotguard.adapters.pool_store import PoolStore
+                from spotguard.usecases.pools import HostPoolFacts
+
+                self._facts = HostPoolFacts(self.ecs, PoolStore(self.dynamodb, self.table))
+            facts = self._facts
+        return facts.record_rebalance(ref, instance_id, at)
 
 
 class ParallelBatchProcessor(BatchProcessor):

@@ -11,11 +11,17 @@ flight at the same time meet at the claim (or, for SIGUSR1, the notice's lease),
 retried (NoticeInProgress); a second notice for the same host (the warning, then the state change) finds
 the host claimed, by the first query, and stops nothing again. ECS drains are idempotent; tasks already
 asked to stop are no longer listed as desired-RUNNING, so a retry never stops a task twice.
+
+A rebalance recommendation also becomes a "rebalance" fact on the pool the host is in (`PoolFacts`),
+after its signals (a spot warning has no such step, so its path is as above). The fact carries the
+event's time and the instance, so a redelivery folds in nothing new; a failure to keep it is logged and
+named in the outcome (`pool_fact_error`, counted as a metric), and fails nothing.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -27,7 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spotguard.domain.notices import Action, ContainerInstanceUpdate, Notice, Settings, actions
 from spotguard.domain.tasks import ContainerInstanceRef, ManageMode, TaskInfo, managed_tasks
-from spotguard.ports import Ecs, FollowUps, InterruptionLedger, Lifecycle, Signaller
+from spotguard.ports import Ecs, FollowUps, InterruptionLedger, Lifecycle, PoolFacts, Signaller
+
+log = logging.getLogger(__name__)
 
 # AWS calls one process keeps in flight for notices at once (stops, drains, listings). Within the clients'
 # connection pool (adapters/clients.py URGENT: max_pool_connections), so no call waits for a connection or
@@ -61,6 +69,8 @@ class NoticeOutcome(BaseModel):
     skipped: str | None = None
     lifecycle: Literal["completed", "waiting"] | None = None
     signal_latency_seconds: float | None = None
+    pool_facts: list[str] = Field(default_factory=list)  # the pools a rebalance fact was kept on
+    pool_fact_error: str | None = None  # why it could not be kept (the notice is handled all the same)
 
 
 def stop_reason(notice: Notice) -> str:
@@ -78,8 +88,10 @@ class InterruptionService:
         follow_ups: FollowUps,
         ledger: InterruptionLedger,
         clock: Callable[[], datetime],
+        pool_facts: PoolFacts | None = None,
     ) -> None:
         self.config = config
+        self.pool_facts = pool_facts
         self.ecs = ecs
         self.signaller = signaller
         self.lifecycle = lifecycle
@@ -168,6 +180,9 @@ class InterruptionService:
             self.ecs.drain(ref)
             out.drained = True
 
+        if Action.POOL_FACT in steps:
+            self._record_pool_fact(notice, ref, out)
+
         if Action.COMPLETE_LIFECYCLE in steps and notice.lifecycle is not None:
             if not waiting_for:
                 self.lifecycle.complete(notice.lifecycle, notice.instance_id)
@@ -244,6 +259,22 @@ class InterruptionService:
             calls[0]()
         elif calls:
             self._side_by_side(*calls)
+
+    def _record_pool_fact(self, notice: Notice, ref: ContainerInstanceRef, out: NoticeOutcome) -> None:
+        """The rebalance recommendation on the host's pool, after every signal. What it costs when it
+        fails is a little of the policy's knowledge, never the notice: logged, and said in the outcome."""
+        if self.pool_facts is None:
+            return
+        try:
+            out.pool_facts = self.pool_facts.record_rebalance(ref, notice.instance_id, notice.event_time)
+        except Exception as exc:
+            out.pool_fact_error = f"{type(exc).__name__}: {exc}"[:300]
+            log.warning(
+                "notice %s: the rebalance fact was not kept on the pool of %s",
+                notice.key,
+                ref.container_instance_arn,
+                exc_info=True,
+            )
 
     def _latency(self, notice: Notice) -> float:
         return max(0.0, (self.clock() - notice.event_time).total_seconds())

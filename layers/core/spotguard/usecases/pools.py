@@ -8,6 +8,8 @@ capacity policy.
 - `options(cluster, now)`: the jobs path calls it before each launch: one Query, no AWS call besides.
 - `record_fact` / `record_group_fact`: what happened in a pool (a launch, an interruption, a failure, an
   instance Auto Scaling launched or could not launch for the pool's group).
+- `HostPoolFacts.record_rebalance`: the interruption function's rebalance recommendation for a host, on
+  the pool the host is in.
 
 Placement scores are asked only for providers of at least MIN_SCORED_TYPES instance types: EC2 scores
 fewer types low whatever the capacity (its documented minimum), and a score that says nothing would bias
@@ -27,15 +29,19 @@ from spotguard.domain.pools import (
     Observation,
     PoolRecord,
     ScoreQuote,
+    host_pools,
     matching_pools,
+    pool_name,
     pool_options,
+    rebalance_fact,
     with_score,
     with_spot_price,
 )
-from spotguard.ports import PoolFinder, PoolLedger
+from spotguard.ports import HostPlacements, PoolFinder, PoolLedger
 
 if TYPE_CHECKING:
     from spotguard.domain.planner import PoolOption
+    from spotguard.domain.tasks import ContainerInstanceRef
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +160,44 @@ class PoolService:
             self.ledger.pools(cluster), auto_scaling_group, availability_zone, instance_type
         )
         return [p.name for p in pools if self.ledger.record(cluster, p.name, fact) is not None]
+
+
+class HostPoolFacts:
+    """Facts about the pool a host is in, for the interruption function (which knows the host's container
+    instance, not its pool). ECS says where the host is (one DescribeContainerInstances: its capacity
+    provider, type and zone); when it names the provider, that is the pool's name, and the fact is folded
+    into it (a read and a write); when it does not, the cluster's pools are read (one Query) and
+    `domain.pools.host_pools` picks the one spot pool of that type and zone. A host in no discovered
+    pool keeps no fact. Safe to repeat: `fold` keeps a fact once."""
+
+    def __init__(self, hosts: HostPlacements, ledger: PoolLedger) -> None:
+        self.hosts = hosts
+        self.ledger = ledger
+
+    def record_rebalance(self, ref: ContainerInstanceRef, instance_id: str, at: datetime) -> list[str]:
+        return self.record(ref, rebalance_fact(at, instance_id))
+
+    def record(self, ref: ContainerInstanceRef, fact: Observation) -> list[str]:
+        """Fold a fact into the host's pool; the pools' names that kept it (none: no pool known)."""
+        where = self.hosts.placement(ref)
+        if where is None:
+            log.info("%s fact not kept: ECS no longer describes %s", fact.source, ref.container_instance_arn)
+            return []
+        if where.capacity_provider and where.instance_type and where.availability_zone:
+            name = pool_name(where.capacity_provider, where.instance_type, where.availability_zone)
+            names = [name] if self.ledger.record(where.cluster, name, fact) is not None else []
+        else:
+            pools = host_pools(self.ledger.pools(where.cluster), where)
+            names = [p.name for p in pools if self.ledger.record(where.cluster, p.name, fact) is not None]
+        if not names:
+            log.info(
+                "%s fact not kept: %s (%s) is in no pool of cluster %s",
+                fact.source,
+                ref.instance_id,
+                where.model_dump(exclude={"cluster"}),
+                where.cluster,
+            )
+        return names
 
 
 def _older(pool: PoolRecord | None, field: str, now: datetime, due: timedelta) -> bool:

@@ -1,0 +1,130 @@
+"""HostPoolFacts (usecases.pools): a rebalance recommendation for a host kept on the pool the host is in,
+with fakes of ECS's description and of the ledger's pools; and what the interruption function's cold
+start loads of the pools (nothing)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+from spotguard.domain.pools import HostPlacement, PoolRecord, fold
+from spotguard.domain.tasks import ContainerInstanceRef
+from spotguard.usecases.pools import HostPoolFacts
+from tests.conftest import REPO
+
+T0 = datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
+REF = ContainerInstanceRef(
+    cluster_arn="arn:aws:ecs:us-east-1:123456789012:cluster/gpu-spot",
+    container_instance_arn="arn:aws:ecs:us-east-1:123456789012:container-instance/gpu-spot/0123",
+    instance_id="i-0b662ef9931388ba0",
+)
+
+
+def record(provider: str, market: str, zone: str = "us-east-1a") -> PoolRecord:
+    return PoolRecord(
+        cluster="gpu-spot",
+        capacity_provider=provider,
+        auto_scaling_group=f"{provider}-group",
+        market=market,
+        instance_type="g5.xlarge",
+        availability_zone=zone,
+        gpus_per_instance=1,
+        constrain_type=False,
+        constrain_zone=False,
+        discovered_at=T0,
+    )
+
+
+class Ledger:
+    """PoolStore's contract in memory: pools by name, `record` folds (None for a pool not known)."""
+
+    def __init__(self, *pools: PoolRecord) -> None:
+        self.by_name = {p.name: p for p in pools}
+        self.calls: list[str] = []
+
+    def pools(self, cluster, include_gone=False):
+        self.calls.append("query")
+        return [p for p in self.by_name.values() if p.cluster == cluster]
+
+    def record(self, cluster, name, fact):
+        self.calls.append(f"record {name}")
+        pool = self.by_name.get(name)
+        if pool is None or pool.cluster != cluster:
+            return None
+        self.by_name[name] = fold(pool, fact)
+        return self.by_name[name]
+
+
+class Hosts:
+    def __init__(self, placement: HostPlacement | None) -> None:
+        self.placement_ = placement
+
+    def placement(self, ref):
+        return self.placement_
+
+
+POOLS = (
+    record("gpu-spot-a", "spot"),
+    record("gpu-spot-b", "spot", "us-east-1b"),
+    record("gpu-od", "on-demand"),
+)
+
+
+def test_ecs_names_the_provider_the_pool_is_read_and_written_by_name():
+    ledger = Ledger(*POOLS)
+    where = HostPlacement(
+        cluster="gpu-spot",
+        capacity_provider="gpu-spot-a",
+        instance_type="g5.xlarge",
+        availability_zone="us-east-1a",
+    )
+    facts = HostPoolFacts(Hosts(where), ledger)
+    assert facts.record_rebalance(REF, REF.instance_id, T0) == ["gpu-spot-a/g5.xlarge/us-east-1a"]
+    assert facts.record_rebalance(REF, REF.instance_id, T0) == ["gpu-spot-a/g5.xlarge/us-east-1a"]
+    assert ledger.calls == ["record gpu-spot-a/g5.xlarge/us-east-1a"] * 2  # no Query
+    pool = ledger.by_name["gpu-spot-a/g5.xlarge/us-east-1a"]
+    assert pool.rebalances.value == 1.0 and len(pool.observations) == 1  # the redelivery counted once
+    assert pool.unavailable_until is None
+    assert all(not p.observations for n, p in ledger.by_name.items() if n != pool.name)
+
+
+def test_without_a_provider_the_one_spot_pool_of_the_type_and_zone():
+    ledger = Ledger(*POOLS)
+    where = HostPlacement(cluster="gpu-spot", instance_type="g5.xlarge", availability_zone="us-east-1a")
+    assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == [
+        "gpu-spot-a/g5.xlarge/us-east-1a"
+    ]
+    assert ledger.calls == ["query", "record gpu-spot-a/g5.xlarge/us-east-1a"]
+
+
+def test_a_host_in_no_pool_keeps_no_fact():
+    for where in (
+        None,  # ECS no longer describes it
+        HostPlacement(
+            cluster="gpu-spot",
+            capacity_provider="cpu",
+            instance_type="m7i.large",
+            availability_zone="us-east-1a",
+        ),
+        HostPlacement(cluster="gpu-spot", instance_type="g6.xlarge", availability_zone="us-east-1a"),
+    ):
+        ledger = Ledger(*POOLS)
+        assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == []
+        assert all(not p.observations for p in ledger.by_name.values())
+
+
+def test_the_interruption_function_loads_nothing_of_the_pools_at_a_cold_start():
+    code = (
+        "import sys; import spotguard.runtime.interruption; "
+        "print(sorted(m for m in sys.modules if m.startswith(('spotguard.domain.pools', "
+        "'spotguard.usecases.pools', 'spotguard.adapters.pool_store'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(REPO / "layers" / "core"), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.stdout.strip() == "[]", out.stderr
