@@ -152,6 +152,22 @@ def test_least_privilege(cfn):
     assert ssm and "document/${SignalDocument}" in json.dumps(ssm)
 
 
+def test_the_interruption_function_keeps_rebalance_facts_with_the_rights_it_had(cfn):
+    """A rebalance recommendation on the host's pool (issue 18): DescribeContainerInstances on the
+    watched clusters' container instances, then the pool's item in the ledger (GetItem and a conditional
+    PutItem, or a Query of the cluster's pools); nothing wider, and nothing on another table."""
+    statements = _statements(cfn, "InterruptionFunctionRole")
+
+    def granted(action: str) -> list:
+        return [s["Resource"] for s in statements if s["Effect"] == "Allow" and action in s["Action"]]
+
+    (describe,) = granted("ecs:DescribeContainerInstances")
+    assert "container-instance/" in json.dumps(describe) and "ClusterNames" in json.dumps(describe)
+    for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"):
+        assert granted(action) == [{"Fn::GetAtt": ["LedgerTable", "Arn"]}], action
+    assert not granted("ec2:DescribeInstances") and not granted("autoscaling:DescribeAutoScalingInstances")
+
+
 def test_ssm_rights_only_when_rebalance_checkpoints(cfn):
     policies = cfn["Resources"]["InterruptionFunctionRole"]["Properties"]["Policies"]
     conditional = [p for p in policies if "Fn::If" in p]
