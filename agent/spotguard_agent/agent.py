@@ -64,18 +64,21 @@ class AgentEnv(BaseModel):
     # Expected interruptions per hour in this pool (SpotGuard's history): turns on the adaptive interval.
     interruptions_per_hour: float = Field(default=0.0, alias="SPOTGUARD_INTERRUPTIONS_PER_HOUR", ge=0)
     watch_metadata: bool = Field(default=True, alias="SPOTGUARD_WATCH_METADATA")
-    # Local runs only (`spotguard local demo --scenario capacity`, replays): the time manifests carry
-    # runs `clock_scale` times faster than the wall clock from `clock_origin` (Unix seconds), as the
-    # functions' clock does there. Unset on AWS: the wall clock.
+    # Local runs only (`spotguard local demo --scenario capacity`, `spotguard local replay`): the time
+    # manifests carry reads `clock_at` (Unix seconds; default `clock_origin`) at the wall clock's
+    # `clock_origin` and runs `clock_scale` times faster from there, as the functions' clock does there.
+    # Unset on AWS: the wall clock.
     clock_origin: float | None = Field(default=None, alias="SPOTGUARD_CLOCK_ORIGIN", ge=0)
+    clock_at: float | None = Field(default=None, alias="SPOTGUARD_CLOCK_AT", ge=0)
     clock_scale: float = Field(default=1.0, alias="SPOTGUARD_CLOCK_SCALE", gt=0, le=100_000)
 
     def clock(self) -> datetime:
         now = datetime.now(UTC)
-        if self.clock_origin is None or self.clock_scale == 1.0:
+        if self.clock_origin is None:
             return now
         origin = datetime.fromtimestamp(self.clock_origin, UTC)
-        return origin + (now - origin) * self.clock_scale
+        at = origin if self.clock_at is None else datetime.fromtimestamp(self.clock_at, UTC)
+        return at + (now - origin) * self.clock_scale
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> AgentEnv:
@@ -180,6 +183,11 @@ class Agent:
     def should_save(self) -> bool:
         interval_due = time.monotonic() - self._last_commit >= self.interval()
         return self._stop.is_set() or self._save.is_set() or interval_due
+
+    @property
+    def stopping(self) -> bool:
+        """True once SIGTERM (or a notice the agent watched for) asked the process to stop."""
+        return self._stop.is_set()
 
     def should_exit(self) -> bool:
         """True after SIGTERM once the checkpoint is committed: exit with `exit_code` (75)."""

@@ -77,6 +77,9 @@ def add_parser(sub: Any) -> None:
         help=f"{SHORTAGE}: seconds until the pool can launch again (default 300)",
     )
     i.set_defaults(run=run_inject)
+    from spotguard_cli.replay.run import add_parser as add_replay
+
+    add_replay(actions)
 
 
 def _positive(text: str) -> float:

@@ -122,6 +122,15 @@ class GpuCluster:
         self.hosts.append(host)
         return host
 
+    def remove_host(self, host: Host) -> None:
+        """The instance is gone (spot took it back): EC2 terminates it and ECS deregisters it."""
+        if host in self.hosts:
+            self.hosts.remove(host)
+        self.ecs.deregister_container_instance(
+            cluster=self.name, containerInstance=host.container_instance_arn, force=True
+        )
+        self.ec2.terminate_instances(InstanceIds=[host.instance_id])
+
     def gpu_task_definition(
         self, family: str = "train", gpus: int = 1, command: list[str] | None = None
     ) -> str:

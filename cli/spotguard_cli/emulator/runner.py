@@ -84,12 +84,12 @@ class TaskRunner:
         on_change: Callable[[str], None] = lambda _: None,
         cwd: Path | None = None,
         on_exit: Callable[[str], None] = lambda _: None,
-        environment: dict[str, str] | None = None,
+        environment: Callable[[], dict[str, str]] = dict,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.cluster = cluster
         self.clock = clock  # the times the ECS agent reports (the local stack's scaled clock, if any)
-        self.environment = dict(environment or {})  # every task's, after its own (the scaled clock)
+        self.environment = environment  # every task's, after its own (the scaled clock), read at its start
         self.ecs = cluster.ecs
         self.events = events
         self.endpoint = endpoint
@@ -155,6 +155,14 @@ class TaskRunner:
             self._signal(target, getattr(signal, sig))
             self.on_change(f"  {sig} -> {_short(target.task_arn)} (pid {target.proc.pid}) via SSM")
 
+    def kill(self, task_arn: str) -> None:
+        """The task's instance is gone: its process ends at once (SIGKILL), as the instance's does."""
+        r = self.running.get(task_arn)
+        if r is not None and not r.killed:
+            self._signal(r, signal.SIGKILL)
+            r.killed = True
+            self.on_change(f"  SIGKILL {_short(task_arn)}: its instance was taken away")
+
     def stop_all(self) -> None:
         """Stop every process this runner started (Ctrl-C, the end of a demo): no orphans."""
         for r in list(self.running.values()):
@@ -187,7 +195,7 @@ class TaskRunner:
             **{e["name"]: e.get("value", "") for e in container.get("environment") or []},
             **{e["name"]: e.get("value", "") for e in override.get("environment") or []},
             **local_environment(self.endpoint, self.region),
-            **self.environment,
+            **self.environment(),
         }
         log_path = self.log_dir / f"task-{_short(arn)}.log"
         log: IO[bytes] | None = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -53,30 +54,50 @@ LOCAL_POOLS = [
 class ScaledClock:
     """Time that runs `scale` times faster than the wall clock from the moment it is made: with scale
     300, a second here is five minutes for SpotGuard, so that a job hours long (and its deadline, and
-    the capacity policy's ten-minute ticks) plays out in a minute. Scale 1 is the wall clock."""
+    the capacity policy's ten-minute ticks) plays out in a minute. Scale 1 is the wall clock.
 
-    def __init__(self, scale: float = 1.0) -> None:
+    `jump_to` moves it forward at once (a replay skips the hours when no job runs); it never goes back.
+    `start` sets where it starts (a replay starts at its trace's first hour)."""
+
+    def __init__(self, scale: float = 1.0, start: datetime | None = None) -> None:
         if scale <= 0:
             raise ValueError("the time scale must be positive")
         self.scale = scale
-        self.origin = datetime.now(UTC)
+        self.origin = datetime.now(UTC)  # the wall clock's reading ...
+        self.at = start or self.origin  # ... when this clock read this
+        self._lock = threading.Lock()
 
     def now(self) -> datetime:
         real = datetime.now(UTC)
-        return real if self.scale == 1.0 else self.origin + (real - self.origin) * self.scale
+        if self.scale == 1.0 and self.at == self.origin:
+            return real
+        with self._lock:
+            return self.at + (real - self.origin) * self.scale
+
+    def jump_to(self, when: datetime) -> None:
+        """Read `when` from now on (later than now: time moves on by the difference at once)."""
+        with self._lock:
+            real = datetime.now(UTC)
+            now = self.at + (real - self.origin) * self.scale
+            if when < now:
+                raise ValueError(f"the clock cannot go back from {now.isoformat()} to {when.isoformat()}")
+            self.origin, self.at = real, when
 
     def seconds(self, scaled: float) -> float:
         """Wall-clock seconds for `scaled` seconds of SpotGuard's time."""
         return scaled / self.scale
 
     def task_environment(self) -> dict[str, str]:
-        """What tells the agent in a task to date its manifests on this clock (AgentEnv.clock)."""
-        if self.scale == 1.0:
+        """What tells the agent in a task to date its manifests on this clock (AgentEnv.clock). Read it
+        when the task starts: a jump changes it."""
+        if self.scale == 1.0 and self.at == self.origin:
             return {}
-        return {
-            "SPOTGUARD_CLOCK_ORIGIN": f"{self.origin.timestamp():.6f}",
-            "SPOTGUARD_CLOCK_SCALE": f"{self.scale:g}",
-        }
+        with self._lock:
+            return {
+                "SPOTGUARD_CLOCK_ORIGIN": f"{self.origin.timestamp():.6f}",
+                "SPOTGUARD_CLOCK_AT": f"{self.at.timestamp():.6f}",
+                "SPOTGUARD_CLOCK_SCALE": f"{self.scale:g}",
+            }
 
 
 def schedule_seconds() -> float:
@@ -100,6 +121,7 @@ class LocalSystem:
         on_change: Callable[[str], None] = lambda _: None,
         reconcile_every: float | None = None,
         time_scale: float = 1.0,
+        clock_start: datetime | None = None,
     ) -> None:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +135,7 @@ class LocalSystem:
         self.stack, self.cluster, self.scheduler = parts.stack, parts.cluster, parts.scheduler
         self.functions, self.pollers = parts.functions, parts.pollers
         self.events = self.stack.client("events")
-        self.clock = ScaledClock(time_scale)
+        self.clock = ScaledClock(time_scale, clock_start)
         self.reconcile_every = reconcile_every or self.clock.seconds(schedule_seconds())
         self._next_reconcile = time.monotonic() + self.reconcile_every
         self.runner = TaskRunner(
@@ -125,10 +147,12 @@ class LocalSystem:
             on_change,
             cwd=Path.cwd(),
             on_exit=self.scheduler.release,
-            environment=self.clock.task_environment(),
+            environment=self.clock.task_environment,
             clock=self.clock.now,
         )
-        if time_scale != 1.0:  # every function reads the scaled time, and SQS delays shrink with it
+        if (
+            time_scale != 1.0 or clock_start is not None
+        ):  # every function reads the scaled time, and SQS delays shrink with it
             for host in self.functions.values():
                 runtime = getattr(host.module, "runtime", None)
                 if runtime is not None and hasattr(runtime, "clock"):
@@ -163,6 +187,16 @@ class LocalSystem:
         self.put(container_instance_event(self.cluster.describe_host(host)))
         return host
 
+    def take_away(self, host: Host) -> None:
+        """Spot takes the instance back: the processes of its tasks end at once (a task still running
+        there then stops with exit code 137), no task is placed on it again, and it leaves the cluster."""
+        for arn, where in list(self.scheduler.placed.items()):
+            if where == host.container_instance_arn:
+                self.runner.kill(arn)
+        self.scheduler.status[host.container_instance_arn] = "INACTIVE"
+        self.cluster.remove_host(host)
+        self.on_change(f"  {host.instance_id} ({host.capacity_provider}) taken away")
+
     def capacity_shortage(self, capacity_provider: str, seconds: float) -> dict[str, Any]:
         """The pool's Auto Scaling group can launch nothing for `seconds` (wall clock): RunTask finds no
         new instance there (the scheduler refuses the provider), and Auto Scaling says so on the bus
@@ -191,7 +225,14 @@ class LocalSystem:
             raise RuntimeError(f"EventBridge refused the event: {resp['Entries']}")
 
     def notice(self, kind: str, instance_id: str, **detail: Any) -> dict[str, Any]:
-        event = make_event(kind, instance_id, region=self.stack.region, account=self.stack.account, **detail)
+        event = make_event(
+            kind,
+            instance_id,
+            at=self.clock.now(),
+            region=self.stack.region,
+            account=self.stack.account,
+            **detail,
+        )
         self.put(event)
         return event
 
