@@ -17,7 +17,7 @@ checks that every task was stopped once, every job resubmitted once, nothing dea
     .venv/bin/python bench/local_load.py [--instances 200] [--tasks 4] [--latency] [--json]
 
 --latency: SpotGuard's AWS calls each wait as long as AWS might take (emulator/latency.py, the figures in
-the README), so the result projects to AWS rather than to moto on 127.0.0.1. Everything runs on this
+docs/benchmarks.md), so the result projects to AWS rather than to moto on 127.0.0.1. Everything runs on this
 machine's cores (moto server in one process, every function in this one): where the cores are few or
 shared, moto's throughput bounds the figures, which the output shows (calls per second).
 

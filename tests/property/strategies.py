@@ -1,7 +1,7 @@
 """Inputs for the properties: random JSON, text, and mutations of the real samples (a field dropped, its
 type changed, huge, negative, empty, unicode, nested or placeholder values swapped in, keys added).
 
-`malformed(name, event)` is the oracle: an independent statement (from the README and the event
+`malformed(name, event)` is the oracle: an independent statement (from docs/events.md and the event
 formats, not from SpotGuard's parsers) of when an event of a sample's kind must not be acted on. It
 names a reason, or returns None when the event may be acted on. It is deliberately partial: it only
 flags what is clearly wrong, and leaves the rest to the properties that hold for every input.

@@ -2,7 +2,7 @@
 127.0.0.1: before each call is sent, its thread sleeps for a time drawn from a log-normal distribution
 per service (set by its median and 99th percentile). The call then goes to moto as before.
 
-The figures are assumptions, stated in the README next to the figures they produce:
+The figures are assumptions, stated in docs/benchmarks.md next to the figures they produce:
 - DynamoDB: AWS states single-digit millisecond latency for its reads and writes; 5 ms median, 25 ms p99
   (a conditional write or a query of a few items, consistent read, in the function's Region).
 - ECS control plane (ListTasks, StopTask, UpdateContainerInstancesState, DescribeTasks): no published

@@ -2,7 +2,7 @@
 
 Its RunTask request is rebuilt from the task's description (DescribeTasks with tags) and the stack's
 network defaults; `adopted_job` makes the job, with the task as its first attempt. What a description
-does not hold cannot be rebuilt (the README lists it): placement constraints and strategy,
+does not hold cannot be rebuilt (docs/jobs.md lists it): placement constraints and strategy,
 propagateTags, volume configurations, the security groups of an awsvpc task, and the request's
 clientToken or referenceId.
 """

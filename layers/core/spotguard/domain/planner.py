@@ -16,7 +16,7 @@ the wait is expected to be long (an hour of on-demand work is worth waiting abou
 it no longer waits while spot is there: without it idle time is free, and with a loose deadline waiting
 for an older (likelier to last) spot run looked as good as running now, which no one who submits a job
 wants. The share was chosen on that principle, not on the traces; it costs a little money on them
-(README, "Capacity policies on spot traces").
+(docs/capacity.md, "Capacity policies on spot traces").
 
 With several pools, `JointPlan` solves the same problem over two pools' states at once: it knows that
 losing spot in one pool means a restart, in the other pool if that one has spot then, and when moving

@@ -149,9 +149,9 @@ class JobOptions(BaseModel):
     avoid_pool_seconds: int = Field(default=1800, ge=0, le=7 * 86400)
     # The container that runs the agent (gets SIGUSR1); None = the first in the task definition.
     checkpoint_container: str | None = Field(default=None, min_length=1, max_length=255)
-    # Capacity (docs: README "Pools, decisions and moves"). auto: when the cluster has pools, the capacity
-    # policy chooses each launch's pool (spot or on-demand) or a wait, and may move a job with a deadline;
-    # fixed: every launch is the request as submitted.
+    # Capacity (docs/capacity.md, "Pools, decisions and moves"). auto: when the cluster has pools, the
+    # capacity policy chooses each launch's pool (spot or on-demand) or a wait, and may move a job with a
+    # deadline; fixed: every launch is the request as submitted.
     capacity: Literal["auto", "fixed"] = "auto"
     # The user's estimate of the whole job's work, in hours of running; replaced by the measured rate of
     # progress once two checkpoints of one attempt exist.

@@ -7,8 +7,8 @@
 - a running job whose task stopped unseen (or vanished from ECS) gets its stop applied, as the event
   would have done.
 
-And capacity (README "Pools, decisions and moves"): the watched clusters' pools are discovered again
-(prices and placement scores refreshed when stale); a task that waits for an instance past its job's
+And capacity (docs/capacity.md, "Pools, decisions and moves"): the watched clusters' pools are discovered
+again (prices and placement scores refreshed when stale); a task that waits for an instance past its job's
 `provisioning_timeout_seconds` is stopped and launched elsewhere, its pool marked unavailable; a running
 job with a deadline is decided again, and moved when the plan says so (to on-demand when spot can no
 longer meet the deadline, back to spot when it pays), at most `max_moves` times and never within
