@@ -1,8 +1,9 @@
 """Each capacity decision turned into the right RunTask, and launch failures marking a pool, in the live
 system over moto (issue 18's "Done when"): an on-demand or spot decision in a provider spanning two zones
-is a RunTask with that provider as its strategy, no launch type, and the zone pinned by the first
-placement constraint; a decision to wait makes no RunTask and is kept on the job with its reason; a task
-left PROVISIONING past `provisioning_timeout_seconds` marks its pool and the job is launched elsewhere.
+(or types) is a RunTask with that provider as its strategy, no launch type, and the zone (and type)
+pinned by the first placement constraint; a decision to wait makes no RunTask and is kept on the job
+with its reason; a task left PROVISIONING past `provisioning_timeout_seconds` marks its pool and the job
+is launched elsewhere.
 
 The GpuScheduler plays ECS's placement (it honours the strategy's providers and the memberOf
 constraints) and keeps every RunTask request in `scheduler.requests`."""
@@ -180,3 +181,74 @@ def test_a_task_left_provisioning_past_its_bound_marks_the_pool_and_the_job_goes
     _, second_request = world.scheduler.requests
     assert _provider(second_request) != _provider(first_request)
     assert status["decisions"][-1]["pool"] == second["pool"]
+
+
+def _mixed_provider(world: JobsWorld, name: str, types: tuple[str, ...], zones: tuple[str, ...]) -> None:
+    """One more spot provider, its Auto Scaling group over several instance types (mixed instances
+    overrides) and zones, as examples/gpu-cluster could make it; PoolGroup has one type only."""
+    ec2, asg, ecs = (world.stack.client(s) for s in ("ec2", "autoscaling", "ecs"))
+    subnets = [
+        s["SubnetId"]
+        for s in ec2.describe_subnets()["Subnets"]
+        if s["CidrBlock"].startswith("10.8.") and s["AvailabilityZone"] in zones
+    ]
+    assert len(subnets) == len(zones)
+    (template,) = ec2.describe_launch_templates(LaunchTemplateNames=["gpu-spot-gpu"])["LaunchTemplates"]
+    asg.create_auto_scaling_group(
+        AutoScalingGroupName=f"{name}-group",
+        MinSize=0,
+        MaxSize=10,
+        VPCZoneIdentifier=",".join(subnets),
+        MixedInstancesPolicy={
+            "InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 0},
+            "LaunchTemplate": {
+                "LaunchTemplateSpecification": {
+                    "LaunchTemplateId": template["LaunchTemplateId"],
+                    "Version": "$Latest",
+                },
+                "Overrides": [{"InstanceType": t} for t in types],
+            },
+        },
+    )
+    (group,) = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[f"{name}-group"])["AutoScalingGroups"]
+    ecs.create_capacity_provider(
+        name=name, autoScalingGroupProvider={"autoScalingGroupArn": group["AutoScalingGroupARN"]}
+    )
+    (cluster,) = ecs.describe_clusters(clusters=["gpu-spot"])["clusters"]
+    ecs.put_cluster_capacity_providers(
+        cluster="gpu-spot",
+        capacityProviders=[*cluster["capacityProviders"], name],
+        defaultCapacityProviderStrategy=[],
+    )
+
+
+def test_a_spot_decision_in_a_provider_over_two_types_and_zones_pins_both(spread):
+    world, _ = spread
+    _mixed_provider(world, "gpu-spot-mix", ("g5.xlarge", "g5.2xlarge"), ("us-east-1a", "us-east-1b"))
+    # the mixed provider's instances, each type in each zone (g5.xlarge first: the policy takes
+    # g5.2xlarge here (moto quotes every spot price alike), so only the type pin keeps it off g5.xlarge)
+    mix = {
+        (t, z): world.cluster.add_host(t, z, "gpu-spot-mix")
+        for z in ("us-east-1a", "us-east-1b")
+        for t in ("g5.xlarge", "g5.2xlarge")
+    }
+    assert world.reconcile()["pools"] == 8
+    pools = _pools(world)
+    for t in ("g5.xlarge", "g5.2xlarge"):
+        for z in ("us-east-1a", "us-east-1b"):
+            pool = pools[f"gpu-spot-mix/{t}/{z}"]
+            assert pool["constrain_type"] and pool["constrain_zone"], pool["name"]
+    now = datetime.now(UTC)
+    for zone in ("us-east-1a", "us-east-1b"):
+        _launch_failed(world, "gpu-spot-ab-group", zone, now)
+    _launch_failed(world, "gpu-spot-mix-group", "us-east-1a", now)  # spot left: the mix in us-east-1b
+    job = _submit(world, work_hours=10)
+    (request,) = world.scheduler.requests
+    (decision,) = world.status(job["job_id"])["decisions"]
+    itype = decision["instance_type"]
+    assert decision["placement"] == "spot" and decision["pool"] == f"gpu-spot-mix/{itype}/us-east-1b"
+    assert "launchType" not in request and _provider(request) == "gpu-spot-mix"
+    pin = f"attribute:ecs.instance-type == {itype} and {ZONE_PIN.format('us-east-1b')}"
+    assert request["placementConstraints"] == [{"type": "memberOf", "expression": pin}, OWN]
+    task_arn = world.status(job["job_id"])["attempts"][-1]["task_arn"]
+    assert _placed_on(world, task_arn) == mix[(itype, "us-east-1b")].container_instance_arn
