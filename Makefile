@@ -20,7 +20,7 @@ CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo demo-capacity check test test-py313 lint bench bench-load bench-capacity bench-decide traces sam checkov events wheels clean
+.PHONY: setup demo demo-capacity check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay traces sam checkov events wheels clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,11 @@ traces:
 # at once. Long: the omniscient bound and SpotGuard's planner solve a dynamic programme per run.
 bench-capacity: setup traces
 	$(BIN)/python bench/capacity.py
+
+# The live system on the same traces (spotguard local replay): pairs of pools and single pools, C=48 R=60
+# D=0.2, the live cost beside the simulator's for the same starts. Long (about 1.5 hours); not in CI.
+bench-replay: setup traces
+	$(BIN)/python bench/replay.py
 
 # One capacity decision (choose_capacity, 100 random jobs x 4 pools) on one core, as a 1,769 MB Lambda
 # has: today's plan against the unbounded one of commit 389ee7e, and the cold import numpy adds.

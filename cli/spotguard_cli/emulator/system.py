@@ -122,6 +122,7 @@ class LocalSystem:
         reconcile_every: float | None = None,
         time_scale: float = 1.0,
         clock_start: datetime | None = None,
+        schedule_aside: bool = False,
     ) -> None:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -138,6 +139,11 @@ class LocalSystem:
         self.clock = ScaledClock(time_scale, clock_start)
         self.reconcile_every = reconcile_every or self.clock.seconds(schedule_seconds())
         self._next_reconcile = time.monotonic() + self.reconcile_every
+        # With `schedule_aside`, the scheduled reconcile runs in a thread of its own, as Lambda runs it
+        # beside the event-driven functions, instead of holding up every queue for its sweep (a replay's
+        # fast clock makes a sweep's tenth of a second minutes of SpotGuard's time).
+        self.schedule_aside = schedule_aside
+        self._sweep: threading.Thread | None = None
         self.runner = TaskRunner(
             self.cluster,
             self.events,
@@ -266,10 +272,17 @@ class LocalSystem:
             handled += n
         if time.monotonic() >= self._next_reconcile:
             self._next_reconcile = time.monotonic() + self.reconcile_every
-            counts = self.functions["ReconcileFunction"].invoke({"id": "local-schedule"})
-            if any(v for k, v in counts.items() if k != "checked"):
-                self.on_change(f"  reconcile: {counts}")
+            if not self.schedule_aside:
+                self._reconcile()
+            elif self._sweep is None or not self._sweep.is_alive():  # one sweep at a time
+                self._sweep = threading.Thread(target=self._reconcile, name="reconcile", daemon=True)
+                self._sweep.start()
         return handled
+
+    def _reconcile(self) -> None:
+        counts = self.functions["ReconcileFunction"].invoke({"id": "local-schedule"})
+        if any(v for k, v in counts.items() if k != "checked"):
+            self.on_change(f"  reconcile: {counts}")
 
     def run_until(self, done: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
         deadline = time.monotonic() + timeout
@@ -281,6 +294,8 @@ class LocalSystem:
         return False
 
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.join(timeout=60)
         self.runner.stop_all()
         self.function_log.close()
 

@@ -81,13 +81,14 @@ class ReplayWorld:
         ]
         self.on_demand = PoolGroup(ON_DEMAND, f"{ON_DEMAND}-group", INSTANCE_TYPE, (ZONES[0],), spot=False)
         self.counts = {"warnings": 0, "taken_away": 0, "launch_failures": 0, "launches": 0}
+
+    def build(self) -> None:
+        """The pools' groups and capacity providers, and the on-demand pool's instances; EC2's answers
+        that moto cannot give (the replay's spot price, p3.2xlarge's description)."""
         from spotguard.adapters import clients
 
         clients.on_event("before-call.ec2.DescribeSpotPriceHistory", self._spot_prices)
         clients.on_event("before-call.ec2.DescribeInstanceTypes", _describe_p3)
-
-    def build(self) -> None:
-        """The pools' groups and capacity providers, and the on-demand pool's instances."""
         self.system.add_pools([p.group for p in self.pools] + [self.on_demand])
         for _ in range(self.instances):
             self.system.add_pool_host(ON_DEMAND)
