@@ -96,12 +96,13 @@ def test_a_pool_follows_its_trace_tick_by_tick():
     assert _kinds(system) == ["EC2 Instance Launch Successful"] * 2 and len(world.pools[0].hosts) == 2
     world.tick(1)  # no change: nothing said
     assert len(system.events) == 2
-    assert world.warn(1) == [] and world.warn(2) != []  # warned before the tick that loses spot only
-    assert system.notices == [h.instance_id for h in world.pools[0].hosts]
+    hosts = list(world.pools[0].hosts)
+    assert world.warn(1) == [] and world.warn(2) == hosts  # warned before the tick that loses spot only
+    assert system.notices == [h.instance_id for h in hosts] and world.pools[0].hosts == []
     world.tick(2)  # spot gone: no placement there, and Auto Scaling's launch fails
     assert provider in system.scheduler.short_providers
     assert _kinds(system)[-1] == "EC2 Instance Launch Unsuccessful"
-    assert world.take_away() == 0.0 and len(system.taken) == 2 and world.pools[0].hosts == []
+    assert world.take_away() == 0.0 and system.taken == [h.instance_id for h in hosts]
     world.tick(3)  # still gone: the group keeps failing, and says so at every tick
     assert _kinds(system)[-1] == "EC2 Instance Launch Unsuccessful" and len(system.events) == 4
     world.tick(4)  # back: new instances, placements allowed again
@@ -117,6 +118,20 @@ def test_instances_are_not_taken_before_the_warning_floor():
     world.tick(1)
     wait = world.take_away()
     assert 29.0 < wait <= 30.0 and system.taken == []  # a task has the floor's wall time to checkpoint
+
+
+def test_spot_back_at_the_next_tick_brings_new_instances_while_the_warned_ones_go():
+    """A pool out for one tick: its warned (drained) instances are still taken away, and the group
+    launches new ones for the next tick, so the pool can place tasks again at once."""
+    world, system = _world([1, 0, 1], floor=30.0)
+    world.tick(0)
+    warned = world.warn(1)
+    world.tick(1)
+    assert world.take_away() > 0 and system.taken == []  # within the floor: kept for now
+    world.tick(2)
+    assert len(world.pools[0].hosts) == 2 and not set(world.pools[0].hosts) & set(warned)
+    world.warn_floor = 0.0
+    assert world.take_away() == 0.0 and system.taken == [h.instance_id for h in warned]
 
 
 def test_the_replay_checks_its_arguments():

@@ -50,9 +50,9 @@ def provider_name(index: int, trace: Trace) -> str:
 class TracePool:
     trace: Trace
     group: PoolGroup
-    hosts: list[Host] = field(default_factory=list)
+    hosts: list[Host] = field(default_factory=list)  # its instances, not warned
+    doomed: list[tuple[Host, float]] = field(default_factory=list)  # warned: (instance, wall clock)
     available: bool | None = None  # the state applied so far (None: no tick yet)
-    warned_at: float | None = None  # wall clock of the last warning of its instances
 
 
 class ReplayWorld:
@@ -124,25 +124,30 @@ class ReplayWorld:
                 for host in pool.hosts:
                     self.system.notice("spot-interruption", host.instance_id)
                     warned.append(host)
-                pool.warned_at = time.monotonic()
+                    pool.doomed.append((host, time.monotonic()))
                 self.counts["warnings"] += len(pool.hosts)
+                pool.hosts.clear()  # they are drained: spot coming back needs new instances
         return warned
 
     def take_away(self) -> float:
-        """Take away the instances of every pool whose spot is gone; the wall-clock seconds to wait first
-        when a warning was given less than `warn_floor_seconds` ago (nothing is taken then)."""
+        """Take away every warned instance whose spot is gone (its tick has come); the wall-clock seconds
+        to wait for those warned less than `warn_floor_seconds` ago (they are kept until then). A pool
+        that lost spot with no warning (the first tick after a skip) loses its instances at once."""
         wait = 0.0
         for pool in self.pools:
-            if pool.available or not pool.hosts:
-                continue
-            since = time.monotonic() - (pool.warned_at or 0.0)
-            if since < self.warn_floor:
-                wait = max(wait, self.warn_floor - since)
-                continue
-            for host in pool.hosts:
+            if pool.available is False and pool.hosts:
+                pool.doomed += [(host, 0.0) for host in pool.hosts]
+                pool.hosts.clear()
+            kept = []
+            for host, warned_at in pool.doomed:
+                since = time.monotonic() - warned_at
+                if since < self.warn_floor:
+                    wait = max(wait, self.warn_floor - since)
+                    kept.append((host, warned_at))
+                    continue
                 self.system.take_away(host)
                 self.counts["taken_away"] += 1
-            pool.hosts.clear()
+            pool.doomed = kept
         return wait
 
     def _put(self, make: Any, pool: TracePool, *instance: str) -> None:
