@@ -235,12 +235,17 @@ def add_parser(sub: Any) -> None:
         "--plot", metavar="PNG", help="draw mean cost against the deadline for the chosen policies"
     )
     p.set_defaults(run=run)
+    one_line_errors(p, "spotguard simulate")
+
+
+def one_line_errors(parser: argparse.ArgumentParser, prog: str) -> None:
+    """Bad arguments: one line on stderr, `<prog>: <what is wrong>`, and exit status 2."""
 
     def one_line_error(message: str) -> None:
-        print(f"spotguard simulate: {message}", file=sys.stderr)
+        print(f"{prog}: {message}", file=sys.stderr)
         sys.exit(2)
 
-    p.error = one_line_error  # type: ignore[method-assign]
+    parser.error = one_line_error  # type: ignore[method-assign]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,8 +27,9 @@ POOLS = [
 ]
 
 
-@pytest.fixture
-def world() -> Iterator[JobsWorld]:
+def cluster_with_pools() -> Iterator[JobsWorld]:
+    """The stack over moto with POOLS and an instance in each: spot in us-east-1a and in us-east-1b (a
+    provider each), on-demand in us-east-1a."""
     with fresh_aws():
         w = make_jobs_world()
         w.cluster.add_pools(w.stack.client("autoscaling"), POOLS)
@@ -36,6 +37,11 @@ def world() -> Iterator[JobsWorld]:
         w.cluster.add_host("g5.xlarge", "us-east-1b", "gpu-spot-b")
         w.cluster.add_host("g5.xlarge", "us-east-1a", "gpu-od", spot=False)
         yield w
+
+
+@pytest.fixture
+def world() -> Iterator[JobsWorld]:
+    yield from cluster_with_pools()
 
 
 def _pools(world: JobsWorld) -> dict[str, dict]:

@@ -20,7 +20,7 @@ from spotguard_cli.emulator.gpucluster import Host, PoolGroup
 from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
 
 from .conftest import fresh_aws
-from .test_capacity import POOLS, _launch_failed, _pools, _provider
+from .test_capacity import _launch_failed, _pools, _provider, cluster_with_pools
 
 pytestmark = pytest.mark.slow  # every test deploys the stack into moto
 
@@ -35,13 +35,8 @@ OWN = {"type": "memberOf", "expression": "attribute:ecs.instance-type != p3.2xla
 
 @pytest.fixture
 def world() -> Iterator[JobsWorld]:
-    """test_capacity's cluster: spot in us-east-1a and in us-east-1b (a provider each), on-demand in both."""
-    with fresh_aws():
-        w = make_jobs_world()
-        w.cluster.add_pools(w.stack.client("autoscaling"), POOLS)
-        w.cluster.add_host("g5.xlarge", "us-east-1a", "gpu-spot-a")
-        w.cluster.add_host("g5.xlarge", "us-east-1b", "gpu-spot-b")
-        w.cluster.add_host("g5.xlarge", "us-east-1a", "gpu-od", spot=False)
+    """test_capacity's cluster, its pools discovered."""
+    for w in cluster_with_pools():
         assert w.reconcile()["pools"] == 4
         yield w
 

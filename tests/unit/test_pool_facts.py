@@ -4,14 +4,11 @@ start loads of the pools (nothing)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import UTC, datetime
 
 from spotguard.domain.pools import HostPlacement, PoolRecord, fold
 from spotguard.domain.tasks import ContainerInstanceRef
 from spotguard.usecases.pools import HostPoolFacts
-from tests.conftest import REPO
 
 T0 = datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
 REF = ContainerInstanceRef(
@@ -112,19 +109,3 @@ def test_a_host_in_no_pool_keeps_no_fact():
         ledger = Ledger(*POOLS)
         assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == []
         assert all(not p.observations for p in ledger.by_name.values())
-
-
-def test_the_interruption_function_loads_nothing_of_the_pools_at_a_cold_start():
-    code = (
-        "import sys; import spotguard.runtime.interruption; "
-        "print(sorted(m for m in sys.modules if m.startswith(('spotguard.domain.pools', "
-        "'spotguard.usecases.pools', 'spotguard.adapters.pool_store'))))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(REPO / "layers" / "core"), "PATH": "/usr/bin:/bin"},
-    )
-    assert out.stdout.strip() == "[]", out.stderr

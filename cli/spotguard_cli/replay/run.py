@@ -58,7 +58,7 @@ class _Action:
 
 
 def add_parser(actions: Any) -> None:
-    from spotguard_cli.simulate import _count, _positive, _seed
+    from spotguard_cli.simulate import _count, _positive, _seed, one_line_errors
 
     r = actions.add_parser(
         "replay",
@@ -83,12 +83,7 @@ def add_parser(actions: Any) -> None:
     )
     r.add_argument("--json", action="store_true", help="the result, the simulator's and the proof as JSON")
     r.set_defaults(run=run)
-
-    def one_line_error(message: str) -> None:
-        print(f"spotguard local replay: {message}", file=sys.stderr)
-        sys.exit(2)
-
-    r.error = one_line_error  # type: ignore[method-assign]
+    one_line_errors(r, "spotguard local replay")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -372,6 +367,11 @@ def _live_row(run: JobRun) -> dict[str, Any]:
         "spot_hours": round(spot, 3),
         "on_demand_hours": round(sum(_hours(a) for a in attempts) - spot, 3),
         "steps_redone": executed - needed if needed is not None else None,
+        "work_lost_hours": round((executed - needed) * STEP_MINUTES / 60, 3) if needed is not None else None,
+        "decisions": [
+            {k: d.get(k) for k in ("at", "trigger", "placement", "pool", "reason", "expected_cost")}
+            for d in s.get("decisions") or []
+        ],
         "lost_committed_step": lost_commit,
     }
 
