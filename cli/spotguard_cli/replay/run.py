@@ -46,7 +46,6 @@ class JobRun:
     submitted_at: datetime
     deadline: datetime
     status: dict[str, Any] = field(default_factory=dict)
-    finished_at: datetime | None = None
 
 
 @dataclass(order=True)
@@ -288,7 +287,6 @@ def _drive(
                     state = system.job_state(run.job_id)
                     if state in TERMINAL:
                         live.discard(run.job_id)
-                        run.finished_at = system.clock.now()
                         say(f"{run.job_id} {state}")
         if len(jobs) == n_jobs and not live:
             return
