@@ -69,6 +69,14 @@ def sample(python: str, code: str, cwd: Path, pythonpath: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def function_cold_import(name: str, rounds: int = 3, python: str = sys.executable) -> float:
+    """The median cold import of one function (seconds), over `rounds` fresh processes."""
+    layer = str(REPO / "layers" / "core")
+    folder = REPO / "functions" / name
+    pythonpath = f"{layer}{os.pathsep}{folder}"
+    return statistics.median([sample(python, FUNCTION, folder, pythonpath) for _ in range(rounds)])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=9, help="samples of each kind (default 9)")

@@ -14,12 +14,21 @@ instance on the interruption path, by API, and those made before the instance's 
 time of this process per notice (what sizes the function's memory); the most invocations at once; and
 checks that every task was stopped once, every job resubmitted once, nothing dead-lettered.
 
-    .venv/bin/python bench/local_load.py [--instances 200] [--tasks 4] [--latency] [--json]
+    .venv/bin/python bench/local_load.py [--instances 200] [--tasks 4] [--latency] [--isolated] [--json]
 
 --latency: SpotGuard's AWS calls each wait as long as AWS might take (emulator/latency.py, the figures in
 docs/benchmarks.md), so the result projects to AWS rather than to moto on 127.0.0.1. Everything runs on this
 machine's cores (moto server in one process, every function in this one): where the cores are few or
 shared, moto's throughput bounds the figures, which the output shows (calls per second).
+
+--isolated: the projection to AWS. Every warning is put on the bus first; then the batches are handled one
+at a time, each with the machine to itself (as every Lambda execution environment has a vCPU of its own,
+and AWS's services do not slow down for a few hundred callers, where moto on two shared cores does), and
+timed. `Scaling.schedule` then places the invocations as Lambda's pollers would (five at first, five more
+a second), each new execution environment starting cold (the function's cold import, measured here in
+fresh processes: bench/cold_start.py); a warning's time is where its last StopTask falls in its
+invocation, so placed. With --latency, each event's way to the function is drawn too (EventBridge to
+SQS, then the poller's receive: emulator/latency.py); without it, it is moto's.
 
 On a terminal (and without --json), progress is shown on stderr, phase by phase: hosts set up, jobs
 submitted, tasks running, notices handled (an instance's notice counts once all its tasks have had their
@@ -41,9 +50,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from cold_start import function_cold_import  # bench/cold_start.py
+
 from spotguard.adapters import clients
 from spotguard_cli.emulator.inject import make_event, put_entry
-from spotguard_cli.emulator.lambdas import FunctionHost
+from spotguard_cli.emulator.lambdas import FunctionHost, Invocation, Scaling
 from spotguard_cli.emulator.latency import LatencyModel
 from spotguard_cli.emulator.motoserver import MotoServer
 from spotguard_cli.emulator.system import LocalSystem
@@ -166,7 +177,43 @@ def _visible(poller: Any) -> int:
     return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
 
 
-def run(instances: int, tasks: int, latency: bool, show: bool = False) -> dict[str, Any]:
+def _count_visible(poller: Any) -> int:
+    attrs = poller.sqs.get_queue_attributes(
+        QueueUrl=poller.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"])
+
+
+def project(
+    invocations: list[Invocation],
+    put: dict[str, float],
+    arrive: dict[str, float],
+    last_stop: dict[str, float],
+    scaling: Scaling,
+    cold_seconds: float,
+) -> dict[str, float]:
+    """Warning to last StopTask per instance (seconds), the invocations placed by `scaling.schedule`.
+    `put` and `arrive`: when each instance's warning was put on the bus and when its record reached the
+    poller (seconds on one clock); `last_stop`: the time.monotonic() of its last StopTask, in its
+    invocation timed alone."""
+    owners = [[m.group(0) for m in map(INSTANCE.search, inv.bodies) if m] for inv in invocations]
+    placed = scaling.schedule(
+        [max((arrive[i] for i in who), default=0.0) for who in owners],
+        [inv.ended - inv.started for inv in invocations],
+        cold_seconds,
+    )
+    times: dict[str, float] = {}
+    for inv, who, (start, cold) in zip(invocations, owners, placed, strict=True):
+        begun = start + (cold_seconds if cold else 0.0)
+        for i in who:
+            if i in last_stop:
+                times[i] = begun + (last_stop[i] - inv.started) - put[i]
+    return times
+
+
+def run(
+    instances: int, tasks: int, latency: bool, isolated: bool = False, show: bool = False
+) -> dict[str, Any]:
     """The benchmark; `show`: progress on stderr (when it is a terminal)."""
     if tasks not in HOST_TYPES:
         raise SystemExit(f"--tasks must be one of {sorted(HOST_TYPES)} (instance types with that many GPUs)")
@@ -215,11 +262,23 @@ def run(instances: int, tasks: int, latency: bool, show: bool = False) -> dict[s
             with ThreadPoolExecutor(max_workers=min(32, len(batches))) as pool:  # as the warnings come
                 list(pool.map(put, batches))
             put_span = time.monotonic() - t0
-            handled, failed = interruptions.drain()
-            while _visible(interruptions):  # a failed record comes back after its visibility timeout
-                time.sleep(0.5)
-                n, f = interruptions.drain()
-                handled, failed = handled + n, failed + f
+            invocations: list[Invocation] = []
+            if isolated:  # every record in the queue, then one invocation at a time (see --isolated)
+                while _count_visible(interruptions) < instances and time.monotonic() - t0 < 120:
+                    time.sleep(0.05)
+                arrived = time.monotonic() - t0
+                invocations, failed = interruptions.drain_one_by_one()
+                while _visible(interruptions):  # a failed record comes back after its visibility timeout
+                    time.sleep(0.5)
+                    more, f = interruptions.drain_one_by_one()
+                    invocations, failed = invocations + more, failed + f
+                handled = sum(len(inv.bodies) for inv in invocations)
+            else:
+                handled, failed = interruptions.drain()
+                while _visible(interruptions):  # a failed record comes back after its visibility timeout
+                    time.sleep(0.5)
+                    n, f = interruptions.drain()
+                    handled, failed = handled + n, failed + f
             handler_seconds = time.monotonic() - t0
             cpu = time.process_time() - cpu0
             log.on = False
@@ -257,6 +316,23 @@ def run(instances: int, tasks: int, latency: bool, show: bool = False) -> dict[s
             per_instance[who].append((at, name))
     stops = {i: [at for at, name in cs if name == "StopTask"] for i, cs in per_instance.items()}
     to_last = [max(stops[h.instance_id]) - put_at[h.instance_id] for h in doomed if stops.get(h.instance_id)]
+    projection: dict[str, Any] = {}
+    if isolated:  # the figures are the projection: the invocations placed on Lambda's schedule
+        put = {i: at - t0 for i, at in put_at.items()}
+        arrive = {i: put[i] + model.delivery() if model else arrived for i in put}
+        last_stop = {i: max(ts) for i, ts in stops.items() if ts}
+        cold_seconds = function_cold_import("interruptions")
+        to_last = list(project(invocations, put, arrive, last_stop, scaling, cold_seconds).values())
+        warm = list(project(invocations, put, arrive, last_stop, scaling, 0.0).values())
+        durations = [inv.ended - inv.started for inv in invocations]
+        projection = {
+            "invocations": len(invocations),
+            "invocation_p50_s": round(percentile(durations, 0.5), 3),
+            "invocation_max_s": round(max(durations), 3),
+            "cold_start_s": round(cold_seconds, 3),
+            "warm_p50_s": round(percentile(warm, 0.5), 3) if warm else None,
+            "warm_p99_s": round(percentile(warm, 0.99), 3) if warm else None,
+        }
     before: Counter[str] = Counter()
     for h in doomed:
         cs = per_instance.get(h.instance_id, [])
@@ -269,6 +345,8 @@ def run(instances: int, tasks: int, latency: bool, show: bool = False) -> dict[s
         "instances": instances,
         "tasks_per_instance": tasks,
         "latency_model": latency,
+        "isolated": isolated,
+        "projection": projection,
         "setup_seconds": round(setup_seconds, 1),
         "setup_phases_seconds": phases,
         "warnings_put_within_seconds": round(put_span, 3),
@@ -300,10 +378,13 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=200)
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--latency", action="store_true", help="AWS's call latencies (emulator/latency.py)")
+    parser.add_argument(
+        "--isolated", action="store_true", help="each invocation timed alone, placed on Lambda's schedule"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     os.environ.pop("AWS_ENDPOINT_URL", None)
-    r = run(args.instances, args.tasks, args.latency, show=not args.json)
+    r = run(args.instances, args.tasks, args.latency, args.isolated, show=not args.json)
     if args.json:
         print(json.dumps(r, indent=2))
     else:
@@ -316,15 +397,28 @@ def main() -> None:
             f"  {r['notices_handled']} warnings put on the bus within {r['warnings_put_within_seconds']} s; "
             f"{r['failed_records']} failed records; all handled in {r['all_notices_handled_seconds']} s"
         )
+        pr = r["projection"]
         print(
-            f"  warning -> last StopTask of its instance: p50 {r['warning_to_last_stop_p50_s']} s, "
+            f"  warning -> last StopTask of its instance{' (projected)' if pr else ''}: "
+            f"p50 {r['warning_to_last_stop_p50_s']} s, "
             f"p99 {r['warning_to_last_stop_p99_s']} s, max {r['warning_to_last_stop_max_s']} s"
         )
-        print(
-            f"  Lambda's concurrency played: up to {r['peak_concurrent_invocations']} invocations at once "
-            f"(limit {r['concurrency_limit']}); {r['aws_calls_per_second']} AWS calls/s; "
-            f"CPU {r['cpu_ms_per_notice']} ms per notice in this process"
-        )
+        if pr:
+            print(
+                f"  projected: {pr['invocations']} invocations, each timed alone (p50 "
+                f"{pr['invocation_p50_s']} s, max {pr['invocation_max_s']} s), placed as Lambda's "
+                f"pollers would (limit {r['concurrency_limit']}), every new environment cold "
+                f"({pr['cold_start_s']} s, the function's cold import); with warm environments: "
+                f"p50 {pr['warm_p50_s']} s, "
+                f"p99 {pr['warm_p99_s']} s"
+            )
+            print(f"  CPU {r['cpu_ms_per_notice']} ms per notice in this process")
+        else:
+            print(
+                f"  Lambda's concurrency played: up to {r['peak_concurrent_invocations']} invocations at "
+                f"once (limit {r['concurrency_limit']}); {r['aws_calls_per_second']} AWS calls/s; "
+                f"CPU {r['cpu_ms_per_notice']} ms per notice in this process"
+            )
         print(f"  AWS calls per instance: {r['aws_calls_per_instance']} {r['aws_calls_per_instance_by_api']}")
         print(f"  of which before the instance's first StopTask: {r['calls_before_first_stop_per_instance']}")
         print(

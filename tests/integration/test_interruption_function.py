@@ -328,3 +328,22 @@ def test_two_copies_of_a_notice_in_one_batch_stop_each_task_once(world):
     (notice,) = world.host.module.runtime.ledger.notices(world.a.instance_id)
     assert sorted(json.loads(notice["outcome"])["signalled"]) == sorted(managed)
     assert world.dead_letters() == []
+
+
+def test_batches_one_at_a_time_are_timed_and_each_carries_its_records(world):
+    """`drain_one_by_one` (bench/local_load.py --isolated): each batch alone, in order, with its bodies."""
+    td = world.cluster.gpu_task_definition()
+    managed = world.cluster.start(world.a, td, count=2) + world.cluster.start(world.b, td, count=1)
+    world.index(world.a, world.b)
+    world.poller.batch_size = 1
+    world.send(world.warning(world.a), world.warning(world.b))
+
+    invocations, failed = world.poller.drain_one_by_one()
+
+    assert failed == 0 and len(invocations) == 2
+    first, second = invocations
+    assert first.started <= first.ended <= second.started <= second.ended
+    named = sorted(inv.bodies[0].count(world.a.instance_id) > 0 for inv in invocations)
+    assert named == [False, True] and all(len(inv.bodies) == 1 for inv in invocations)
+    assert set(_desired(world, managed).values()) == {"STOPPED"}
+    assert world.poller.drain_one_by_one() == ([], 0)

@@ -18,6 +18,7 @@ keeps warm ones. The clients (thread-safe) and every hook on them are shared, as
 from __future__ import annotations
 
 import contextlib
+import heapq
 import importlib.util
 import itertools
 import json
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,6 +268,23 @@ class QueuePoller:
                 empty = False  # an invocation ended: look again (failed records come back later)
         return total, failed
 
+    def drain_one_by_one(self, max_batches: int = 1000) -> tuple[list[Invocation], int]:
+        """Every batch alone, one after another, each timed: what an invocation takes with the machine to
+        itself, as each Lambda execution environment has a vCPU of its own and AWS's services do not slow
+        down for a few hundred callers. `Scaling.schedule` then places the invocations as Lambda's
+        concurrency would (bench/local_load.py --isolated). Returns the invocations and the records failed."""
+        invocations: list[Invocation] = []
+        failed = 0
+        for _ in range(max_batches):
+            messages = self._receive()
+            if not messages:
+                break
+            started = time.monotonic()
+            _, f = self._invoke(messages, self.host)
+            invocations.append(Invocation(tuple(m["Body"] for m in messages), started, time.monotonic()))
+            failed += f
+        return invocations, failed
+
     def _in_environment(self, messages: list[dict[str, Any]]) -> tuple[int, int]:
         with self._lock:
             host = self._idle.pop() if self._idle else None
@@ -293,6 +311,16 @@ class QueuePoller:
 
 
 @dataclass(frozen=True)
+class Invocation:
+    """One invocation of `QueuePoller.drain_one_by_one`: its records' bodies, and when it began and ended
+    (time.monotonic())."""
+
+    bodies: tuple[str, ...]
+    started: float
+    ended: float
+
+
+@dataclass(frozen=True)
 class Scaling:
     """How many invocations an SQS event source mapping runs at once, t seconds into a burst of messages
     (standard queue, standard mode; AWS Lambda Developer Guide, "Configuring scaling behavior for SQS
@@ -310,7 +338,45 @@ class Scaling:
         return 60.0 / self.per_minute
 
     def allowed(self, elapsed: float) -> int:
-        return min(self.limit, self.initial + int(max(0.0, elapsed) * self.per_minute / 60.0))
+        return min(self.limit, self.initial + self._steps(elapsed))
+
+    def _steps(self, elapsed: float) -> int:
+        # the small term keeps a time computed as a whole number of steps from landing just short of it
+        return int(max(0.0, elapsed) / self.step_seconds + 1e-9)
+
+    def schedule(
+        self, ready: Sequence[float], durations: Sequence[float], cold_seconds: float
+    ) -> list[tuple[float, bool]]:
+        """When each invocation would begin, and whether in a new execution environment, given when its
+        records were ready and how long it runs (seconds, one clock for all), taken in the order given:
+        each as soon as its records are ready, the one before it has begun, and fewer are running than
+        `allowed` (counted from the first ready time); in an idle environment when an invocation that has
+        ended left one, else in a new one, whose start (`cold_seconds`) delays it."""
+        if not ready:
+            return []
+        origin = min(ready)
+        ends: list[float] = []  # the running invocations' end times (a heap)
+        idle = 0  # environments whose invocation has ended
+        placed: list[tuple[float, bool]] = []
+        t = origin
+        for r, d in zip(ready, durations, strict=True):
+            t = max(t, r)  # batches are received in order: none begins before the one received before it
+            while True:
+                while ends and ends[0] <= t:
+                    heapq.heappop(ends)
+                    idle += 1
+                allowed = self.allowed(t - origin)
+                if len(ends) < allowed:
+                    break
+                if allowed >= self.limit:
+                    t = ends[0]
+                else:  # the next of: an invocation ends, the allowance grows
+                    t = min(ends[0], origin + (self._steps(t - origin) + 1) * self.step_seconds)
+            cold = idle == 0
+            idle -= 0 if cold else 1
+            heapq.heappush(ends, t + (cold_seconds if cold else 0.0) + d)
+            placed.append((t, cold))
+        return placed
 
     @classmethod
     def of(cls, fn: FunctionConfig, queue_arn: str) -> Scaling:

@@ -8,6 +8,9 @@ The figures are assumptions, stated in docs/benchmarks.md next to the figures th
 - ECS control plane (ListTasks, StopTask, UpdateContainerInstancesState, DescribeTasks): no published
   figure; 60 ms median, 250 ms p99, an estimate on the slow side.
 - SQS, SSM, Auto Scaling, others: 15 ms / 60 ms (SQS), 100 ms / 400 ms (SSM SendCommand), 50 ms / 200 ms.
+- The event's way to the function (`delivery`, drawn by bench/local_load.py --isolated, not by a call):
+  EventBridge to the SQS target, 40 ms median, 150 ms p99 (the Amazon Key team reported 80 ms p90 end to
+  end on EventBridge, AWS Architecture Blog, February 2026), then the poller's receive, as SQS above.
 Throttling is not modelled.
 """
 
@@ -43,6 +46,7 @@ DEFAULTS: dict[str, Latency] = {
     "ssm": Latency(100, 400),
 }
 OTHER = Latency(50, 200)
+EVENTBRIDGE = Latency(40, 150)
 
 
 @dataclass
@@ -57,6 +61,11 @@ class LatencyModel:
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
+
+    def delivery(self) -> float:
+        """Seconds from an event put on the bus to its record in the hands of the SQS poller."""
+        with self._lock:
+            return EVENTBRIDGE.draw(self._rng) + self.by_service.get("sqs", self.other).draw(self._rng)
 
     def install(self) -> LatencyModel:
         """On every SpotGuard client, now and later (`clients.on_event`)."""
