@@ -177,6 +177,15 @@ def _visible(poller: Any) -> int:
     return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
 
 
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far, from /proc; None where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def _count_visible(poller: Any) -> int:
     attrs = poller.sqs.get_queue_attributes(
         QueueUrl=poller.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
@@ -258,6 +267,7 @@ def run(
             notices = log.notices = progress(instances, "notices handled", show, unit="notice")
             log.on = True
             cpu0 = time.process_time()
+            moto_cpu0 = process_cpu(moto.proc.pid) if moto.proc else None
             t0 = time.monotonic()
             with ThreadPoolExecutor(max_workers=min(32, len(batches))) as pool:  # as the warnings come
                 list(pool.map(put, batches))
@@ -281,6 +291,8 @@ def run(
                     handled, failed = handled + n, failed + f
             handler_seconds = time.monotonic() - t0
             cpu = time.process_time() - cpu0
+            moto_cpu1 = process_cpu(moto.proc.pid) if moto.proc else None
+            moto_cpu = moto_cpu1 - moto_cpu0 if moto_cpu0 is not None and moto_cpu1 is not None else None
             log.on = False
             notices.close()
             if model is not None:
@@ -357,6 +369,9 @@ def run(
         "warning_to_last_stop_max_s": round(max(to_last), 3) if to_last else None,
         "all_notices_handled_seconds": round(handler_seconds, 2),
         "cpu_ms_per_notice": round(1000 * cpu / max(1, instances), 1),
+        "moto_cpu_ms_per_notice": None if moto_cpu is None else round(1000 * moto_cpu / max(1, instances), 1),
+        # no burst of N notices can be handled here in less than the CPU it takes over the machine's cores
+        "cpu_floor_s": round((cpu + (moto_cpu or 0.0)) / (os.cpu_count() or 1), 2),
         "aws_calls_per_second": round(len(calls) / max(handler_seconds, 1e-9)),
         "peak_concurrent_invocations": peak,
         "concurrency_limit": scaling.limit,
@@ -412,12 +427,17 @@ def main() -> None:
                 f"p50 {pr['warm_p50_s']} s, "
                 f"p99 {pr['warm_p99_s']} s"
             )
-            print(f"  CPU {r['cpu_ms_per_notice']} ms per notice in this process")
+            print(
+                f"  CPU per notice: {r['cpu_ms_per_notice']} ms in this process (the functions and the "
+                f"harness), {r['moto_cpu_ms_per_notice']} ms in moto server"
+            )
         else:
             print(
                 f"  Lambda's concurrency played: up to {r['peak_concurrent_invocations']} invocations at "
                 f"once (limit {r['concurrency_limit']}); {r['aws_calls_per_second']} AWS calls/s; "
-                f"CPU {r['cpu_ms_per_notice']} ms per notice in this process"
+                f"CPU per notice {r['cpu_ms_per_notice']} ms in this process (the functions and the "
+                f"harness), {r['moto_cpu_ms_per_notice']} ms in moto server: no run on this machine's "
+                f"{os.cpu_count()} cores can handle them all in less than {r['cpu_floor_s']} s"
             )
         print(f"  AWS calls per instance: {r['aws_calls_per_instance']} {r['aws_calls_per_instance_by_api']}")
         print(f"  of which before the instance's first StopTask: {r['calls_before_first_stop_per_instance']}")
