@@ -95,7 +95,6 @@ bench-decide: setup
 # (about 15 minutes in all on two shared cores; each run prints its own set-up and timings).
 bench-load: setup
 	$(BIN)/python bench/local_load.py --instances 200 --tasks 4
-	$(BIN)/python bench/local_load.py --instances 200 --tasks 4 --isolated
 	$(BIN)/python bench/local_load.py --instances 200 --tasks 4 --latency --isolated
 	$(BIN)/python bench/local_load.py --instances 1000 --tasks 1
 	$(BIN)/python bench/local_load.py --instances 1000 --tasks 1 --latency --isolated
