@@ -28,7 +28,10 @@ timed. `Scaling.schedule` then places the invocations as Lambda's pollers would 
 a second), each new execution environment starting cold (the function's cold import, measured here in
 fresh processes: bench/cold_start.py); a warning's time is where its last StopTask falls in its
 invocation, so placed. With --latency, each event's way to the function is drawn too (EventBridge to
-SQS, then the poller's receive: emulator/latency.py); without it, it is moto's.
+SQS, then the poller's receive: emulator/latency.py), and each call counts for its modelled latency alone:
+moto's own time answering it (its scans, and its waits behind other callers: it answers one call at a
+time) is taken out of the invocation's, as the latency model notes it. Without --latency, the way to the
+function counts as nothing and each call as moto's time.
 
 On a terminal (and without --json), progress is shown on stderr, phase by phase: hosts set up, jobs
 submitted, tasks running, notices handled (an instance's notice counts once all its tasks have had their
@@ -64,6 +67,7 @@ HOST_TYPES = {1: "g5.xlarge", 4: "g5.12xlarge", 8: "g5.48xlarge"}  # as many GPU
 SIGNALS = {"StopTask", "SendCommand"}
 INSTANCE = re.compile(r"i-[0-9a-f]{17}")
 SETUP_THREADS = 8
+CONTEXT_KEY = "spotguard_bench_instance"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -86,7 +90,7 @@ class CallLog:
         self._stopped_on: dict[str, set[str]] = defaultdict(set)
         self._lock = threading.Lock()
 
-    def hook(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+    def hook(self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         if not self.on:
             return
         text = json.dumps(params, default=str)
@@ -94,6 +98,7 @@ class CallLog:
         who = found.group(0) if found else None
         if who is None:
             who = next((i for ci, i in self.by_container_instance.items() if ci in text), None)
+        context[CONTEXT_KEY] = who  # so that the latency model's note of moto's time names the instance
         with self._lock:
             self.calls.append((time.monotonic(), model.name, who))
             if model.name == "StopTask":
@@ -200,24 +205,39 @@ def project(
     last_stop: dict[str, float],
     scaling: Scaling,
     cold_seconds: float,
-) -> dict[str, float]:
-    """Warning to last StopTask per instance (seconds), the invocations placed by `scaling.schedule`.
-    `put` and `arrive`: when each instance's warning was put on the bus and when its record reached the
-    poller (seconds on one clock); `last_stop`: the time.monotonic() of its last StopTask, in its
-    invocation timed alone."""
+    in_moto: dict[str, list[tuple[float, float]]] | None = None,
+) -> tuple[dict[str, float], list[float]]:
+    """Warning to last StopTask per instance (seconds), the invocations placed by `scaling.schedule`, and
+    the invocations' durations as placed. `put` and `arrive`: when each instance's warning was put on the
+    bus and when its record reached the poller (seconds on one clock); `last_stop`: the time.monotonic()
+    of its last StopTask, in its invocation timed alone. `in_moto`: per instance, its calls' round trips
+    to moto (when each answer came, seconds), taken out of its time: with the latency model each call
+    then counts for its modelled latency alone, as on AWS, and not for moto's scans on top of it."""
+    in_moto = in_moto or {}
+
+    def away(instance: str, until: float) -> float:
+        return sum(seconds for ended, seconds in in_moto.get(instance, ()) if ended <= until)
+
     owners = [[m.group(0) for m in map(INSTANCE.search, inv.bodies) if m] for inv in invocations]
+    durations = []
+    for inv, who in zip(invocations, owners, strict=True):
+        # the invocation lasts as long as its slowest record (they run side by side), without moto
+        ends = {i: max(ended for ended, _ in in_moto[i]) for i in who if in_moto.get(i)}
+        if not ends:
+            durations.append(inv.ended - inv.started)
+            continue
+        tail = inv.ended - max(ends.values())
+        durations.append(max(end - inv.started - away(i, end) for i, end in ends.items()) + tail)
     placed = scaling.schedule(
-        [max((arrive[i] for i in who), default=0.0) for who in owners],
-        [inv.ended - inv.started for inv in invocations],
-        cold_seconds,
+        [max((arrive[i] for i in who), default=0.0) for who in owners], durations, cold_seconds
     )
     times: dict[str, float] = {}
     for inv, who, (start, cold) in zip(invocations, owners, placed, strict=True):
         begun = start + (cold_seconds if cold else 0.0)
         for i in who:
             if i in last_stop:
-                times[i] = begun + (last_stop[i] - inv.started) - put[i]
-    return times
+                times[i] = begun + (last_stop[i] - inv.started - away(i, last_stop[i])) - put[i]
+    return times, durations
 
 
 def run(
@@ -276,7 +296,6 @@ def run(
             if isolated:  # every record in the queue, then one invocation at a time (see --isolated)
                 while _count_visible(interruptions) < instances and time.monotonic() - t0 < 120:
                     time.sleep(0.05)
-                arrived = time.monotonic() - t0
                 invocations, failed = interruptions.drain_one_by_one()
                 while _visible(interruptions):  # a failed record comes back after its visibility timeout
                     time.sleep(0.5)
@@ -331,16 +350,28 @@ def run(
     projection: dict[str, Any] = {}
     if isolated:  # the figures are the projection: the invocations placed on Lambda's schedule
         put = {i: at - t0 for i, at in put_at.items()}
-        arrive = {i: put[i] + model.delivery() if model else arrived for i in put}
+        # without the model, the way from the bus to the poller is taken as nothing (loopback)
+        arrive = {i: put[i] + model.delivery() if model else put[i] for i in put}
         last_stop = {i: max(ts) for i, ts in stops.items() if ts}
+        in_moto: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for served in model.served if model else []:
+            who = served.context.get(CONTEXT_KEY)
+            if who is not None:
+                in_moto[who].append((served.ended, served.seconds))
         cold_seconds = function_cold_import("interruptions")
-        to_last = list(project(invocations, put, arrive, last_stop, scaling, cold_seconds).values())
-        warm = list(project(invocations, put, arrive, last_stop, scaling, 0.0).values())
-        durations = [inv.ended - inv.started for inv in invocations]
+        times, durations = project(invocations, put, arrive, last_stop, scaling, cold_seconds, in_moto)
+        to_last = list(times.values())
+        warm = list(project(invocations, put, arrive, last_stop, scaling, 0.0, in_moto)[0].values())
+        walls = [inv.ended - inv.started for inv in invocations]
+        moto_seconds = [s for calls in in_moto.values() for _, s in calls]
         projection = {
             "invocations": len(invocations),
+            "invocation_wall_p50_s": round(percentile(walls, 0.5), 3),
             "invocation_p50_s": round(percentile(durations, 0.5), 3),
             "invocation_max_s": round(max(durations), 3),
+            "moto_ms_per_call_taken_out": round(1000 * sum(moto_seconds) / len(moto_seconds), 1)
+            if moto_seconds
+            else None,
             "cold_start_s": round(cold_seconds, 3),
             "warm_p50_s": round(percentile(warm, 0.5), 3) if warm else None,
             "warm_p99_s": round(percentile(warm, 0.99), 3) if warm else None,
@@ -419,10 +450,16 @@ def main() -> None:
             f"p99 {r['warning_to_last_stop_p99_s']} s, max {r['warning_to_last_stop_max_s']} s"
         )
         if pr:
+            without_moto = (
+                f"; without moto's own time, {pr['moto_ms_per_call_taken_out']} ms a call, which is "
+                f"{pr['invocation_wall_p50_s']} s p50 with it"
+                if pr["moto_ms_per_call_taken_out"] is not None
+                else ""
+            )
             print(
                 f"  projected: {pr['invocations']} invocations, each timed alone (p50 "
-                f"{pr['invocation_p50_s']} s, max {pr['invocation_max_s']} s), placed as Lambda's "
-                f"pollers would (limit {r['concurrency_limit']}), every new environment cold "
+                f"{pr['invocation_p50_s']} s, max {pr['invocation_max_s']} s{without_moto}), placed as "
+                f"Lambda's pollers would (limit {r['concurrency_limit']}), every new environment cold "
                 f"({pr['cold_start_s']} s, the function's cold import); with warm environments: "
                 f"p50 {pr['warm_p50_s']} s, "
                 f"p99 {pr['warm_p99_s']} s"

@@ -1,6 +1,8 @@
 """A latency model for SpotGuard's AWS calls, so that a local run projects to AWS and not to moto on
 127.0.0.1: before each call is sent, its thread sleeps for a time drawn from a log-normal distribution
-per service (set by its median and 99th percentile). The call then goes to moto as before.
+per service (set by its median and 99th percentile). The call then goes to moto as before, and the model
+notes how long moto took to answer it (`served`), so that a projection can count each call for its
+modelled latency alone and take moto's own time out (bench/local_load.py --latency --isolated).
 
 The figures are assumptions, stated in docs/benchmarks.md next to the figures they produce:
 - DynamoDB: AWS states single-digit millisecond latency for its reads and writes; 5 ms median, 25 ms p99
@@ -49,6 +51,16 @@ OTHER = Latency(50, 200)
 EVENTBRIDGE = Latency(40, 150)
 
 
+@dataclass(frozen=True)
+class Served:
+    """One call's round trip to moto: when the answer came (time.monotonic()), how long it took after the
+    modelled wait, and the call's botocore request context (the same dict its other hooks see)."""
+
+    ended: float
+    seconds: float
+    context: dict[str, Any]
+
+
 @dataclass
 class LatencyModel:
     by_service: dict[str, Latency] = field(default_factory=lambda: dict(DEFAULTS))
@@ -56,6 +68,8 @@ class LatencyModel:
     seed: int = 21
     enabled: bool = True
     slept_seconds: float = 0.0
+    served: list[Served] = field(default_factory=list, init=False, repr=False)
+    _sent: threading.local = field(default_factory=threading.local, init=False, repr=False)
     _rng: random.Random = field(init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -70,6 +84,7 @@ class LatencyModel:
     def install(self) -> LatencyModel:
         """On every SpotGuard client, now and later (`clients.on_event`)."""
         clients.on_event("before-send", self._before_send)
+        clients.on_event("response-received", self._response_received)
         return self
 
     def _before_send(self, request: Any, **kwargs: Any) -> None:
@@ -81,4 +96,14 @@ class LatencyModel:
             seconds = latency.draw(self._rng)
             self.slept_seconds += seconds
         time.sleep(seconds)
+        self._sent.at = time.monotonic()  # the call goes to moto now, in this thread
         return None
+
+    def _response_received(self, context: dict[str, Any], **kwargs: Any) -> None:
+        sent: float | None = getattr(self._sent, "at", None)
+        if sent is None:  # sent while the model was off
+            return
+        self._sent.at = None
+        now = time.monotonic()
+        with self._lock:
+            self.served.append(Served(now, now - sent, context))
