@@ -17,7 +17,7 @@ import pytest
 
 from spotguard.adapters import clients
 from spotguard_cli.emulator.lambdas import Invocation, Scaling
-from spotguard_cli.emulator.latency import Latency, LatencyModel
+from spotguard_cli.emulator.latency import Latency, LatencyModel, Served
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))  # local_load imports its neighbour cold_start
@@ -79,6 +79,7 @@ def test_the_model_notes_each_calls_time_at_the_service_apart_from_its_modelled_
     assert served.context["who"] == "me"  # the call's own context, as its other hooks saw it
     assert SERVICE_SECONDS <= served.seconds < SERVICE_SECONDS + 0.25  # without the 0.3 s wait before it
     assert served.ended - began >= 0.3 + SERVICE_SECONDS
+    assert served.waited == pytest.approx(0.3, rel=0.01) and served.began >= began
     assert model.slept_seconds == pytest.approx(0.3, rel=0.01)
 
 
@@ -96,11 +97,18 @@ def test_without_notes_of_moto_the_projection_is_the_invocation_as_timed_and_pla
     assert times == {A: pytest.approx(0.1 + 0.5 + 0.4), B: pytest.approx(0.1 + 0.5 + 0.9)}
 
 
+def _call(began: float, sent: float, ended: float) -> Served:
+    return Served(ended=ended, seconds=ended - sent, waited=sent - began, context={})
+
+
 def test_moto_time_before_a_warnings_last_stop_is_taken_out_of_it_and_of_its_invocation() -> None:
     inv = Invocation(_bodies(A, B), started=100.0, ended=101.0)
-    # A: two calls in moto (0.2 s and 0.1 s) before its StopTask at 100.4, one (0.3 s) after it
-    # B: one call (0.5 s) before its StopTask at 100.9
-    in_moto = {A: [(100.2, 0.2), (100.35, 0.1), (100.8, 0.3)], B: [(100.6, 0.5)]}
+    # A, one call after another: 0.2 s and 0.1 s in moto before its StopTask at 100.4, 0.3 s after it
+    # B: one call, 0.5 s in moto, before its StopTask at 100.9
+    in_moto = {
+        A: [_call(100.0, 100.0, 100.2), _call(100.2, 100.25, 100.35), _call(100.45, 100.5, 100.8)],
+        B: [_call(100.0, 100.1, 100.6)],
+    }
     last_stop = {A: 100.4, B: 100.9}
     times, durations = local_load.project(
         [inv], {A: 0.0, B: 0.0}, {A: 0.0, B: 0.0}, last_stop, Scaling(), 0.0, in_moto
@@ -111,6 +119,18 @@ def test_moto_time_before_a_warnings_last_stop_is_taken_out_of_it_and_of_its_inv
     assert durations == [pytest.approx(0.2 + 0.2)]
 
 
+def test_side_by_side_calls_count_for_the_longest_modelled_latency_of_the_group() -> None:
+    # the stop's modelled wait (0.3 s) runs while the drain is in moto; moto answers the stop after it
+    stop, drain = _call(0.0, 0.3, 0.9), _call(0.0, 0.05, 0.6)
+    assert local_load.moto_bound([stop, drain], 0.9) == pytest.approx(0.6)  # 0.3 to 0.9: moto alone
+    # two calls sent at once, moto answering one after the other: both waits are over, all of it is moto's
+    first, second = _call(0.0, 0.06, 0.5), _call(0.0, 0.06, 0.9)
+    assert local_load.moto_bound([first, second], 0.9) == pytest.approx(0.84)
+    # nothing of the group is taken out before the time asked for, and nothing outside its calls
+    assert local_load.moto_bound([first, second], 0.3) == pytest.approx(0.24)
+    assert local_load.moto_bound([_call(1.0, 1.0, 1.2)], 5.0) == pytest.approx(0.2)
+
+
 def test_a_shorter_invocation_frees_its_environment_sooner_for_the_next_batch() -> None:
     first = Invocation(_bodies(A), started=0.0, ended=2.0)
     second = Invocation(_bodies(B), started=2.0, ended=2.5)
@@ -119,5 +139,7 @@ def test_a_shorter_invocation_frees_its_environment_sooner_for_the_next_batch() 
     last_stop = {A: 1.0, B: 2.4}
     waited, _ = local_load.project([first, second], put, arrive, last_stop, one, 0.0)
     assert waited[B] == pytest.approx(2.0 + 0.4)
-    faster, _ = local_load.project([first, second], put, arrive, last_stop, one, 0.0, {A: [(1.9, 1.5)]})
+    faster, _ = local_load.project(
+        [first, second], put, arrive, last_stop, one, 0.0, {A: [_call(0.4, 0.4, 1.9)]}
+    )
     assert faster[B] == pytest.approx(0.5 + 0.4)

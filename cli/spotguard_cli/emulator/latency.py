@@ -54,11 +54,23 @@ EVENTBRIDGE = Latency(40, 150)
 @dataclass(frozen=True)
 class Served:
     """One call's round trip to moto: when the answer came (time.monotonic()), how long it took after the
-    modelled wait, and the call's botocore request context (the same dict its other hooks see)."""
+    modelled wait, the modelled wait before it, and the call's botocore request context (the same dict
+    its other hooks see)."""
 
     ended: float
     seconds: float
+    waited: float
     context: dict[str, Any]
+
+    @property
+    def sent(self) -> float:
+        """When the call went to moto, its modelled wait over."""
+        return self.ended - self.seconds
+
+    @property
+    def began(self) -> float:
+        """When its modelled wait began."""
+        return self.ended - self.seconds - self.waited
 
 
 @dataclass
@@ -97,6 +109,7 @@ class LatencyModel:
             self.slept_seconds += seconds
         time.sleep(seconds)
         self._sent.at = time.monotonic()  # the call goes to moto now, in this thread
+        self._sent.waited = seconds
         return None
 
     def _response_received(self, context: dict[str, Any], **kwargs: Any) -> None:
@@ -106,4 +119,4 @@ class LatencyModel:
         self._sent.at = None
         now = time.monotonic()
         with self._lock:
-            self.served.append(Served(now, now - sent, context))
+            self.served.append(Served(now, now - sent, self._sent.waited, context))
