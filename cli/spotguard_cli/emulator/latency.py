@@ -108,15 +108,15 @@ class LatencyModel:
             seconds = latency.draw(self._rng)
             self.slept_seconds += seconds
         time.sleep(seconds)
-        self._sent.at = time.monotonic()  # the call goes to moto now, in this thread
-        self._sent.waited = seconds
+        self._sent.at = (time.monotonic(), seconds)  # the call goes to moto now, in this thread
         return None
 
     def _response_received(self, context: dict[str, Any], **kwargs: Any) -> None:
-        sent: float | None = getattr(self._sent, "at", None)
-        if sent is None:  # sent while the model was off
+        at: tuple[float, float] | None = getattr(self._sent, "at", None)
+        if at is None:  # sent while the model was off
             return
         self._sent.at = None
+        sent, waited = at
         now = time.monotonic()
         with self._lock:
-            self.served.append(Served(now, now - sent, self._sent.waited, context))
+            self.served.append(Served(now, now - sent, waited, context))
