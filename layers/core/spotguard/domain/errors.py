@@ -2,15 +2,78 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from typing import Any
+
 from pydantic import ValidationError
+
+# pydantic names each member of a union it tried in an error's location ('dict[str,any]',
+# 'is-subclass[BaseModel]', 'function-after[_check(), str]', 'str', 'BaseModel'): a type, not a field
+_TYPE_TAG = re.compile(r"[\[\](), ]")
+_TYPE_NAMES = frozenset(
+    # names no JSON field of SpotGuard's inputs has ('time', 'url', 'model' are left to the brackets)
+    ("str", "int", "float", "bool", "bytes", "decimal", "uuid", "BaseModel", "constrained-str")
+)
+TIME_EXAMPLE = "2026-12-01T18:00:00Z"
+MAX_NAMED = 8  # more errors than this in one input: the rest are counted, not named
+
+
+def _is_type_tag(part: object) -> bool:
+    return isinstance(part, str) and (bool(_TYPE_TAG.search(part)) or part in _TYPE_NAMES)
+
+
+def where(errors: Sequence[Any], tagged: bool = False) -> list[str]:
+    """Each error's location as the input names it: without a tagged union's tag (the first part when
+    the whole input is one: the jobs command's `submit.request.cluster` is the input's `request.cluster`)
+    and without the union members pydantic tried (`detail.dict[str,any]` is `detail`). A part at the
+    same place as a type tag in another error's location is a union member too (`BaseModel` beside
+    `dict[str,any]`)."""
+    locs = [tuple(e["loc"][1:] if tagged else e["loc"]) for e in errors]
+    unions = {loc[:i] for loc in locs for i, part in enumerate(loc) if _is_type_tag(part)}
+    return [
+        ".".join(str(p) for i, p in enumerate(loc) if not (_is_type_tag(p) or loc[:i] in unions)) or "value"
+        for loc in locs
+    ]
+
+
+def message(err: Any) -> str:
+    """pydantic's message, with what a time should look like where one was expected."""
+    msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    msg = " ".join(msg.replace("a valid dictionary", "a JSON object").split())
+    kind = str(err.get("type", ""))
+    if kind.startswith(("datetime_", "date_")) or kind in ("timezone_aware", "timezone_naive"):
+        given = err.get("input")
+        shown = f", not {given!r}" if isinstance(given, str) and len(given) <= 40 else ""
+        return f"expected an ISO 8601 time with a time zone, e.g. {TIME_EXAMPLE}{shown}"
+    return msg
 
 
 def one_line(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "value"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {msg}{more}"
+    """Every error of `exc` in one line, `where: what` each, the places with the same complaint named
+    together: `request.cluster, request.taskDefinition: Field required; options.max_attempts: ...`.
+    Where pydantic tried several members of a union at one place, the first member's complaint stands
+    for them all."""
+    errors = exc.errors()
+    if not errors:
+        return "value: not valid"
+    places = where(errors, tagged=str(exc.title).startswith("tagged-union["))
+    said: dict[str, list[str]] = {}  # complaint -> places, in the order first met
+    seen: set[str] = set()
+    for place, err in zip(places, errors, strict=True):
+        if place in seen:
+            continue
+        seen.add(place)
+        said.setdefault(message(err), []).append(place)
+    parts, named = [], 0
+    for what, at in said.items():
+        room = MAX_NAMED - named
+        if room <= 0:
+            break
+        parts.append(f"{', '.join(at[:room])}: {what}")
+        named += min(len(at), room)
+    rest = len(seen) - named
+    return "; ".join(parts) + (f" (and {rest} more)" if rest > 0 else "")
 
 
 MAX_DEPTH = 64  # far deeper than any real event or request; deeper input is refused before it is read
