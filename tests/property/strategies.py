@@ -128,7 +128,10 @@ def mutated(
 
 
 # ------------------------------------------------------------------------------------------- the oracle
-INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})\Z")
+INSTANCE_ID = re.compile(
+    r"^(?:i-(?:[0-9a-f]{8}|[0-9a-f]{17})|arn:aws[a-z-]*:ec2:[a-z0-9-]*(?::[0-9]{12}|:)?:instance/"
+    r"i-(?:[0-9a-f]{8}|[0-9a-f]{17}))\Z"
+)  # an id, or an EC2 instance ARN (read as its id)
 TASK_ARN = re.compile(r"^arn:aws[a-z-]*:ecs:[a-z0-9-]+:\d{12}:task/")
 CLUSTER_ARN = re.compile(r"^arn:aws[a-z-]*:ecs:[a-z0-9-]+:\d{12}:cluster/")
 ECS_ARN = re.compile(r"^arn:aws[\w-]*:ecs:")

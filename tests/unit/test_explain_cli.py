@@ -95,3 +95,15 @@ def test_a_deeply_nested_file_is_rejected_in_one_line(capsys, tmp_path):
     deep.write_text("[" * 100_000 + "]" * 100_000)
     code, (line,) = _run(capsys, str(deep))
     assert code == 1 and line["outcome"] == "reject" and "nested" in line["reason"]
+
+
+def test_explain_acts_on_aws_s_own_retirement_example_which_names_its_instance_by_arn(capsys, tmp_path):
+    from .test_notices import AWS_RETIREMENT_EXAMPLE
+
+    path = tmp_path / "retirement.json"
+    path.write_text(json.dumps(AWS_RETIREMENT_EXAMPLE))
+    code, (line,) = _run(capsys, str(path))
+    assert code == 0
+    assert line["outcome"] == "act" and line["kind"] == "health-maintenance"
+    assert line["instance_id"] == "i-1234567890abcdef0"  # one instance: named alone
+    assert "stop-managed-tasks" in line["actions"]

@@ -295,3 +295,103 @@ def test_a_lifecycle_hook_that_is_not_spotguards_is_left_to_its_owner(event):
     assert classify(event("asg-terminate-lifecycle-action.json"), WATCH).outcome == "act"
     every_hook = Settings(clusters=WATCH.clusters, lifecycle_hook_prefix="")
     assert classify(raw, every_hook).outcome == "act"
+
+
+# AWS's own example of a scheduled retirement (AWS Health's EventBridge docs): no `resources`, and the
+# affected instance named by its ARN, not by its id.
+AWS_RETIREMENT_EXAMPLE = {
+    "version": "0",
+    "id": "7bf73129-1428-4cd3-a780-95db273d1602",
+    "detail-type": "AWS Health Event",
+    "source": "aws.health",
+    "account": "123456789012",
+    "time": "2023-01-27T01:43:21Z",
+    "region": "us-east-1",
+    "detail": {
+        "eventArn": "arn:aws:health:us-east-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/"
+        "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED_ab12cd34",
+        "service": "EC2",
+        "eventScopeCode": "ACCOUNT_SPECIFIC",
+        "communicationId": "1234abc01232a4012345678-1",
+        "lastUpdatedTime": "Fri, 27 Jan 2023 01:43:21 GMT",
+        "statusCode": "upcoming",
+        "eventRegion": "us-east-1",
+        "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+        "eventTypeCategory": "scheduledChange",
+        "startTime": "Wed, 15 Feb 2023 02:00:00 GMT",
+        "endTime": "Wed, 15 Feb 2023 04:00:00 GMT",
+        "eventDescription": [
+            {
+                "language": "en_US",
+                "latestDescription": "EC2 has detected degradation of the underlying hardware.",
+            }
+        ],
+        "affectedEntities": [
+            {
+                "entityValue": "arn:aws:ec2:us-east-1:123456789012:instance/i-1234567890abcdef0",
+                "lastUpdatedTime": "Fri, 27 Jan 2023 01:43:21 GMT",
+                "status": "PENDING",
+            }
+        ],
+        "affectedAccount": "123456789012",
+        "page": "1",
+        "totalPages": "1",
+    },
+}
+
+
+def test_a_health_event_naming_its_instance_by_arn_is_acted_on():
+    d = classify(copy.deepcopy(AWS_RETIREMENT_EXAMPLE), WATCH)
+    assert d.outcome == "act", d.reason
+    assert d.instance_ids == ["i-1234567890abcdef0"]
+    assert d.notices[0].deadline == datetime(2023, 2, 15, 2, 0, tzinfo=UTC)
+    assert plan(d, WATCH) == [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
+
+
+def test_a_health_event_naming_the_same_instance_by_id_and_by_arn_makes_one_notice():
+    raw = copy.deepcopy(AWS_RETIREMENT_EXAMPLE)
+    raw["detail"]["affectedEntities"].append({"entityValue": "i-1234567890abcdef0"})
+    raw["detail"]["affectedEntities"].append(
+        {"entityValue": "arn:aws:ec2:us-east-1:123456789012:volume/vol-1234567890abcdef0"}
+    )
+    assert classify(raw, WATCH).instance_ids == ["i-1234567890abcdef0"]
+
+
+@pytest.mark.parametrize(
+    ("sample", "field"),
+    [
+        ("spot-interruption-warning.json", "instance-id"),
+        ("rebalance-recommendation.json", "instance-id"),
+        ("asg-terminate-lifecycle-action.json", "EC2InstanceId"),
+    ],
+)
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:ec2:us-west-2:123456789012:instance/i-0b662ef9931388ba0",
+        "arn:aws:ec2:us-west-2a:instance/i-0b662ef9931388ba0",  # the spot warning's odd resource ARN
+    ],
+)
+def test_an_instance_named_by_its_arn_is_read_as_its_id_everywhere(event, sample, field, arn):
+    raw = event(sample)
+    raw["detail"][field] = arn
+    d = classify(raw, WATCH)
+    assert d.outcome == "act", d.reason
+    assert d.instance_ids == ["i-0b662ef9931388ba0"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "i-0123456789abcdef0\n",
+        "i-0123456789abcdef0 ",
+        "arn:aws:ec2:us-west-2:123456789012:instance/i-0123456789abcdef0\n",
+        "arn:aws:ec2:us-west-2:123456789012:volume/vol-0123456789abcdef0",
+        "arn:aws:ecs:us-west-2:123456789012:instance/i-0123456789abcdef0",
+    ],
+)
+def test_what_only_looks_like_an_instance_is_rejected(event, value):
+    raw = event("rebalance-recommendation.json")
+    raw["detail"]["instance-id"] = value
+    d = classify(raw, WATCH)
+    assert d.outcome == "reject" and "instance-id" in d.reason

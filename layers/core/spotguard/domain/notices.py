@@ -43,7 +43,11 @@ from spotguard.domain.tasks import ContainerInstanceRef
 
 SPOT_WARNING_SECONDS = 120
 MAX_VERSION = 2**53  # ECS versions are small counters; DynamoDB numbers hold 38 digits at most
-INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+_ID = r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})"
+INSTANCE_ID = re.compile(_ID)  # matched whole (fullmatch): "$" would let a trailing newline through
+# An EC2 instance ARN, as AWS Health names affected instances: arn:aws:ec2:REGION:ACCOUNT:instance/ID.
+# The spot warning's ARN may hold a zone where the region should be and no account field at all.
+INSTANCE_ARN = re.compile(rf"arn:aws[a-z-]*:ec2:[a-z0-9-]*(?::[0-9]{{12}}|:)?:instance/({_ID})")
 _PLACEHOLDER = re.compile(r"<[^<>]*>|\byyyy\b|\bhh:mm|\{\{|\$\{", re.IGNORECASE)
 
 
@@ -176,12 +180,21 @@ class Settings(BaseModel):
 # ---------------------------------------------------------------------------------------------- details
 
 
+def instance_id_of(value: str) -> str | None:
+    """The instance an id or an EC2 instance ARN names (the id), or None when it names none."""
+    if INSTANCE_ID.fullmatch(value):
+        return value
+    arn = INSTANCE_ARN.fullmatch(value)
+    return arn.group(1) if arn else None
+
+
 def _instance_id(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("must be a string")
-    if not INSTANCE_ID.match(value):
-        raise ValueError(f"{value!r} is not an EC2 instance id")
-    return value
+    found = instance_id_of(value)
+    if found is None:
+        raise ValueError(f"{value!r} is not an EC2 instance id or instance ARN")
+    return found
 
 
 def _health_time(value: Any) -> datetime:
@@ -472,7 +485,8 @@ def _health(event: EventBridgeModel, settings: Settings) -> Decision:
         )
     if d.status_code.lower() == "closed":
         return _ignore(event, kind, f"AWS Health event {d.event_type_code} is closed")
-    ids = sorted({e.entity_value for e in d.affected_entities if INSTANCE_ID.match(e.entity_value)})
+    # AWS names an affected instance by its id or by its ARN (AWS's own retirement example does so)
+    ids = sorted({i for e in d.affected_entities if (i := instance_id_of(e.entity_value))})
     if not ids:
         return _ignore(event, kind, f"AWS Health event {d.event_type_code} names no EC2 instance")
     deadline = d.start_time if d.start_time is not None else event.time
