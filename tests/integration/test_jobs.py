@@ -253,6 +253,36 @@ BAD = [
         "not a watched cluster",
     ),
     (
+        "a watched cluster's name in another region",
+        {
+            "action": "submit",
+            "request": {
+                "cluster": "arn:aws:ecs:eu-west-1:123456789012:cluster/gpu-spot",
+                "taskDefinition": "t",
+            },
+        },
+        "is in region eu-west-1, not the stack's us-east-1",
+    ),
+    (
+        "a watched cluster's name in another account",
+        {
+            "action": "submit",
+            "request": {
+                "cluster": "arn:aws:ecs:us-east-1:210987654321:cluster/gpu-spot",
+                "taskDefinition": "t",
+            },
+        },
+        "is in account 210987654321, not the stack's 123456789012",
+    ),
+    (
+        "a task of another account to resubmit",
+        {
+            "action": "resubmit",
+            "task_arn": "arn:aws:ecs:us-east-1:210987654321:task/gpu-spot/0123456789abcdef0123456789abcdef",
+        },
+        "is in account 210987654321",
+    ),
+    (
         "an unknown task definition",
         {"action": "submit", "request": {"cluster": "gpu-spot", "taskDefinition": "nope:9"}},
         "request.taskDefinition",

@@ -395,3 +395,28 @@ def test_what_only_looks_like_an_instance_is_rejected(event, value):
     raw["detail"]["instance-id"] = value
     d = classify(raw, WATCH)
     assert d.outcome == "reject" and "instance-id" in d.reason
+
+
+@pytest.mark.parametrize(
+    ("cluster", "watched"),
+    [
+        ("gpu-spot", True),
+        ("arn:aws:ecs:us-east-1:123456789012:cluster/gpu-spot", True),
+        ("arn:aws:ecs:eu-west-1:123456789012:cluster/gpu-spot", False),  # the same name, another region
+        ("arn:aws:ecs:us-east-1:210987654321:cluster/gpu-spot", False),  # another account
+        ("arn:aws:ecs:us-east-1:123456789012:cluster/prod-web", False),
+        ("arn:aws:ecs:cluster/gpu-spot", False),  # not an ARN
+    ],
+)
+def test_a_watched_cluster_is_listed_and_in_the_stack_s_region_and_account(cluster, watched):
+    pinned = Settings(clusters=("gpu-spot",), region="us-east-1", account="123456789012")
+    assert pinned.watches(cluster) is watched
+    every = Settings(region="us-east-1", account="123456789012")  # no list: every cluster, but only here
+    assert every.watches(cluster) is (pinned.elsewhere(cluster) is None)
+
+
+def test_a_container_instance_event_of_a_same_named_cluster_elsewhere_is_ignored(event):
+    raw = event("ecs-container-instance-state-change.json")
+    raw["detail"]["clusterArn"] = raw["detail"]["clusterArn"].replace(":123456789012:", ":210987654321:")
+    pinned = Settings(clusters=("gpu-spot",), account="123456789012")
+    assert classify(raw, pinned).outcome == "ignore"

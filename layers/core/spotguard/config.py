@@ -13,6 +13,12 @@ from spotguard.domain.notices import RebalanceMode, Settings
 from spotguard.domain.tasks import ManageMode
 
 
+# The stack's region and account (template.yaml sets them from AWS::Region and AWS::AccountId); empty in
+# tests that do not pin them.
+_REGION = r"^([a-z]{2}(-[a-z]+)+-\d+)?$"
+_ACCOUNT = r"^(\d{12})?$"
+
+
 class ConfigError(RuntimeError):
     """The function's environment is wrong: a deployment mistake, reported in one line."""
 
@@ -46,12 +52,19 @@ class InterruptionEnv(EnvModel):
     lifecycle_wait_seconds: int = Field(default=900, alias="SPOTGUARD_LIFECYCLE_WAIT_SECONDS", ge=0, le=7200)
     lifecycle_check_seconds: int = Field(default=20, alias="SPOTGUARD_LIFECYCLE_CHECK_SECONDS", ge=0, le=900)
 
+    region: str = Field(default="", alias="SPOTGUARD_REGION", pattern=_REGION)
+    account: str = Field(default="", alias="SPOTGUARD_ACCOUNT", pattern=_ACCOUNT)
+
     _split = field_validator("clusters", mode="before")(lambda cls, v: _comma_list(v))
 
     @property
     def settings(self) -> Settings:
         return Settings(
-            clusters=self.clusters, rebalance=self.rebalance, lifecycle_hook_prefix=self.lifecycle_hook_prefix
+            clusters=self.clusters,
+            rebalance=self.rebalance,
+            lifecycle_hook_prefix=self.lifecycle_hook_prefix,
+            region=self.region,
+            account=self.account,
         )
 
 
@@ -88,6 +101,8 @@ class JobsEnv(EnvModel):
     task_families: tuple[str, ...] = Field(default=(), alias="SPOTGUARD_TASK_FAMILIES")
     # SpotGuard's SSM document: a move asks the job's checkpoint container to commit through it.
     signal_document: str = Field(default="", alias="SPOTGUARD_SIGNAL_DOCUMENT")
+    region: str = Field(default="", alias="SPOTGUARD_REGION", pattern=_REGION)
+    account: str = Field(default="", alias="SPOTGUARD_ACCOUNT", pattern=_ACCOUNT)
 
     _split = field_validator(
         "clusters", "default_subnets", "default_security_groups", "pass_roles", "task_families", mode="before"
@@ -95,4 +110,4 @@ class JobsEnv(EnvModel):
 
     @property
     def settings(self) -> Settings:
-        return Settings(clusters=self.clusters)
+        return Settings(clusters=self.clusters, region=self.region, account=self.account)

@@ -43,6 +43,9 @@ class Adoption:
 
     def stopped(self, task_arn: str) -> str:
         """`resubmit` of a stopped task: the id of its job, or of a new one adopted from it."""
+        elsewhere = self.config.settings.elsewhere(task_arn)
+        if elsewhere is not None:
+            raise CommandError("BadRequest", f"task_arn: {elsewhere}")
         cluster = task_arn.split(":task/", 1)[1].split("/", 1)[0]
         if not self.config.settings.watches(cluster):
             raise CommandError("BadRequest", f"task_arn: cluster {cluster} is not a watched cluster")

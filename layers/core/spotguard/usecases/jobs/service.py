@@ -63,6 +63,9 @@ class JobService:
 
     # ================================================================================ manual actions
     def submit(self, cmd: Submit) -> Job:
+        elsewhere = self.config.settings.elsewhere(cmd.request.cluster)
+        if elsewhere is not None:
+            raise CommandError("BadRequest", f"request.cluster: {elsewhere}")
         if not self.config.settings.watches(cmd.request.cluster):
             watched = ", ".join(self.config.settings.clusters) or "none"
             raise CommandError(
