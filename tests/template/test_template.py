@@ -405,7 +405,14 @@ def test_run_task_is_limited_to_the_listed_task_definition_families(sam, cfn):
         "arn:*:ecs:*:*:task-definition/train:*",
         "arn:*:ecs:*:*:task-definition/eval:*",
     ]
-    assert run["Condition"]["StringEquals"] == {"aws:RequestedRegion": {"Ref": "AWS::Region"}}
+    assert run["Condition"]["StringEquals"] == {
+        "aws:RequestedRegion": {"Ref": "AWS::Region"},
+        "aws:ResourceAccount": {"Ref": "AWS::AccountId"},
+    }
+    # the listed names below match a cluster of that name anywhere: this pins it to the stack's own
+    assert _resolve(cfn, run["Condition"]["StringLike"]["ecs:cluster"]) == (
+        "arn:aws:ecs:us-east-1:123456789012:cluster/*"
+    )
     assert _resolve(cfn, run["Condition"]["ArnLike"]["ecs:cluster"]) == [
         "arn:*:ecs:*:*:cluster/gpu-spot",
         "arn:*:ecs:*:*:cluster/train-a100",
@@ -795,3 +802,26 @@ def test_the_layer_carries_every_library_the_core_imports():
     }
     assert pinned >= {"aws_lambda_powertools", "pydantic", "numpy"}
     assert not missing, f"imported by the core layer but not in its requirements.txt: {missing}"
+
+
+def test_every_statement_that_names_clusters_by_name_pins_the_stack_s_account_and_region(cfn):
+    """Clusters are listed by name (`arn:*:ecs:*:*:cluster/NAME`, as CloudFormation cannot prefix each
+    name of a list): every statement built that way must pin the account and region in its condition."""
+    pinned = {"aws:ResourceAccount": {"Ref": "AWS::AccountId"}, "aws:RequestedRegion": {"Ref": "AWS::Region"}}
+    found = 0
+    for name, resource in cfn["Resources"].items():
+        if resource["Type"] not in ("AWS::IAM::Role", "AWS::IAM::ManagedPolicy"):
+            continue
+        props = resource["Properties"]
+        docs = [props["PolicyDocument"]] if "PolicyDocument" in props else []
+        for policy in props.get("Policies", []):
+            policy = policy["Fn::If"][1] if "Fn::If" in policy else policy
+            docs.append(policy["PolicyDocument"])
+        for doc in docs:
+            for statement in doc["Statement"]:
+                if statement.get("Effect") != "Allow" or "arn:*:ecs:*:*:" not in json.dumps(statement):
+                    continue
+                found += 1
+                condition = statement.get("Condition", {}).get("StringEquals", {})
+                assert {k: condition.get(k) for k in pinned} == pinned, (name, statement.get("Sid"))
+    assert found >= 8
