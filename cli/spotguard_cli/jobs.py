@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from spotguard.domain.commands import CommandError, parse_command
 from spotguard.domain.jobs.model import JobState
+from spotguard_cli.arguments import iso_time, number, whole
 from spotguard_cli.clock import Clock, SystemClock
 from spotguard_cli.joblogs import ClientFactory, LogsOptions, run_logs
 
@@ -54,12 +55,16 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--subnets", help="awsvpc tasks: subnet ids, comma-separated (no public IP is assigned)")
     s.add_argument("--security-groups", help="awsvpc tasks: security group ids, comma-separated")
     s.add_argument("--job-id", help="choose the job's id (a repeated submit returns the same job)")
-    s.add_argument("--max-attempts", type=int)
-    s.add_argument("--max-error-retries", type=int)
-    s.add_argument("--deadline", help="ISO 8601 time with a zone, e.g. 2026-12-01T08:00:00Z")
-    s.add_argument("--avoid-pool-seconds", type=int)
+    s.add_argument(
+        "--max-attempts", type=whole(), help="attempts before the job gives up (1-100, default 20)"
+    )
+    s.add_argument(
+        "--max-error-retries", type=whole(), help="relaunches after a task error (0-20, default 0)"
+    )
+    s.add_argument("--deadline", type=iso_time, help="ISO 8601 time with a zone, e.g. 2026-12-01T08:00:00Z")
+    s.add_argument("--avoid-pool-seconds", type=whole(), help="how long an interrupted pool is avoided")
     s.add_argument("--checkpoint-container", help="the container that runs the agent (default: the first)")
-    s.add_argument("--work-hours", type=float, help="your estimate of the job's work, in hours of running")
+    s.add_argument("--work-hours", type=number(), help="your estimate of the job's work, in hours of running")
     s.add_argument(
         "--capacity",
         choices=["auto", "fixed"],
@@ -98,7 +103,7 @@ def add_parser(sub: Any) -> None:
 
     ls = actions.add_parser("list", help="jobs, newest first")
     ls.add_argument("--state", choices=[s.value for s in JobState])
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--limit", type=whole(), default=50, help="at most this many (1-500, default 50)")
     p.set_defaults(run=run)
 
 
@@ -151,13 +156,24 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
         if text == "-":
             text = sys.stdin.read()
         elif not text.lstrip().startswith("{"):
-            text = Path(text).read_text()
+            try:
+                text = Path(text).read_text()
+            except OSError as exc:
+                raise CommandError(
+                    "BadRequest", f"--request: cannot read {text}: {exc.strerror or exc}"
+                ) from None
         try:
             request = json.loads(text)
         except ValueError as exc:
             raise CommandError("BadRequest", f"--request: not valid JSON: {exc}") from None
         if not isinstance(request, dict):
             raise CommandError("BadRequest", "--request: must be a JSON object")
+        if "action" in request and "request" in request:
+            raise CommandError(
+                "BadRequest",
+                "--request: this is a whole jobs-function payload (it has 'action'); give its 'request' "
+                "alone, a RunTask request like events/jobs/requests/runtask.json",
+            )
         return request
     if not (args.cluster and args.task_definition):
         raise CommandError("BadRequest", "give --request FILE, or --cluster and --task-definition")
@@ -174,6 +190,13 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
             vpc["securityGroups"] = _ids(args.security_groups)
         request["networkConfiguration"] = {"awsvpcConfiguration": vpc}
     return request
+
+
+def as_flags(message: str) -> str:
+    """The function's refusal, with the fields that came from flags named as the flags: `options.x_y`
+    is --x-y, the list's `limit` is --limit."""
+    message = re.sub(r"\boptions\.([a-z_]+)", lambda m: "--" + m.group(1).replace("_", "-"), message)
+    return re.sub(r"(?:^|(?<=; )|(?<=, ))limit(?=[:,])", "--limit", message)
 
 
 def _ids(text: str) -> list[str]:
@@ -313,7 +336,7 @@ def run(
         body = payload(args)
         parse_command(body)  # the function's own validation, before anything is invoked
     except CommandError as exc:
-        print(f"spotguard jobs {args.action}: {exc}", file=sys.stderr)
+        print(f"spotguard jobs {args.action}: {as_flags(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"spotguard jobs {args.action}: {exc}", file=sys.stderr)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.domain.prices import PAPER_ON_DEMAND_PRICE, PAPER_SPOT_PRICE
+from spotguard_cli.arguments import number, whole
 from spotguard_cli.emulator.inject import KINDS
 from spotguard_cli.emulator.template import REPO
 from spotguard_cli.emulator.timeline import Timeline
@@ -31,6 +32,9 @@ STATE_FILE = STATE_DIR / "up.json"
 SHORTAGE = "capacity-shortage"
 SHORTAGES = STATE_DIR / "shortages"  # `inject capacity-shortage` asks the running `up` through files here
 TRAIN = REPO / "examples" / "train.py"
+MAX_STEPS = 100_000
+INTERRUPT_AT = 25  # the interruption scenario's default warning step
+TIME_SCALE = 60.0  # the capacity scenario's default clock
 
 
 def add_parser(sub: Any) -> None:
@@ -44,20 +48,34 @@ def add_parser(sub: Any) -> None:
         help="interruption (default): one warning, resumed on the other instance; capacity: a deadline "
         "job moved between spot pools, on-demand and back by the capacity policy",
     )
-    d.add_argument("--steps", type=_positive_int, help="training steps (default 60; capacity: 300)")
-    d.add_argument("--step-seconds", type=_non_negative, help="pause per step (default 0.1; capacity: 0.4)")
-    d.add_argument("--interrupt-at", type=int, default=25, help="warn when this step is reached")
+    d.add_argument("--steps", type=whole(1, MAX_STEPS), help="training steps (default 60; capacity: 300)")
+    d.add_argument(
+        "--step-seconds",
+        type=number(0, 60, unit="seconds"),
+        help="pause per step (default 0.1; capacity: 0.4)",
+    )
+    d.add_argument(
+        "--interrupt-at",
+        type=whole(0, MAX_STEPS),
+        help=f"interruption: warn when this step is reached (default {INTERRUPT_AT}; steps count from 0)",
+    )
     d.add_argument(
         "--time-scale",
-        type=_positive,
-        default=60.0,
-        help="capacity: SpotGuard's clock runs this many times faster than the wall clock (default 60)",
+        type=number(0, 100_000, low_open=True),
+        help=f"capacity: SpotGuard's clock runs this many times faster than the wall clock "
+        f"(default {TIME_SCALE:g})",
     )
     d.add_argument("--json", action="store_true", help="print the timeline and the proof as JSON")
     d.set_defaults(run=run_demo)
     u = actions.add_parser("up", help="keep the local stack running until Ctrl-C")
-    u.add_argument("--instances", type=int, default=2, help="simulated GPU spot instances (default 2)")
-    u.add_argument("--reconcile-every", type=float, help="seconds between reconcile runs (default: template)")
+    u.add_argument(
+        "--instances", type=whole(1, 50), default=2, help="simulated GPU spot instances (default 2)"
+    )
+    u.add_argument(
+        "--reconcile-every",
+        type=number(0, 3600, low_open=True, unit="seconds"),
+        help="seconds between reconcile runs (default: the template's schedule)",
+    )
     u.set_defaults(run=run_up)
     i = actions.add_parser("inject", help="send a notice into a running `spotguard local up`")
     i.add_argument(
@@ -72,7 +90,7 @@ def add_parser(sub: Any) -> None:
     i.add_argument(
         "--for",
         dest="seconds",
-        type=_positive,
+        type=number(0, 100_000, low_open=True, unit="seconds"),
         default=300.0,
         help=f"{SHORTAGE}: seconds until the pool can launch again (default 300)",
     )
@@ -80,27 +98,6 @@ def add_parser(sub: Any) -> None:
     from spotguard_cli.replay.run import add_parser as add_replay
 
     add_replay(actions)
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value > 100_000:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number in (0, 100000]")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 60:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in [0, 60]")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 100_000:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in [1, 100000]")
-    return value
 
 
 # ============================================================================================ demo
@@ -169,7 +166,63 @@ def _same_weights(a: Path, b: Path) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+CAPACITY_MIN_STEPS = 10  # the capacity scenario warns at a fifth of the steps and again a fifth later
+
+
+def demo_arguments(args: argparse.Namespace) -> str | None:
+    """Fill in the scenario's defaults, and say in one line what cannot work (None: everything can), so
+    that an impossible demo is refused at once rather than after minutes."""
+    if args.scenario == "interruption":
+        if args.time_scale is not None:
+            return "argument --time-scale: is for --scenario capacity"
+        args.steps = args.steps or 60
+        args.step_seconds = 0.1 if args.step_seconds is None else args.step_seconds
+        given = args.interrupt_at is not None
+        args.interrupt_at = args.interrupt_at if given else INTERRUPT_AT
+        if args.steps < 2:
+            return (
+                "argument --steps: the warning needs a step before it and one after: "
+                f"at least 2, not {args.steps}"
+            )
+        last = args.steps - 2  # a step must follow the warning's, or the job has nothing left to resume
+        if args.interrupt_at > last:
+            default = "" if given else f" (the default; give --interrupt-at 0 to {last})"
+            return (
+                f"argument --interrupt-at: the job's steps are 0 to {args.steps - 1} (--steps {args.steps}) "
+                f"and one must follow the warning: a step from 0 to {last}, not {args.interrupt_at}{default}"
+            )
+        return None
+    if args.interrupt_at is not None:
+        return "argument --interrupt-at: is for --scenario interruption (capacity warns at fifths of --steps)"
+    args.steps = args.steps or 300
+    args.step_seconds = 0.4 if args.step_seconds is None else args.step_seconds
+    args.time_scale = TIME_SCALE if args.time_scale is None else args.time_scale
+    if args.steps < CAPACITY_MIN_STEPS:
+        return (
+            f"argument --steps: the capacity scenario warns at a fifth of the steps and again a fifth later: "
+            f"at least {CAPACITY_MIN_STEPS}, not {args.steps}"
+        )
+    return None
+
+
 def run_demo(args: argparse.Namespace) -> int:
+    problem = demo_arguments(args)
+    if problem is not None:
+        print(f"spotguard local demo: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return _run_demo(args)
+    except RuntimeError as exc:  # the story did not happen as it should (each case says why, in a line)
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"spotguard local demo: {why}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"ok": False, "error": why}))
+        else:
+            print("moto server and every task process stopped.\ndemo FAILED")
+        return 1
+
+
+def _run_demo(args: argparse.Namespace) -> int:
     from spotguard.adapters import clients
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
@@ -182,8 +235,6 @@ def run_demo(args: argparse.Namespace) -> int:
         old.unlink()
     if args.scenario == "capacity":
         return _run_capacity(args, work, say)
-    args.steps = args.steps or 60
-    args.step_seconds = 0.1 if args.step_seconds is None else args.step_seconds
     timeline, calls = Timeline(), []
     proof: list[tuple[str, bool]] = []
     facts: dict[str, Any] = {}
@@ -323,8 +374,6 @@ def run_demo(args: argparse.Namespace) -> int:
 def _run_capacity(args: argparse.Namespace, work: Path, say: Any) -> int:
     from spotguard_cli.capacity_demo import print_capacity_demo, run_capacity_demo
 
-    args.steps = args.steps or 300
-    args.step_seconds = 0.4 if args.step_seconds is None else args.step_seconds
     # in SpotGuard's time (x time_scale): checkpoints every few minutes, a job of hours, its deadline
     args.checkpoint_seconds = 3.0
     run_hours = args.steps * (args.step_seconds + 0.01) * args.time_scale / 3600

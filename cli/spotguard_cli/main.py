@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spotguard_cli import explain, jobs, localcmd, simulate
+from spotguard_cli.arguments import one_line_errors_everywhere
 
 
 def version() -> str:
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_parser(sub)
     localcmd.add_parser(sub)
     simulate.add_parser(sub)
+    one_line_errors_everywhere(parser)  # a bad argument anywhere: one line naming it, exit status 2
     return parser
 
 

@@ -27,6 +27,10 @@ from spotguard.domain.capacity import (
     OnDemandPolicy,
     UniformProgressPolicy,
 )
+from spotguard_cli.arguments import count as _count
+from spotguard_cli.arguments import one_line_errors, picture_file
+from spotguard_cli.arguments import positive as _positive
+from spotguard_cli.arguments import seed as _seed
 from spotguard_cli.progress import Bar, NoBar, progress
 from spotguard_cli.simulator import (
     Job,
@@ -177,36 +181,7 @@ def summarise(
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-
-
-def _positive(kind: str, strict: bool = True) -> Any:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value) or value < 0 or (strict and value == 0):
-            raise argparse.ArgumentTypeError(f"{kind} must be {'> 0' if strict else '>= 0'}, not {text}")
-        return value
-
-    return parse
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+# the argument types are spotguard_cli.arguments' (imported from here by `spotguard local replay` too)
 
 
 def add_parser(sub: Any) -> None:
@@ -232,20 +207,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object (a list for several policies)")
     p.add_argument(
-        "--plot", metavar="PNG", help="draw mean cost against the deadline for the chosen policies"
+        "--plot",
+        type=picture_file,
+        metavar="FILE",
+        help="draw mean cost against the deadline for the chosen policies (.png, .svg or .pdf)",
     )
     p.set_defaults(run=run)
     one_line_errors(p, "spotguard simulate")
-
-
-def one_line_errors(parser: argparse.ArgumentParser, prog: str) -> None:
-    """Bad arguments: one line on stderr, `<prog>: <what is wrong>`, and exit status 2."""
-
-    def one_line_error(message: str) -> None:
-        print(f"{prog}: {message}", file=sys.stderr)
-        sys.exit(2)
-
-    parser.error = one_line_error  # type: ignore[method-assign]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -148,7 +148,7 @@ def run_with(traces: list[str], change: list[str]) -> int:
         (["--deadline-hours", "100"], "h of trace, the deadline needs 100 h"),
         (["--samples", "0"], "must be at least 1"),
         (["--job-hours", "x"], "'x' is not a number"),
-        (["--restart-hours", "-1"], "--restart-hours must be >= 0"),
+        (["--restart-hours", "-1"], "argument --restart-hours: must be a number >= 0, not -1"),
         (["--spot-price", "5"], "--spot-price is above --ondemand-price"),
         (["--seed", "1.5"], "'1.5' is not a whole number"),
     ],

@@ -30,6 +30,11 @@ def load_trace(path: str | Path) -> Trace:
     p = Path(path)
     try:
         raw = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise TraceError(
+            f"{p}: cannot read: no such file (the Can't Be Late spot traces are fetched with `make traces`, "
+            "into .traces/cant-be-late-2022-10/)"
+        ) from None
     except OSError as exc:
         raise TraceError(f"{p}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:
