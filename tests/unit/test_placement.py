@@ -29,7 +29,7 @@ from spotguard.domain.jobs.transitions import (
     on_task_event,
     request_move,
 )
-from spotguard.domain.pools import Observation, PoolRecord
+from spotguard.domain.pools import Observation, PoolRecord, fold
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.engine import Placement
@@ -268,9 +268,9 @@ class FakeBook:
         return None
 
     def record_group_fact(self, cluster, group, fact, availability_zone=None):
-        names = [p.name for p in self.pools(cluster) if p.auto_scaling_group == group]
-        self.facts += [(n, fact) for n in names]
-        return names
+        pools = [p for p in self.pools(cluster) if p.auto_scaling_group == group]
+        self.facts += [(p.name, fact) for p in pools]
+        return [fold(p, fact) for p in pools]
 
     def refresh(self, cluster, now):
         return self.pools(cluster)

@@ -9,12 +9,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotguard.domain.jobs.model import JobOptions, revised
+from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, revised
 from spotguard.domain.notices import Settings
-from spotguard.domain.pools import Observation, fold, fold_all
+from spotguard.domain.pools import MAX_AHEAD, Observation, fold, fold_all, merge_discovered
 from spotguard.domain.task_events import PoolEvent, classify_task_message
+from spotguard.usecases.jobs.capacity import CapacityAdvisor
+from spotguard.usecases.jobs.engine import PoolMarks
+from spotguard.usecases.jobs.service import JobService
+from spotguard.usecases.pools import PoolService
 from tests.conftest import EVENTS
-from tests.unit.test_placement import T0, _job_on, _running, advisor, pool
+from tests.unit.test_job_engine import TASK, FakeEcs, FakeStore, _engine, _job
+from tests.unit.test_placement import T0, NoCheckpoints, _job_on, _running, advisor, pool
+from tests.unit.test_pool_facts import Ledger, record
 
 SPOT = "gpu-spot/g5.xlarge/us-east-1a"
 ON_DEMAND = "gpu-on-demand/g5.xlarge/us-east-1a"
@@ -24,8 +30,8 @@ def _sample(name: str) -> dict:
     return json.loads((EVENTS / name).read_text())
 
 
-def _classify(event: dict):
-    return classify_task_message(json.dumps(event), Settings(clusters=("gpu-spot",)))
+def _classify(event: dict, now: datetime | None = None):
+    return classify_task_message(json.dumps(event), Settings(clusters=("gpu-spot",)), now)
 
 
 # ------------------------------------------------------------------------------------ classification
@@ -101,7 +107,7 @@ def test_confirmed_needs_a_newest_fact_that_is_available_or_no_fact_at_all():
 def test_the_advisor_records_a_successful_launch_as_an_available_fact():
     adv, book = advisor([pool("spot", "us-east-1a"), pool("on-demand", "us-east-1a")])
     ev = PoolEvent(group="asg-spot", zone="us-east-1a", message="launched i-1", at=T0, available=True)
-    assert adv.pool_event(ev) == [("gpu-spot", SPOT)]
+    assert adv.pool_event(ev) == PoolMarks(kept=(("gpu-spot", SPOT),), in_effect=(("gpu-spot", SPOT),))
     ((name, fact),) = book.facts
     assert (name, fact.available, fact.source, fact.detail, fact.at) == (
         SPOT,
@@ -144,3 +150,149 @@ def test_the_pool_a_job_runs_in_is_its_own_evidence():
     job = _running(options=JobOptions(deadline=T0 + timedelta(hours=60), work_hours=10))
     decision = adv.decide(job, "reconcile")
     assert decision is not None and decision.placement == "spot" and decision.pool == SPOT
+
+
+# ------------------------------------------------------------------------- an event's time (issue 29)
+# The sample's time is 2026-03-02T10:02:41Z: the clock of these tests is a minute later.
+SAMPLE_NOW = datetime(2026, 3, 2, 10, 3, 41, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "time",
+    ["2026-03-03T10:02:41Z", "3000-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "2026-03-02T10:09:42Z"],
+)
+@pytest.mark.parametrize("sample", ["asg-launch-successful.json", "asg-launch-unsuccessful.json"])
+def test_a_pool_event_dated_ahead_of_the_clock_is_rejected_in_one_line(sample, time):
+    event = _sample(sample)
+    event["time"] = time
+    msg = _classify(event, now=SAMPLE_NOW)
+    assert msg.outcome == "reject" and msg.pool_event is None
+    assert "\n" not in msg.reason and "ahead of the clock" in msg.reason and time[:4] in msg.reason
+
+
+def test_clock_skew_is_taken_and_the_past_however_far_is_history():
+    for time in ("2026-03-02T10:08:41Z", "1970-01-01T00:00:00Z", "0001-01-01T00:00:00Z"):
+        event = _sample("asg-launch-unsuccessful.json")
+        event["time"] = time
+        msg = _classify(event, now=SAMPLE_NOW)
+        assert msg.outcome == "pool" and msg.pool_event is not None, time
+        assert msg.pool_event.at == datetime.fromisoformat(time)
+
+
+def test_a_time_with_no_utc_value_is_rejected_without_a_clock_too():
+    event = _sample("asg-launch-unsuccessful.json")
+    event["time"] = "9999-12-31T23:59:59-14:00"  # 10000-01-01 in UTC
+    msg = _classify(event)
+    assert msg.outcome == "reject" and "out of range" in msg.reason
+
+
+NOW = datetime(2026, 11, 21, 15, 0, tzinfo=UTC)
+GROUP = "gpu-spot-a-group"
+NAME = "gpu-spot-a/g5.xlarge/us-east-1a"
+
+
+class Store(FakeStore):
+    def list(self, state, limit, **kw):
+        return [j for j in self.jobs.values() if j.state is state][:limit]
+
+
+def _waiting(launched: datetime):
+    """A job whose task waits for an instance in the spot pool, launched at `launched`."""
+    attempt = Attempt(
+        number=1,
+        task_arn=TASK + "a" * 32,
+        launched_at=launched,
+        last_status="PROVISIONING",
+        pool=NAME,
+        market="spot",
+        ecs_version=1,
+    )
+    return _job(state=JobState.RUNNING, attempts=[attempt])
+
+
+def _service(*jobs):
+    """JobService on fakes, with the real PoolService over an in-memory ledger (it folds facts)."""
+    ledger = Ledger(record("gpu-spot-a", "spot"), record("gpu-od", "on-demand"))
+    store = Store()
+    store.jobs.update({j.job_id: j for j in jobs})
+    ecs = FakeEcs()
+    engine, _, _ = _engine(store, ecs)
+    engine.clock = lambda: NOW
+    book = PoolService(None, ledger, "us-east-1")  # type: ignore[arg-type]
+    engine.placement = CapacityAdvisor(book, NoCheckpoints(), lambda: NOW, clusters=("gpu-spot",))
+    return JobService(engine, hosts=None, claims=None), ledger, ecs  # type: ignore[arg-type]
+
+
+def _event(at: datetime, available: bool) -> PoolEvent:
+    message = "launched i-1" if available else "no capacity"
+    return PoolEvent(group=GROUP, zone="us-east-1a", message=message, at=at, available=available)
+
+
+@pytest.mark.parametrize(
+    "ahead",
+    [
+        timedelta(days=1),
+        datetime(3000, 1, 1, tzinfo=UTC) - NOW,
+        datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - NOW,
+    ],
+)
+def test_a_failure_dated_ahead_is_refused_and_a_launch_now_leaves_the_pool_available(ahead):
+    service, ledger, _ = _service()
+    note = service.on_pool_event(_event(NOW + ahead, available=False))  # never an OverflowError
+    assert note.startswith("refused: ") and "ahead of the clock" in note and "\n" not in note
+    assert ledger.by_name[NAME].observations == ()
+    assert service.on_pool_event(_event(NOW, available=True)).startswith("marked available")
+    assert ledger.by_name[NAME].available_at(NOW) and ledger.by_name[NAME].confirmed_at(NOW)
+
+
+def test_a_failure_dated_1970_is_old_history_it_neither_backs_off_nor_stops_a_task():
+    service, ledger, ecs = _service(_waiting(NOW - timedelta(minutes=1)))
+    note = service.on_pool_event(_event(datetime(1970, 1, 1, tzinfo=UTC), available=False))
+    assert note.startswith("kept as history")
+    pool = ledger.by_name[NAME]
+    assert [o.source for o in pool.observations] == ["launch-failure"]  # kept, at its time
+    assert pool.available_at(NOW) and ecs.stops == []
+
+
+def test_a_failure_older_than_a_launch_seen_after_it_backs_nothing_off():
+    service, ledger, ecs = _service(_waiting(NOW - timedelta(minutes=20)))
+    service.on_pool_event(_event(NOW - timedelta(minutes=5), available=True))
+    note = service.on_pool_event(_event(NOW - timedelta(minutes=10), available=False))  # arrives late
+    assert note.startswith("kept as history")
+    assert ledger.by_name[NAME].available_at(NOW) and ecs.stops == []
+
+
+def test_a_failure_stops_only_the_tasks_launched_before_it():
+    later = _waiting(NOW - timedelta(minutes=1))
+    service, ledger, ecs = _service(later)
+    note = service.on_pool_event(_event(NOW - timedelta(minutes=2), available=False))
+    assert note.startswith("marked unavailable") and "0 waiting task(s) stopped" in note
+    assert not ledger.by_name[NAME].available_at(NOW) and ecs.stops == []
+
+    earlier = revised(
+        later, job_id="j2", attempts=[revised(later.attempts[0], launched_at=NOW - timedelta(minutes=3))]
+    )
+    service, ledger, ecs = _service(earlier)
+    note = service.on_pool_event(_event(NOW - timedelta(minutes=2), available=False))
+    assert "1 waiting task(s) stopped" in note and [arn for arn, _ in ecs.stops] == [
+        earlier.attempts[0].task_arn
+    ]
+
+
+def test_discovery_drops_facts_kept_ahead_of_the_clock_before_they_were_refused():
+    fresh = record("gpu-spot-a", "spot")
+    poisoned = fold_all(
+        fresh,
+        [
+            Observation(at=NOW - timedelta(hours=3), available=False, source="launch-failure", detail="old"),
+            Observation(at=datetime(3000, 1, 1, tzinfo=UTC), available=False, source="launch-failure"),
+        ],
+    )
+    assert not poisoned.available_at(NOW)  # until the year 3000
+    found = fresh.model_copy(update={"discovered_at": NOW})
+    healed = merge_discovered(poisoned, found)
+    assert healed.available_at(NOW) and [o.detail for o in healed.observations] == ["old"]
+    assert healed.launch_failures.at == NOW - timedelta(hours=3) and healed.launch_failures.value == 1.0
+    assert merge_discovered(healed, found) == healed
+    skewed = fold(healed, Observation(at=NOW + MAX_AHEAD, available=True, source="launch-success"))
+    assert len(merge_discovered(skewed, found).observations) == 2  # clock skew is no poison

@@ -98,6 +98,13 @@ LAUNCH_SOURCES = frozenset({"launch", "launch-success"})  # new capacity seen: a
 RISK_SOURCES = frozenset({"rebalance"})
 COUNT_HALF_LIFE_HOURS = 24.0  # the decayed counts of launch failures, interruptions, rebalances
 HOLD_HOURS = 2.0  # an observation holds (in the history) until the next one, for at most this long
+# A fact is about the past: its time may be ahead of SpotGuard's clock by clock skew (the service that
+# stamped the event and the Lambda's clock drift apart by seconds), never more. A fact dated further ahead
+# is refused (`ahead_of_clock`): kept, it would sort after every fact that really came later, back the
+# pool off until its date, and near the end of the calendar overflow the backoff's arithmetic. A fact
+# dated in the past, however far, is kept as history: weighed by its time (`backoff`), it backs nothing
+# off now.
+MAX_AHEAD = timedelta(minutes=5)
 
 
 class _Frozen(BaseModel):
@@ -589,13 +596,39 @@ def fold(pool: PoolRecord, fact: Observation, max_observations: int = MAX_OBSERV
         "unavailable_until": until,
         "backoff_streak": streak,
     }
-    if not fact.available and fact.source in ("launch-failure", "provisioning-timeout"):
-        update["launch_failures"] = pool.launch_failures.add(fact.at)
-    elif fact.source == "interruption":
-        update["interruptions"] = pool.interruptions.add(fact.at)
-    elif fact.source == "rebalance":
-        update["rebalances"] = pool.rebalances.add(fact.at)
+    field = _counted_in(fact)
+    if field is not None:
+        update[field] = getattr(pool, field).add(fact.at)
     return pool.model_copy(update=update)
+
+
+def _counted_in(fact: Observation) -> str | None:
+    """The decayed count of the record a fact adds to, if any."""
+    if not fact.available and fact.source in ("launch-failure", "provisioning-timeout"):
+        return "launch_failures"
+    if fact.source == "interruption":
+        return "interruptions"
+    if fact.source == "rebalance":
+        return "rebalances"
+    return None
+
+
+def ahead_of_clock(at: datetime, now: datetime) -> str | None:
+    """Why a fact dated `at` cannot be kept at `now` (None: it can): it is dated more than MAX_AHEAD
+    ahead of the clock, or so near the end of the calendar that it has no UTC time. One line."""
+    try:
+        at = _utc(at)
+    except OverflowError:
+        return f"time {at.isoformat()}: out of range"
+    ahead = at - now
+    if ahead <= MAX_AHEAD:
+        return None
+    days = ahead.days
+    span = f"{days} days" if days > 1 else f"{int(ahead.total_seconds() // 60)} minutes"
+    return (
+        f"time {at.isoformat()} is {span} ahead of the clock ({now.isoformat(timespec='seconds')}); "
+        f"at most {int(MAX_AHEAD.total_seconds() // 60)} minutes of clock skew are taken"
+    )
 
 
 def fold_all(pool: PoolRecord, facts: Iterable[Observation]) -> PoolRecord:
@@ -679,9 +712,12 @@ def with_score(pool: PoolRecord, quote: ScoreQuote) -> PoolRecord:
 
 def merge_discovered(stored: PoolRecord | None, found: PoolRecord) -> PoolRecord:
     """A pool found again: where it is and its on-demand price as discovery says now; its facts, first
-    discovery, and the newer of the two spot prices and scores as they were. It is no longer gone."""
+    discovery, and the newer of the two spot prices and scores as they were. It is no longer gone. Facts
+    dated ahead of the clock (`discovered_at` + MAX_AHEAD), kept before they were refused at the door,
+    are dropped, and the backoff and counts they skewed are worked out again from the rest."""
     if stored is None:
         return found
+    stored = without_facts_ahead(stored, found.discovered_at)
     update: dict[str, Any] = {
         "discovered_at": stored.discovered_at,
         "gone_since": None,
@@ -699,6 +735,27 @@ def merge_discovered(stored: PoolRecord | None, found: PoolRecord) -> PoolRecord
     if found.scored_at is None or (stored.scored_at and stored.scored_at >= found.scored_at):
         update |= {"placement_score": stored.placement_score, "scored_at": stored.scored_at}
     return found.model_copy(update=update)
+
+
+def without_facts_ahead(pool: PoolRecord, now: datetime) -> PoolRecord:
+    """The pool without the facts dated more than MAX_AHEAD after `now` (see `ahead_of_clock`), its
+    backoff recomputed from the others and each decayed count whose newest event was such a fact counted
+    again from the kept facts. Unchanged (the same object) when it has none."""
+    limit = now + MAX_AHEAD
+    kept = tuple(o for o in pool.observations if o.at <= limit)
+    if len(kept) == len(pool.observations):
+        return pool
+    until, streak = backoff(kept)
+    update: dict[str, Any] = {"observations": kept, "unavailable_until": until, "backoff_streak": streak}
+    for field in ("launch_failures", "interruptions", "rebalances"):
+        count: DecayedCount = getattr(pool, field)
+        if count.at is not None and count.at > limit:
+            fresh = DecayedCount()
+            for o in kept:
+                if _counted_in(o) == field:
+                    fresh = fresh.add(o.at)
+            update[field] = fresh
+    return pool.model_copy(update=update)
 
 
 def mark_gone(pool: PoolRecord, now: datetime) -> PoolRecord:

@@ -5,13 +5,18 @@ messages (a job waiting for capacity, from the retry queue), EBS Snapshot Notifi
 "EC2 Instance Launch Unsuccessful" / "EC2 Instance Launch Successful" (facts about a pool's capacity).
 Each becomes exactly one decision: act on a task event, launch a job, settle a snapshot, record a pool
 fact, ignore with a reason, or reject (dead-letter queue).
+
+A pool event's time is bounded at the door: one with no UTC time (the end of the calendar) is rejected,
+and, given the clock (`now`), so is one dated further ahead of it than clock skew
+(`domain.pools.ahead_of_clock`): a bad record, said in one line, never retried. One dated in the past,
+however far, is taken as old history (the pool weighs it by its time).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
@@ -20,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from spotguard.domain.errors import one_line
 from spotguard.domain.notices import MAX_VERSION, Decision, EventTime, Settings, envelope
 from spotguard.domain.own_events import LAUNCH_DUE, SOURCE
+from spotguard.domain.pools import ahead_of_clock
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, MANAGED_TAG, TaskEvent, TaskInfo
 
 TASK_STATE_CHANGE = "ECS Task State Change"
@@ -133,7 +139,11 @@ class TaskMessage(BaseModel):
     pool_event: PoolEvent | None = None
 
 
-def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings) -> TaskMessage:
+def classify_task_message(
+    raw: str | bytes | dict[str, Any], settings: Settings, now: datetime | None = None
+) -> TaskMessage:
+    """One record's decision. `now`: the clock, against which a pool event's time is bounded (without
+    it, only a time with no UTC value is refused; the use case bounds the rest, `pool_event_refused`)."""
     event = envelope(raw)
     if isinstance(event, Decision):
         return TaskMessage(outcome="reject", reason=event.reason, event_id=event.event_id)
@@ -142,9 +152,9 @@ def classify_task_message(raw: str | bytes | dict[str, Any], settings: Settings)
     if event.source == "aws.ec2" and event.detail_type == EBS_SNAPSHOT:
         return _snapshot(event)
     if event.source == "aws.autoscaling" and event.detail_type == LAUNCH_UNSUCCESSFUL:
-        return _launch_unsuccessful(event)
+        return _timed(_launch_unsuccessful(event), now)
     if event.source == "aws.autoscaling" and event.detail_type == LAUNCH_SUCCESSFUL:
-        return _launch_successful(event)
+        return _timed(_launch_successful(event), now)
     if event.source != "aws.ecs" or event.detail_type != TASK_STATE_CHANGE:
         return TaskMessage(
             outcome="ignore",
@@ -254,6 +264,30 @@ def indexed_info(task: TaskEvent, managed: bool, gpu: bool, checkpoint_container
     if managed and checkpoint_container:
         tags[CHECKPOINT_CONTAINER_TAG] = checkpoint_container
     return task.info(gpu=gpu, tags=tags)
+
+
+def pool_event_refused(ev: PoolEvent, now: datetime) -> str | None:
+    """Why a pool event cannot be kept as a fact at `now`, in one line (None: it can): its time is
+    further ahead of the clock than clock skew, or has no UTC value."""
+    problem = ahead_of_clock(ev.at, now)
+    return f"Auto Scaling group {ev.group}: {problem}" if problem else None
+
+
+def _timed(msg: TaskMessage, now: datetime | None) -> TaskMessage:
+    """A pool event's message, rejected when its time cannot be a fact (see `pool_event_refused`); its
+    time in UTC otherwise."""
+    ev = msg.pool_event
+    if ev is None:
+        return msg
+    try:
+        at = ev.at.astimezone(UTC)
+    except OverflowError:
+        problem: str | None = f"Auto Scaling group {ev.group}: time {ev.at.isoformat()}: out of range"
+    else:
+        problem = pool_event_refused(ev, now) if now is not None else None
+    if problem:
+        return TaskMessage(outcome="reject", reason=problem, event_id=msg.event_id)
+    return msg.model_copy(update={"pool_event": ev.model_copy(update={"at": at})})
 
 
 def _launch_unsuccessful(event: EventBridgeModel) -> TaskMessage:

@@ -151,15 +151,16 @@ class PoolService:
         fact: Observation,
         availability_zone: str | None = None,
         instance_type: str | None = None,
-    ) -> list[str]:
+    ) -> list[PoolRecord]:
         """Keep a fact about a group's pools (in a zone, of a type, when known), e.g. Auto Scaling's
         "EC2 Instance Launch Unsuccessful" or "EC2 Instance Launch Successful" (domain.task_events.PoolEvent:
         group, zone; the latter names no instance type, so it is kept for every type of the group in the
-        zone). The pools' names."""
+        zone). The pools that kept it, as they stand with it (their backoff worked out with it)."""
         pools = matching_pools(
             self.ledger.pools(cluster), auto_scaling_group, availability_zone, instance_type
         )
-        return [p.name for p in pools if self.ledger.record(cluster, p.name, fact) is not None]
+        recorded = (self.ledger.record(cluster, p.name, fact) for p in pools)
+        return [p for p in recorded if p is not None]
 
 
 class HostPoolFacts:

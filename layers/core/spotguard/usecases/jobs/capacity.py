@@ -46,7 +46,7 @@ from spotguard.domain.tasks import TaskInfo
 if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not at a cold start
     from spotguard.domain.planner import CapacityDecision, PoolOption
 from spotguard.ports import JobStore
-from spotguard.usecases.jobs.engine import Placement
+from spotguard.usecases.jobs.engine import Placement, PoolMarks
 
 TICK_HOURS = 1 / 6  # the policy's tick: 10 minutes, the resolution of the traces it was built on
 MOVE_DECISION_SECONDS = 1800  # a move's decision is followed by the launch after it this long at most
@@ -61,7 +61,7 @@ class PoolBook(Protocol):
     def record_fact(self, cluster: str, pool_name: str, fact: Observation) -> PoolRecord | None: ...
     def record_group_fact(
         self, cluster: str, auto_scaling_group: str, fact: Observation, availability_zone: str | None = None
-    ) -> list[str]: ...
+    ) -> list[PoolRecord]: ...
     def refresh(self, cluster: str, now: datetime) -> list[PoolRecord]: ...
 
 
@@ -213,16 +213,23 @@ class CapacityAdvisor(Placement):
             now = self.clock()
             self._record(job.request.cluster_name, live.pool, True, "run", f"{now:%Y-%m-%dT%H:%M}", at=now)
 
-    def pool_event(self, ev: PoolEvent) -> list[tuple[str, str]]:
+    def pool_event(self, ev: PoolEvent) -> PoolMarks:
         """Auto Scaling's launch failure (the pools are backed off) or successful launch (capacity was
-        there: the backoff ends, and a move may go there) for a group's pools in a zone."""
+        there: the backoff ends, and a move may go there) for a group's pools in a zone, weighed by its
+        time: the fact is kept at the event's time, and it holds now only where the pool, with all its
+        facts in time order, says so (a failure older than a launch seen after it, or whose backoff is
+        over, backs nothing off; a launch older than a failure after it is no evidence)."""
         source: Source = "launch-success" if ev.available else "launch-failure"
         fact = Observation(at=ev.at, available=ev.available, source=source, detail=ev.message)
-        return [
-            (cluster, name)
-            for cluster in self.clusters
-            for name in self.book.record_group_fact(cluster, ev.group, fact, availability_zone=ev.zone)
-        ]
+        now = self.clock()
+        kept: list[tuple[str, str]] = []
+        in_effect: list[tuple[str, str]] = []
+        for cluster in self.clusters:
+            for pool in self.book.record_group_fact(cluster, ev.group, fact, availability_zone=ev.zone):
+                kept.append((cluster, pool.name))
+                if pool.confirmed_at(now) if ev.available else not pool.available_at(now):
+                    in_effect.append((cluster, pool.name))
+        return PoolMarks(kept=tuple(kept), in_effect=tuple(in_effect))
 
     def refresh(self, clusters: Sequence[str]) -> int:
         now, found = self.clock(), 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -89,6 +89,16 @@ class VolumeEffects:
         raise RuntimeError("EBS mode without an EBS adapter")
 
 
+class PoolMarks(NamedTuple):
+    """What a pool event did to the pools: the (cluster, pool) pairs that kept its fact, and those of
+    them whose state now is the one the event says (a launch failure: backed off now; a launch: available
+    with evidence now). An event older than the pool's newer facts, or whose backoff is over, is kept as
+    history only."""
+
+    kept: tuple[tuple[str, str], ...] = ()
+    in_effect: tuple[tuple[str, str], ...] = ()
+
+
 class Placement:
     """Where each launch goes (usecases.jobs.capacity.CapacityAdvisor): this default places every
     launch as its request says, and has nothing to learn from a failed one."""
@@ -102,9 +112,9 @@ class Placement:
     def checkpoint(self, job: Job, attempt: int) -> None:
         raise RuntimeError("a move without a signaller")
 
-    def pool_event(self, ev: PoolEvent) -> list[tuple[str, str]]:
-        """Record a pool event; the (cluster, pool) it marked unavailable."""
-        return []
+    def pool_event(self, ev: PoolEvent) -> PoolMarks:
+        """Record a pool event; the pools that kept it, and those it holds for now."""
+        return PoolMarks()
 
     def task_seen(self, before: Job | None, after: Job) -> None:
         """What a task event taught about the pool its attempt runs in."""

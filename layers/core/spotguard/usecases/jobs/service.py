@@ -29,7 +29,7 @@ from spotguard.domain.jobs.transitions import (
     request_resubmit,
 )
 from spotguard.domain.prices import task_share
-from spotguard.domain.task_events import PoolEvent, indexed_info
+from spotguard.domain.task_events import PoolEvent, indexed_info, pool_event_refused
 from spotguard.domain.tasks import TaskEvent
 from spotguard.ports import Hosts, JobEcs, JobStore, StopClaims, TaskIndex
 from spotguard.usecases.jobs.adoption import Adoption
@@ -223,12 +223,25 @@ class JobService:
 
     def on_pool_event(self, ev: PoolEvent) -> str:
         """Auto Scaling could not launch an instance for a group: its pools in that zone are marked
-        unavailable, and the tasks waiting for an instance there are stopped and launched elsewhere.
-        Auto Scaling launched one (`ev.available`): the pools are marked available (their backoff ends,
-        and a move may go there); no task is stopped."""
-        marked = set(self.engine.placement.pool_event(ev))
-        if not marked:
+        unavailable, and the tasks launched there before the failure that still wait for an instance are
+        stopped and launched elsewhere. Auto Scaling launched one (`ev.available`): the pools are marked
+        available (their backoff ends, and a move may go there); no task is stopped.
+
+        Weighed by its time: an event dated further ahead of the clock than clock skew is refused (kept,
+        it would hold the pool until its date); one older than the pool's newer facts, or whose backoff
+        is already over, is kept as history and changes nothing now (`PoolMarks.in_effect`)."""
+        refused = pool_event_refused(ev, self.clock())
+        if refused:
+            log.warning("pool event refused: %s", refused)
+            return f"refused: {refused}"
+        marks = self.engine.placement.pool_event(ev)
+        if not marks.kept:
             return f"group {ev.group} is no pool of a watched cluster"
+        if not marks.in_effect:
+            pools = ", ".join(sorted(p for _, p in marks.kept))
+            return f"kept as history on {pools} (dated {ev.at.isoformat()}): no pool changes now"
+        marked = set(marks.in_effect)
+        pools = ", ".join(sorted(p for _, p in marked))
         if ev.available:
             # spot is there again: a deadline job on on-demand may move now rather than at the next sweep
             moving = 0
@@ -236,17 +249,17 @@ class JobService:
                 live = job.live_attempt
                 if live is not None and live.market == "on-demand":
                     moving += self.consider_move(job, "pool-event")
-            pools = ", ".join(sorted(p for _, p in marked))
             return f"marked available: {pools}; {moving} job(s) asked to move"
         moved = 0
         for job in self.store.list(JobState.RUNNING, 500):
             live = job.live_attempt
             if live is None or live.pool is None or (job.request.cluster_name, live.pool) not in marked:
                 continue
+            if live.launched_at > ev.at:  # launched after the failure: it says nothing of this task
+                continue
             why = f"Auto Scaling: {ev.message}"[:150]
             self.engine.run(job.job_id, lambda j, why=why: abandon_provisioning(j, why), current=job)
             moved += 1
-        pools = ", ".join(sorted(p for _, p in marked))
         return f"marked unavailable: {pools}; {moved} waiting task(s) stopped to launch elsewhere"
 
     def consider_move(self, job: Job, trigger: str) -> bool:
