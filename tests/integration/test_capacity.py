@@ -315,3 +315,51 @@ def test_a_job_on_demand_is_moved_to_spot_only_once_auto_scaling_has_launched_th
     _stopped(world, third["task_arn"], exit_code=0)
     status = world.status(job_id)
     assert status["state"] == "succeeded" and status["moves_made"] == 1
+
+
+def test_a_move_whose_stop_task_failed_asks_again_and_the_job_still_moves(world: JobsWorld):
+    """The move's StopTask fails after the job says the stop was asked for (ECS throttled it, or answered
+    with an error): the task runs on. Reconcile asks again once the stop has had its time, so the job
+    moves rather than stay on on-demand for good."""
+    from botocore.awsrequest import AWSResponse
+
+    from spotguard.adapters import clients
+    from spotguard.usecases.jobs.reconcile import MOVE_STOP_RETRY_SECONDS
+
+    job, here, second = _on_demand_after_spot_ran_dry(world)
+    job_id = job["job_id"]
+    new = world.cluster.add_host("g5.xlarge", f"us-east-1{here}", f"gpu-spot-{here}")
+    _launch_succeeded(world, f"gpu-spot-{here}-group", f"us-east-1{here}", _at(world, 1.5), new.instance_id)
+    world.commit_checkpoint(job, 4, attempt=2, progress=0.4, at=_at(world, 1.5))
+    world.commit_checkpoint(job, 5, attempt=2, progress=0.7, at=_at(world, 2.0))
+    world.reconcile()
+    assert world.status(job_id)["move"] is not None
+    world.commit_checkpoint(job, 6, attempt=2, progress=0.72, at=_at(world, 2.05))
+
+    failing = {"on": True, "calls": 0}
+
+    def refuse(**_):
+        if not failing["on"]:
+            return None
+        failing["calls"] += 1
+        body = {"Error": {"Code": "ServerException", "Message": "service unavailable"}}
+        return AWSResponse("local://ecs", 500, {}, None), body
+
+    clients.on_event("before-call.ecs.StopTask", refuse)
+    counts = world.reconcile()
+    assert counts["failed"] == 1 and failing["calls"] >= 1, counts
+    assert world.status(job_id)["move"]["stop_requested_at"] is not None
+    assert world.task(second["task_arn"])["desiredStatus"] == "RUNNING"  # the task runs on
+
+    failing["on"] = False
+    # before the stop has had its time nothing is asked again; after it, StopTask once more
+    assert world.reconcile()["moves_stop_retried"] == 0
+    _at(world, 2.05 + (MOVE_STOP_RETRY_SECONDS + 60) / 3600)
+    assert world.reconcile()["moves_stop_retried"] == 1
+    stopped = world.task(second["task_arn"])
+    assert stopped["desiredStatus"] == "STOPPED" and "moving job" in stopped["stoppedReason"]
+    _stopped(world, second["task_arn"])
+    third = _running(world, job_id)
+    assert (third["number"], third["market"]) == (3, "spot")
+    assert third["resume_from"].endswith("00000006/MANIFEST.json")
+    assert world.status(job_id)["moves_made"] == 1

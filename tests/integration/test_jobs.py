@@ -372,6 +372,7 @@ def test_reconcile_applies_a_stop_whose_event_was_lost(jobs: JobsWorld):
         "provisioning_abandoned": 0,
         "moves_started": 0,
         "moves_stopped": 0,
+        "moves_stop_retried": 0,
         "moves_abandoned": 0,
     }
 

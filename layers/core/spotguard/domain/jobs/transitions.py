@@ -429,13 +429,25 @@ def move_checkpointed(job: Job, now: datetime) -> Step:
     move, live = job.move, job.live_attempt
     if move is None or live is None or live.number != move.attempt:
         return Step(note="no move under way for the live attempt")
+    new = job if move.stop_requested_at else bump(job, now, move=revised(move, stop_requested_at=now))
+    return Step(job=None if new is job else new, effects=[_move_stop(job, move, live)])
+
+
+def move_stop_retried(job: Job, now: datetime) -> Step:
+    """The move's task was asked to stop at `stop_requested_at` and still runs: the StopTask may have
+    failed after the job was written (throttled, an error). Ask again, noting when, so that the next ask
+    waits as long again; StopTask on a task that is stopping already changes nothing."""
+    move, live = job.move, job.live_attempt
+    if move is None or live is None or live.number != move.attempt or move.stop_requested_at is None:
+        return Step(note="no stopped move under way for the live attempt")
+    new = bump(job, now, move=revised(move, stop_requested_at=now))
+    return Step(job=new, effects=[_move_stop(job, move, live)])
+
+
+def _move_stop(job: Job, move: Move, live: Attempt) -> Stop:
     where = "on-demand" if move.to.placement == "on-demand" else f"spot in {move.to.pool}"
     reason = f"SpotGuard: moving job {job.job_id} to {where}: {move.to.reason}"[:255]
-    new = job if move.stop_requested_at else bump(job, now, move=revised(move, stop_requested_at=now))
-    return Step(
-        job=None if new is job else new,
-        effects=[Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=reason)],
-    )
+    return Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=reason)
 
 
 def move_abandoned(job: Job, now: datetime, why: str) -> Step:

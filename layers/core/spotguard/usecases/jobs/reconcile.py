@@ -28,13 +28,21 @@ from datetime import datetime
 
 from spotguard.domain.jobs.effects import Cleanup
 from spotguard.domain.jobs.model import Attempt, Job, JobState, UnreadableJob, revised, started_by
-from spotguard.domain.jobs.transitions import abandon_provisioning, move_abandoned, move_checkpointed
+from spotguard.domain.jobs.transitions import (
+    abandon_provisioning,
+    move_abandoned,
+    move_checkpointed,
+    move_stop_retried,
+)
 from spotguard.domain.stops import VANISHED_REASON
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.service import JobService
 
 STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
 MOVE_COMMIT_SECONDS = 900  # a move's checkpoint not committed this long after SIGUSR1: the move is off
+# A moving task asked to stop this long ago and still running is asked again (its StopTask may have
+# failed): longer than ECS's longest stopTimeout (120 s) and a sweep, so one ask in two sweeps at most.
+MOVE_STOP_RETRY_SECONDS = 420
 log = logging.getLogger(__name__)
 
 
@@ -58,6 +66,7 @@ class Reconciler:
             "provisioning_abandoned": 0,
             "moves_started": 0,
             "moves_stopped": 0,
+            "moves_stop_retried": 0,
             "moves_abandoned": 0,
         }
         placement = self.engine.placement
@@ -134,7 +143,15 @@ class Reconciler:
         placement, options = self.engine.placement, job.options
         if job.move is not None:
             if job.move.stop_requested_at is not None:
-                return False  # stopped before; the STOPPED event relaunches it
+                # stopped before: the STOPPED event relaunches it (and a lost one is found by the
+                # describe below, so this returns False but when it asks again). A StopTask that failed
+                # after the job was written would leave the task running and the move stuck for good.
+                since = (now - job.move.stop_requested_at).total_seconds()
+                if since <= MOVE_STOP_RETRY_SECONDS:
+                    return False
+                self.engine.run(job.job_id, lambda j: move_stop_retried(j, now), current=job, drive=False)
+                counts["moves_stop_retried"] += 1
+                return True
             if self._committed_since(job, job.move.attempt, job.move.requested_at):
                 self.engine.run(job.job_id, lambda j: move_checkpointed(j, now), current=job, drive=False)
                 counts["moves_stopped"] += 1
