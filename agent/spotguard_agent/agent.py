@@ -115,6 +115,9 @@ class Agent:
         self.last: Committed | None = None
         self.cost_seconds: float | None = None  # what the last checkpoint cost the training loop
         self.watcher: MetadataWatcher | None = None
+        # what a manifest's `step` counts, as the logs name it: the training loop's step; under
+        # `spotguard-agent run`, the wrapper's commits of the directory (it knows no step of the job)
+        self.step_name = "step"
         if install_signals:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGUSR1, self._on_signal)
@@ -162,7 +165,7 @@ class Agent:
             print(f"spotguard-agent: {exc}", file=sys.stderr, flush=True)
             raise RestoreFailed(str(exc), code) from exc
         if manifest is not None:
-            log.info("restored checkpoint %s at step %s", manifest.sequence, manifest.step)
+            log.info("restored checkpoint %s (%s %s)", manifest.sequence, self.step_name, manifest.step)
         self._last_commit = time.monotonic()
         return manifest
 
@@ -266,8 +269,9 @@ class Agent:
         self._last_commit = time.monotonic()
         rate = committed.throughput_bytes_per_second
         log.info(
-            "committed checkpoint %s (step %s, %d bytes, %.1f s)",
+            "committed checkpoint %s (%s %s, %d bytes, %.1f s)",
             committed.manifest.sequence,
+            self.step_name,
             committed.manifest.step,
             committed.manifest.total_bytes,
             committed.seconds,

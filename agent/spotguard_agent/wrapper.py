@@ -10,8 +10,9 @@
    checkpoint SpotGuard resumes from, and the wrapper exits 75. Otherwise CMD's own exit code passes
    through.
 
-The manifest's step counts the wrapper's commits (the restored one's step + 1 each time); its progress
-is read from --progress-file when CMD writes one (a number from 0 to 1), else 0.
+The manifest's step counts the wrapper's commits (the restored one's step + 1 each time), and the logs
+call it so ("committed checkpoint 4 (wrapper commit 5, ...)"); its progress is read from --progress-file when
+CMD writes one (a number from 0 to 1), else 0.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from spotguard_agent.agent import RESUME_ME, Agent, RestoreFailed
 from spotguard_agent.store import StoreError
 
 log = logging.getLogger("spotguard.agent")
+STEP_NAME = "wrapper commit"  # the manifest's step in the logs: the wrapper's commits, not the job's steps
 
 Snapshot = dict[str, tuple[int, int]]
 
@@ -106,6 +108,7 @@ class Wrapper:
                     log.warning("commit failed: %s", exc)
 
     def run(self) -> int:
+        self.agent.step_name = STEP_NAME
         restored = self.agent.restore(self.directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         if restored is not None:
@@ -130,6 +133,15 @@ class Wrapper:
         return code
 
 
+def configure_logging() -> None:
+    """The agent's own lines on stderr (`spotguard-agent: ...`), from INFO; any other library's only
+    from WARNING (boto's 'Found credentials in environment variables.' is no news at every start)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("spotguard-agent: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.getLogger("spotguard.agent").setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spotguard-agent", description="SpotGuard's container agent")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -145,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give the command after --")
     if args.poll_seconds <= 0 or args.quiet_seconds < 0:
         parser.error("--poll-seconds must be > 0 and --quiet-seconds >= 0")
-    logging.basicConfig(level=logging.INFO, format="spotguard-agent: %(message)s")
+    configure_logging()
     try:
         agent = Agent.from_env()
     except StoreError as exc:
