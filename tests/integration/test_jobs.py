@@ -369,6 +369,7 @@ def test_reconcile_applies_a_stop_whose_event_was_lost(jobs: JobsWorld):
         "unreadable": 0,
         "failed": 0,
         "pools": 0,  # the cluster has no capacity providers: jobs are placed as requested
+        "discovery_errors": 0,
         "provisioning_abandoned": 0,
         "moves_started": 0,
         "moves_stopped": 0,

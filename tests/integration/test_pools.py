@@ -335,7 +335,7 @@ def test_refresh_discovers_prices_scores_and_caches(world):
     service = PoolService(
         PoolDiscovery(world["ecs"], world["asg"], ec2), PoolStore(world["ddb"], TABLE), REGION, PoolSettings()
     )
-    pools = service.refresh(CLUSTER, NOW)
+    pools = service.refresh(CLUSTER, NOW).pools
     spot = [p for p in pools if p.market == "spot"]
     assert len(spot) == 6 and len(pools) == 8
     assert all(p.spot_price is not None and p.spot_priced_at == NOW for p in spot)
@@ -387,7 +387,7 @@ def test_a_failed_score_request_is_no_score_until_the_next_is_due(world):
     service = PoolService(
         PoolDiscovery(world["ecs"], world["asg"], ec2), PoolStore(world["ddb"], TABLE), REGION
     )
-    pools = service.refresh(CLUSTER, NOW)
+    pools = service.refresh(CLUSTER, NOW).pools
     assert asked == ["scores"]
     assert all(p.placement_score is None for p in pools)
     assert all(p.scored_at == NOW for p in pools if p.market == "spot")
@@ -402,3 +402,52 @@ def _rev(world: dict[str, Any], name: str) -> int:
         "Item"
     ]
     return int(item["rev"]["N"])
+
+
+def test_a_price_request_refused_for_one_type_loses_that_price_only_and_a_failed_discovery_is_counted(
+    world, caplog
+):
+    """Issue 29: one failed DescribeSpotPriceHistory discarded the whole sweep's discovery of the cluster,
+    and CapacityAdvisor.refresh swallowed the error (reconcile said pools=0, failed=0)."""
+    from spotguard.usecases.jobs.capacity import CapacityAdvisor
+
+    make_cluster(world["ec2"], world["asg"], world["ecs"], ["g5.xlarge", "g5.2xlarge"])
+    ec2, asg = world["ec2"], world["asg"]
+    requested: list[list[str]] = []
+    message = "The following supplied instance types do not exist: [g5.2xlarge]"
+
+    def refuse(**_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        if "g5.2xlarge" not in requested[-1]:
+            return None  # moto answers
+        body = {"Error": {"Code": "InvalidParameterValue", "Message": message}}
+        return AWSResponse("local://ec2", 400, {}, None), body
+
+    ec2.meta.events.register(
+        "before-parameter-build.ec2.DescribeSpotPriceHistory",
+        lambda params, **_: requested.append(list(params["InstanceTypes"])),
+    )
+    ec2.meta.events.register("before-call.ec2.DescribeSpotPriceHistory", refuse)
+    service = PoolService(PoolDiscovery(world["ecs"], asg, ec2), PoolStore(world["ddb"], TABLE), REGION)
+    refreshed = service.refresh(CLUSTER, NOW)
+    assert sorted(p.name for p in refreshed.pools) == sorted(SPOT + ON_DEMAND)  # discovery kept
+    (error,) = refreshed.errors
+    assert "spot prices of g5.2xlarge" in error and "InvalidParameterValue" in error and message in error
+    assert requested == [["g5.2xlarge", "g5.xlarge"], ["g5.2xlarge"], ["g5.xlarge"]]
+    by_name = {p.name: p for p in refreshed.pools}
+    assert all(by_name[n].spot_price is not None for n in SPOT if "/g5.xlarge/" in n)
+    assert all(by_name[n].spot_price is None for n in SPOT if "/g5.2xlarge/" in n)  # unknown, not guessed
+
+    # Auto Scaling refuses: that cluster's discovery fails, is logged with its reason and counted
+    def denied(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        body = {"Error": {"Code": "AccessDenied", "Message": "not authorized: DescribeAutoScalingGroups"}}
+        return AWSResponse("local://autoscaling", 403, {}, None), body
+
+    asg.meta.events.register("before-call.autoscaling.DescribeAutoScalingGroups", denied)
+    later = NOW + timedelta(hours=1)
+    advisor = CapacityAdvisor(service, store=None, clock=lambda: later, clusters=(CLUSTER,))  # type: ignore[arg-type]
+    refreshed_all = advisor.refresh(())
+    assert refreshed_all.pools == 0
+    (line,) = refreshed_all.errors
+    assert line.startswith(f"cluster {CLUSTER}: discovery failed: ClientError: ") and "AccessDenied" in line
+    assert line in caplog.text
+    assert len(service.pools(CLUSTER)) == len(SPOT + ON_DEMAND)  # what was known stays

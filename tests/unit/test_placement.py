@@ -29,7 +29,7 @@ from spotguard.domain.jobs.transitions import (
     on_task_event,
     request_move,
 )
-from spotguard.domain.pools import Observation, PoolRecord, fold
+from spotguard.domain.pools import Observation, PoolRecord, Refreshed, fold
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.engine import Placement
@@ -273,7 +273,7 @@ class FakeBook:
         return [fold(p, fact) for p in pools]
 
     def refresh(self, cluster, now):
-        return self.pools(cluster)
+        return Refreshed(cluster=cluster, pools=tuple(self.pools(cluster)))
 
 
 class NoCheckpoints:

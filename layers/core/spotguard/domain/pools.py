@@ -408,6 +408,16 @@ class Discovery(_Frozen):
     complete: bool = True
 
 
+class Refreshed(_Frozen):
+    """A cluster's pools after a refresh, and what of it failed: one line per call that failed and what
+    was lost with it (e.g. one type's spot price: its pools keep the price they had, or none). The rest
+    of the refresh is kept."""
+
+    cluster: str
+    pools: tuple[PoolRecord, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
 # ======================================================================================== discovery
 def group_market(group: AutoScalingGroup, template: TemplateData | None) -> Market:
     """Spot or on-demand, from the group as Auto Scaling describes it:

@@ -4,7 +4,11 @@ capacity policy.
 - `refresh(cluster, now)`: reconcile calls it for each watched cluster. It discovers the pools, reads the
   spot prices that are older than `price_ttl_hours` (one DescribeSpotPriceHistory for them all), asks
   the placement scores that are older than `score_ttl_hours` (one GetSpotPlacementScores per distinct
-  set of a provider's types), and saves the lot (facts kept, vanished pools marked gone).
+  set of a provider's types), and saves the lot (facts kept, vanished pools marked gone). A failure loses
+  only what it must: discovery that fails raises (nothing is known of the cluster, nothing is saved);
+  a price request that fails is asked again one type at a time, and a type whose price still cannot be
+  read keeps the price its pools had (a new pool's is unknown: not available to the policy) until the
+  next sweep asks again. What failed comes back in `Refreshed.errors`, one line each, and is logged.
 - `options(cluster, now)`: the jobs path calls it before each launch: one Query, no AWS call besides.
 - `record_fact` / `record_group_fact`: what happened in a pool (a launch, an interruption, a failure, an
   instance Auto Scaling launched or could not launch for the pool's group).
@@ -28,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,
+    Refreshed,
     ScoreQuote,
+    SpotQuote,
     host_pools,
     matching_pools,
     pool_name,
@@ -67,8 +73,9 @@ class PoolService:
         self.region = region
         self.settings = settings or PoolSettings()
 
-    def refresh(self, cluster: str, now: datetime) -> list[PoolRecord]:
-        """Discover, price, score and save a cluster's pools; the pools as stored now."""
+    def refresh(self, cluster: str, now: datetime) -> Refreshed:
+        """Discover, price, score and save a cluster's pools: the pools as stored now, and what failed
+        (the rest kept). Raises when discovery itself fails (nothing is saved)."""
         discovery = self.finder.discover(cluster, now)
         for s in discovery.skipped:
             log.info(
@@ -76,13 +83,20 @@ class PoolService:
             )
         name = discovery.cluster
         stored = {p.name: p for p in self.ledger.pools(name, include_gone=True)}
+        errors: list[str] = []
         found = list(discovery.pools)
-        found = self._priced(found, stored, now)
+        found = self._priced(name, found, stored, now, errors)
         found = self._scored(found, stored, now)
-        return self.ledger.save_discovered(name, found, now, complete=discovery.complete)
+        saved = self.ledger.save_discovered(name, found, now, complete=discovery.complete)
+        return Refreshed(cluster=name, pools=tuple(saved), errors=tuple(errors))
 
     def _priced(
-        self, found: list[PoolRecord], stored: dict[str, PoolRecord], now: datetime
+        self,
+        cluster: str,
+        found: list[PoolRecord],
+        stored: dict[str, PoolRecord],
+        now: datetime,
+        errors: list[str],
     ) -> list[PoolRecord]:
         due = timedelta(hours=self.settings.price_ttl_hours)
         stale = [
@@ -90,8 +104,8 @@ class PoolService:
         ]
         if not stale:
             return found
-        quotes = self.finder.spot_prices(
-            {p.instance_type for p in stale}, {p.availability_zone for p in stale}, now
+        quotes = self._spot_prices(
+            cluster, {p.instance_type for p in stale}, {p.availability_zone for p in stale}, now, errors
         )
         by_pair = {(q.instance_type, q.availability_zone): q for q in quotes}
         names = {p.name for p in stale}
@@ -101,6 +115,31 @@ class PoolService:
             else p
             for p in found
         ]
+
+    def _spot_prices(
+        self, cluster: str, types: set[str], zones: set[str], now: datetime, errors: list[str]
+    ) -> list[SpotQuote]:
+        """The spot prices of the types in the zones: one request for them all; if it fails, one per
+        type, so that a type EC2 refuses (or a call that fails) loses only its own prices."""
+        try:
+            return self.finder.spot_prices(types, zones, now)
+        except Exception as exc:
+            if len(types) == 1:
+                errors.append(_failed(cluster, f"spot prices of {next(iter(types))}", exc))
+                return []
+            log.warning(
+                "cluster %s: spot prices of %s in one request failed (%s); asking for each type alone",
+                cluster,
+                ",".join(sorted(types)),
+                failure_reason(exc),
+            )
+        quotes: list[SpotQuote] = []
+        for itype in sorted(types):
+            try:
+                quotes += self.finder.spot_prices({itype}, zones, now)
+            except Exception as exc:
+                errors.append(_failed(cluster, f"spot prices of {itype}", exc))
+        return quotes
 
     def _scored(
         self, found: list[PoolRecord], stored: dict[str, PoolRecord], now: datetime
@@ -199,6 +238,19 @@ class HostPoolFacts:
                 where.cluster,
             )
         return names
+
+
+def failure_reason(exc: BaseException) -> str:
+    """An exception in one line: its type and the first line of what it says."""
+    said = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {said[0][:300]}" if said else type(exc).__name__
+
+
+def _failed(cluster: str, what: str, exc: BaseException) -> str:
+    """One failure of a refresh, said in one line and logged (a warning: the rest goes on)."""
+    line = f"cluster {cluster}: {what} could not be read: {failure_reason(exc)}"
+    log.warning("%s; kept as known until the next sweep", line)
+    return line
 
 
 def _older(pool: PoolRecord | None, field: str, now: datetime, due: timedelta) -> bool:

@@ -35,6 +35,7 @@ from spotguard.domain.jobs.placement import PlacementDecision, job_needs
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,
+    Refreshed,
     Source,
     by_name,
     on_demand_pool,
@@ -46,7 +47,8 @@ from spotguard.domain.tasks import TaskInfo
 if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not at a cold start
     from spotguard.domain.planner import CapacityDecision, PoolOption
 from spotguard.ports import JobStore
-from spotguard.usecases.jobs.engine import Placement, PoolMarks
+from spotguard.usecases.jobs.engine import Placement, PoolMarks, PoolsRefreshed
+from spotguard.usecases.pools import failure_reason
 
 TICK_HOURS = 1 / 6  # the policy's tick: 10 minutes, the resolution of the traces it was built on
 MOVE_DECISION_SECONDS = 1800  # a move's decision is followed by the launch after it this long at most
@@ -62,7 +64,7 @@ class PoolBook(Protocol):
     def record_group_fact(
         self, cluster: str, auto_scaling_group: str, fact: Observation, availability_zone: str | None = None
     ) -> list[PoolRecord]: ...
-    def refresh(self, cluster: str, now: datetime) -> list[PoolRecord]: ...
+    def refresh(self, cluster: str, now: datetime) -> Refreshed: ...
 
 
 class Signals(Protocol):
@@ -231,14 +233,23 @@ class CapacityAdvisor(Placement):
                     in_effect.append((cluster, pool.name))
         return PoolMarks(kept=tuple(kept), in_effect=tuple(in_effect))
 
-    def refresh(self, clusters: Sequence[str]) -> int:
+    def refresh(self, clusters: Sequence[str]) -> PoolsRefreshed:
+        """Discover each cluster's pools again. One cluster's discovery failing stops no other's, and
+        loses none of what is known of it (its pools stay as stored); every failure, whole or in part
+        (a spot price), is logged with its reason and comes back in `errors`, which reconcile counts."""
         now, found = self.clock(), 0
+        errors: list[str] = []
         for cluster in clusters or self.clusters:
             try:
-                found += len(self.book.refresh(cluster, now))
-            except Exception:  # one cluster's discovery failing stops no other's
-                log.exception("could not refresh the pools of cluster %s", cluster)
-        return found
+                refreshed = self.book.refresh(cluster, now)
+            except Exception as exc:
+                line = f"cluster {cluster}: discovery failed: {failure_reason(exc)}"
+                log.exception("%s; its pools stay as they were", line)
+                errors.append(line)
+                continue
+            found += len(refreshed.pools)
+            errors += refreshed.errors
+        return PoolsRefreshed(pools=found, errors=tuple(errors))
 
     def checkpoint(self, job: Job, attempt: int) -> None:
         """SIGUSR1 to the attempt's checkpoint container (a move asks for a checkpoint first)."""

@@ -99,6 +99,14 @@ class PoolMarks(NamedTuple):
     in_effect: tuple[tuple[str, str], ...] = ()
 
 
+class PoolsRefreshed(NamedTuple):
+    """What a sweep's discovery found: how many pools the clusters have, and what failed (one line per
+    failure: a cluster whose discovery failed, a price that could not be read), the rest kept."""
+
+    pools: int = 0
+    errors: tuple[str, ...] = ()
+
+
 class Placement:
     """Where each launch goes (usecases.jobs.capacity.CapacityAdvisor): this default places every
     launch as its request says, and has nothing to learn from a failed one."""
@@ -125,9 +133,10 @@ class Placement:
     def provisioning_timed_out(self, job: Job) -> None:
         """The live attempt's pool gave it no instance in time: mark the pool unavailable."""
 
-    def refresh(self, clusters: Sequence[str]) -> int:
-        """Discover the clusters' pools again (and their prices); how many pools there are."""
-        return 0
+    def refresh(self, clusters: Sequence[str]) -> PoolsRefreshed:
+        """Discover the clusters' pools again (and their prices); how many pools there are, and what
+        failed."""
+        return PoolsRefreshed()
 
 
 class JobEngine:

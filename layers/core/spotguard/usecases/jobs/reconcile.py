@@ -17,7 +17,9 @@ and one whose checkpoint does not come within `MOVE_COMMIT_SECONDS` is given up.
 
 One job never stops the sweep for the others: a job that cannot be read is counted (`unreadable`) and
 left out, and one whose handling fails is logged and counted (`failed`); the function turns both counts
-into metrics, which are alarmed.
+into metrics, which are alarmed. Nor does discovery: a cluster whose discovery fails keeps its pools as
+stored, a price that cannot be read keeps the one known; each such failure is logged with its reason and
+counted (`discovery_errors`: the metric `ReconcileDiscoveryErrors`, see docs/observability.md).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Reconciler:
             "unreadable": 0,
             "failed": 0,
             "pools": 0,
+            "discovery_errors": 0,
             "provisioning_abandoned": 0,
             "moves_started": 0,
             "moves_stopped": 0,
@@ -71,10 +74,11 @@ class Reconciler:
         }
         placement = self.engine.placement
         try:
-            counts["pools"] = placement.refresh(self.jobs.config.settings.clusters)
+            refreshed = placement.refresh(self.jobs.config.settings.clusters)
+            counts["pools"], counts["discovery_errors"] = refreshed.pools, len(refreshed.errors)
         except Exception:  # discovery failing stops no sweep: jobs are placed on the pools known
             log.exception("reconcile could not refresh the pools; the sweep goes on")
-            counts["failed"] += 1
+            counts["discovery_errors"] += 1
 
         def unreadable(exc: UnreadableJob) -> None:
             counts["unreadable"] += 1
