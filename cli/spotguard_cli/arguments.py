@@ -12,11 +12,8 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
-
-from spotguard.domain.errors import TIME_EXAMPLE
 
 
 def _text(value: float) -> str:
@@ -94,21 +91,6 @@ def count(text: str) -> int:
 def seed(text: str) -> int:
     """Any whole number."""
     return whole()(text)
-
-
-def iso_time(text: str) -> str:
-    """An ISO 8601 time with a time zone, as given (the jobs function parses it again)."""
-    try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
-        why = "has no time zone (add Z or +00:00)" if at is not None else "is not an ISO 8601 time"
-        raise argparse.ArgumentTypeError(f"{text!r} {why}: give one like {TIME_EXAMPLE}")
-    return text.strip()
-
-
-iso_time.__name__ = "time"
 
 
 PICTURE_SUFFIXES = (".png", ".svg", ".pdf")

@@ -46,10 +46,9 @@ def _log_of(work: Path, attempt: dict[str, Any]) -> Path:
 
 def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[list, list, dict, Timeline]:
     """Run the scenario; (proof, decisions, facts, timeline)."""
-    from spotguard.adapters import clients
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
-    from spotguard_cli.emulator.timeline import call_recorder
+    from spotguard_cli.emulator.timeline import record_calls
     from spotguard_cli.localcmd import _picture, _reference_run, _same_weights, _task_definition
 
     timeline: Timeline = Timeline()
@@ -61,7 +60,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
         system = LocalSystem(moto.endpoint, work, on_change=timeline.add, time_scale=args.time_scale)
         reference = None
         try:
-            clients.on_every_call(call_recorder(timeline, []))
+            record_calls(timeline, [])
             system.add_pools()
             hosts = {cp: system.add_pool_host(cp) for cp in ("gpu-spot-a", "gpu-spot-b", "gpu-od")}
             system.pump()
@@ -207,6 +206,29 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
     return proof, decisions, facts, timeline
 
 
+PRICES_NOTE = "on-demand at its list price; moto's spot prices are placeholders, not what spot costs"
+
+
+def decision_line(d: dict[str, Any], start: datetime) -> str:
+    """A capacity decision: SpotGuard's time since submit, what asked, where, and why (said once)."""
+    since = datetime.fromisoformat(d["at"].replace("Z", "+00:00")) - start
+    h, m = divmod(int(since.total_seconds() // 60), 60)
+    where = {"spot": f"spot in {d.get('pool')}", "on-demand": f"on-demand in {d.get('pool')}"}.get(
+        d["placement"], "wait"
+    )
+    why = str(d.get("reason") or "").removeprefix(f"{where}: ").removeprefix(f"{d['placement']}: ")
+    cost = f" (${d['expected_cost']:.2f} to finish)" if d.get("expected_cost") is not None else ""
+    return f"  {h:d}:{m:02d}  {d['trigger']:<9} {where}: {why}{cost}"
+
+
+def spend_line(spend: dict[str, Any]) -> str:
+    """What the job spent, in words, and what its dollars are worth here."""
+    from spotguard_cli.jobs import spend_text
+
+    note = f" ({PRICES_NOTE})" if spend.get("dollars") is not None else ""
+    return f"{spend_text(spend)}{note}"
+
+
 def print_capacity_demo(proof: list, decisions: list, facts: dict, timeline: Timeline, as_json: bool) -> bool:
     ok = bool(proof) and all(p for _, p in proof)
     if as_json:
@@ -229,18 +251,10 @@ def print_capacity_demo(proof: list, decisions: list, facts: dict, timeline: Tim
         start = datetime.fromisoformat(facts["submitted_at"])
         print("\ncapacity decisions (SpotGuard's time since submit, and why):")
         for d in decisions:
-            since = datetime.fromisoformat(d["at"].replace("Z", "+00:00")) - start
-            h, m = divmod(int(since.total_seconds() // 60), 60)
-            where = {"spot": f"spot in {d.get('pool')}", "on-demand": f"on-demand in {d.get('pool')}"}.get(
-                d["placement"], "wait"
-            )
-            why = d["reason"].removeprefix(f"{where}: ").removeprefix(f"{d['placement']}: ")
-            cost = f" (${d['expected_cost']:.2f} to finish)" if d.get("expected_cost") is not None else ""
-            print(f"  {h:d}:{m:02d}  {d['trigger']:<9} {where}: {why}{cost}")
+            print(decision_line(d, start))
     print("\nproof:")
     for c, passed in proof:
         print(f"  [{'ok' if passed else 'FAILED'}] {c}")
     if facts.get("spend"):
-        spend = facts["spend"]
-        print(f"\nspend: {json.dumps(spend)}")
+        print(f"\n{spend_line(facts['spend'])}")
     return ok

@@ -262,8 +262,18 @@ def _duration(a: dict[str, Any]) -> str:
     start, end = _parse(a.get("started_at")), _parse(a.get("stopped_at"))
     if start is None or end is None:
         return ""
-    minutes = max(0, int((end - start).total_seconds() // 60))
-    return f" after {minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f" after {minutes}m"
+    return f" after {duration_text((end - start).total_seconds())}"
+
+
+def duration_text(seconds: float) -> str:
+    """'10s', '4m05s', '45m', '2h03m': seconds under ten minutes, minutes under hours."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 600:
+        return f"{s // 60}m{s % 60:02d}s" if s % 60 else f"{s // 60}m"
+    minutes = s // 60
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
 
 
 def why_stopped(a: dict[str, Any]) -> str:

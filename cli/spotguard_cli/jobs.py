@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from spotguard.domain.commands import CommandError, parse_command
 from spotguard.domain.jobs.model import JobState
-from spotguard_cli.arguments import iso_time, number, whole
+from spotguard_cli.arguments import number, whole
 from spotguard_cli.clock import Clock, SystemClock
 from spotguard_cli.joblogs import ClientFactory, LogsOptions, run_logs
 
@@ -61,7 +61,7 @@ def add_parser(sub: Any) -> None:
     s.add_argument(
         "--max-error-retries", type=whole(), help="relaunches after a task error (0-20, default 0)"
     )
-    s.add_argument("--deadline", type=iso_time, help="ISO 8601 time with a zone, e.g. 2026-12-01T08:00:00Z")
+    s.add_argument("--deadline", help="ISO 8601 time with a zone, e.g. 2026-12-01T08:00:00Z")
     s.add_argument("--avoid-pool-seconds", type=whole(), help="how long an interrupted pool is avoided")
     s.add_argument("--checkpoint-container", help="the container that runs the agent (default: the first)")
     s.add_argument("--work-hours", type=number(), help="your estimate of the job's work, in hours of running")
@@ -193,9 +193,11 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def as_flags(message: str) -> str:
-    """The function's refusal, with the fields that came from flags named as the flags: `options.x_y`
-    is --x-y, the list's `limit` is --limit."""
-    message = re.sub(r"\boptions\.([a-z_]+)", lambda m: "--" + m.group(1).replace("_", "-"), message)
+    """The function's refusal, with the fields that came from flags named by the flags too:
+    `options.x_y` is `--x-y (options.x_y)`, the list's `limit` is --limit."""
+    message = re.sub(
+        r"\boptions\.([a-z_]+)", lambda m: f"--{m.group(1).replace('_', '-')} ({m.group(0)})", message
+    )
     return re.sub(r"(?:^|(?<=; )|(?<=, ))limit(?=[:,])", "--limit", message)
 
 
@@ -487,11 +489,15 @@ def render(answer: dict[str, Any]) -> str:
         return table(rows, ["JOB", "STATE", "GPUS", "ATTEMPTS", "TASK", "UPDATED"]) if rows else "no jobs"
     job = answer["job"]
     attempts = job["attempts"] if isinstance(job["attempts"], int) else len(job["attempts"])
-    lines = [
-        f"job {job['job_id']}: {job['state']}  ({job['gpus']} GPU, {attempts} attempt(s))",
-        f"  {job['last_reason']}",
-        f"  checkpoints: {job['checkpoint_uri']}",
-    ]
+    stopping = answer.get("action") == "cancel" and job.get("state") not in TERMINAL_STATES
+    state = "cancelling" if stopping else job["state"]
+    lines = [f"job {job['job_id']}: {state}  ({job['gpus']} GPU, {attempts} attempt(s))"]
+    if stopping:  # the job reads as it was until its task has stopped: no failed cancel
+        lines.append(
+            f"  cancel under way: its task is being stopped; the job is {job['state']} until it has, "
+            f"then cancelled (follow it: spotguard jobs status {job['job_id']} --watch)"
+        )
+    lines += [f"  {job['last_reason']}", f"  checkpoints: {job['checkpoint_uri']}"]
     if job.get("retry_at"):
         lines.append(f"  next RunTask try: {_when(job['retry_at'])}")
     if isinstance(job.get("attempts"), list):
@@ -543,10 +549,13 @@ def render(answer: dict[str, Any]) -> str:
             lines.append(f"moving to {to['placement']} {to.get('pool') or ''}: waiting for its checkpoint")
         spend = job.get("spend") or {}
         if spend:
-            money = ""
-            if spend.get("dollars") is not None:
-                money = f", ${spend['dollars']:.2f} (${spend['dollars_lost']:.2f} lost)"
-            lines.append(
-                f"spent {spend['gpu_hours']:.2f} GPU-hours ({spend['gpu_hours_lost']:.2f} lost){money}"
-            )
+            lines.append(spend_text(spend))
     return "\n".join(lines)
+
+
+def spend_text(spend: dict[str, Any]) -> str:
+    """What a job spent, in words: 'spent 2.32 GPU-hours (0.04 lost), $0.42 ($0.01 lost)'."""
+    money = ""
+    if spend.get("dollars") is not None:
+        money = f", ${spend['dollars']:.2f} (${spend.get('dollars_lost') or 0:.2f} lost)"
+    return f"spent {spend['gpu_hours']:.2f} GPU-hours ({spend.get('gpu_hours_lost') or 0:.2f} lost){money}"

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spotguard.domain.prices import PAPER_ON_DEMAND_PRICE, PAPER_SPOT_PRICE
+from spotguard.domain.prices import PAPER_ON_DEMAND_PRICE, PAPER_SPOT_PRICE, on_demand_price
 from spotguard_cli.arguments import number, whole
 from spotguard_cli.emulator.inject import KINDS
 from spotguard_cli.emulator.template import REPO
@@ -148,13 +148,16 @@ def _reference_run(system: Any, out: Path, steps: int, log: Path) -> subprocess.
     )
 
 
+PLACEHOLDER_PRICES = "moto's placeholder prices"
+
+
 def _picture(status: dict[str, Any], work: Path, facts: dict[str, Any]) -> bool:
     """Draw the job's timeline (as `spotguard jobs status --plot` does) to work/timeline.png; True when
-    the picture has one bar per attempt."""
+    the picture has one bar per attempt. Its dollars are moto's placeholder prices, and it says so."""
     from spotguard_cli.timeline_plot import plot_job
 
     path = work / "timeline.png"
-    drawn = plot_job(status, str(path))
+    drawn = plot_job(status, str(path), prices_note=PLACEHOLDER_PRICES)
     facts["timeline_png"] = str(path)
     return path.exists() and len(drawn.bars) == len(status["attempts"])
 
@@ -223,10 +226,9 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from spotguard.adapters import clients
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
-    from spotguard_cli.emulator.timeline import call_recorder
+    from spotguard_cli.emulator.timeline import record_calls
 
     say = (lambda *_: None) if args.json else print
     work = STATE_DIR / ("demo" if args.scenario == "interruption" else "demo-capacity")
@@ -244,7 +246,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         reference = None
         try:
             say(f"stack deployed from template.yaml: {', '.join(system.stack.functions)}")
-            clients.on_every_call(call_recorder(timeline, calls))
+            record_calls(timeline, calls)
             a = system.add_host("g5.xlarge", "us-east-1a")
             b = system.add_host("g5.xlarge", "us-east-1b")
             say(f"cluster {system.cluster.name}: spot instances {a.instance_id} (1a), {b.instance_id} (1b)")
@@ -309,6 +311,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             facts = {
                 "attempts": len(attempts),
                 "hosts": hosts,
+                "instance_types": [x.get("instance_type") for x in attempts],
                 "steps_executed": executed,
                 "steps_lost": lost,
                 "resume_from": attempts[1].get("resume_from") if len(attempts) > 1 else None,
@@ -358,17 +361,34 @@ def _run_demo(args: argparse.Namespace) -> int:
     for c, passed in proof:
         print(f"  [{'ok' if passed else 'FAILED'}] {c}")
     if "gpu_hours" in facts:
-        spot, od = PAPER_SPOT_PRICE, PAPER_ON_DEMAND_PRICE
-        print(
-            f"\nwhat spot saves: {1 - spot / od:.0%} of the GPU bill (p3.2xlarge at ${spot}/h on spot "
-            f'against ${od}/h on demand,\nas measured for the spot traces in "Can\'t Be Late", NSDI 2024; '
-            f"moto's spot prices are placeholders).\nThis run: {facts['gpu_hours'] * 3600:.0f} GPU-seconds, "
-            f"{facts['gpu_hours_lost'] * 3600:.1f} of them after the last checkpoint (shutting down), "
-            f"{facts['steps_lost']} steps redone."
-        )
+        print(f"\n{savings_text(facts)}")
     print(f"logs: {work}/ (functions.log, task-*.log, reference.log, moto.log, timeline.png)")
     print("moto server and every task process stopped.\n" + ("demo passed" if ok else "demo FAILED"))
     return 0 if ok else 1
+
+
+def savings_text(facts: dict[str, Any]) -> str:
+    """What spot saves, said of the instance type the job ran on (moto's spot prices say nothing, so
+    the paper's measured prices give the scale, named as another type's), and what this run spent."""
+    types = sorted({str(t) for t in facts.get("instance_types") or [] if t})
+    listed = [f"{t} at ${on_demand_price(t)}/h" for t in types if on_demand_price(t) is not None]
+    ran = f"this job ran on {', '.join(types)}" if types else "this job's instance type is not known"
+    if listed:
+        ran += f" ({', '.join(listed)} on demand, the US East list price)"
+    spot, od = PAPER_SPOT_PRICE, PAPER_ON_DEMAND_PRICE
+    lost = facts.get("steps_lost")
+    redone = (
+        f"{lost} steps redone"
+        if lost is not None
+        else "steps redone not known (no checkpoint handed from one attempt to the next in the task logs)"
+    )
+    return (
+        f"what spot saves: {ran}; moto's spot prices are placeholders, so this run's dollars mean "
+        f'nothing.\nFor scale, "Can\'t Be Late" (NSDI 2024) measured p3.2xlarge (1 V100) at ${spot}/h on '
+        f"spot against ${od}/h on demand: {1 - spot / od:.0%} off the GPU bill.\n"
+        f"This run: {facts['gpu_hours'] * 3600:.0f} GPU-seconds, {facts['gpu_hours_lost'] * 3600:.1f} of "
+        f"them after the last checkpoint (shutting down), {redone}."
+    )
 
 
 def _run_capacity(args: argparse.Namespace, work: Path, say: Any) -> int:
@@ -410,10 +430,9 @@ def run_up(args: argparse.Namespace) -> int:
         system = LocalSystem(
             moto.endpoint, STATE_DIR / "up", on_change=printer.add, reconcile_every=args.reconcile_every
         )
-        from spotguard.adapters import clients
-        from spotguard_cli.emulator.timeline import call_recorder
+        from spotguard_cli.emulator.timeline import record_calls
 
-        clients.on_every_call(call_recorder(printer, []))  # SpotGuard's own calls, as they happen
+        record_calls(printer, [])  # SpotGuard's own calls, as they happen
         try:
             # the pools of examples/gpu-cluster: spot in two zones and on-demand (one instance)
             system.add_pools()

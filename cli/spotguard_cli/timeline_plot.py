@@ -96,20 +96,34 @@ def bars_of(job: dict[str, Any], now: datetime | None = None) -> list[Bar]:
     return bars
 
 
-def _title(job: dict[str, Any]) -> str:
+ENDED = ("succeeded", "failed", "cancelled", "gave-up")
+
+
+def _title(job: dict[str, Any], prices_note: str | None = None) -> str:
+    """'job J: running - $1.20 so far'; for a job that has ended, what it spent ('- spent $3.40');
+    `prices_note` says what the dollars are worth (the local stack's placeholder prices)."""
     title = f"job {job.get('job_id', '?')}: {job.get('state', '?')}"
+    ended = job.get("state") in ENDED
     spend = job.get("spend") or {}
     if spend.get("dollars") is not None:
         lost = spend.get("dollars_lost")
-        title += f" - ${spend['dollars']:,.2f} so far" + (f" (${lost:,.2f} lost)" if lost else "")
+        money = f"${spend['dollars']:,.2f}"
+        title += f" - spent {money}" if ended else f" - {money} so far"
+        title += f" (${lost:,.2f} lost)" if lost else ""
+        if prices_note:
+            title += f" at {prices_note}"
     elif spend.get("gpu_hours") is not None:
-        title += f" - {spend['gpu_hours']:,.2f} GPU-hours so far"
+        hours = f"{spend['gpu_hours']:,.2f} GPU-hours"
+        title += f" - spent {hours}" if ended else f" - {hours} so far"
     return title
 
 
-def plot_job(status: dict[str, Any], path: str, *, now: datetime | None = None) -> Timeline:
+def plot_job(
+    status: dict[str, Any], path: str, *, now: datetime | None = None, prices_note: str | None = None
+) -> Timeline:
     """Draw the job's timeline to `path` (png, svg or pdf, by its suffix). `now` ends a running attempt's
-    bar (default: the newest time in the answer). Returns what it drew; callers may ignore it."""
+    bar (default: the newest time in the answer); `prices_note` follows the dollars in the title (the
+    local stack: "moto's placeholder prices"). Returns what it drew; callers may ignore it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -173,7 +187,7 @@ def plot_job(status: dict[str, Any], path: str, *, now: datetime | None = None) 
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     ax.set_xlabel("UTC")
-    ax.set_title(_title(job), parse_math=False)  # "$" is money here
+    ax.set_title(_title(job, prices_note), parse_math=False)  # "$" is money here
     ax.grid(axis="x", alpha=0.3)
     if not bars:
         ax.text(0.5, 0.5, "no attempt yet", transform=ax.transAxes, ha="center", va="center")

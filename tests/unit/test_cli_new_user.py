@@ -73,16 +73,6 @@ def no_demo(monkeypatch: pytest.MonkeyPatch) -> None:
             "spotguard jobs submit: argument --max-attempts: 'x' is not a whole number",
         ),
         (
-            ["jobs", "submit", "--cluster", "c", "--task-definition", "t", "--deadline", "tomorrow"],
-            "spotguard jobs submit: argument --deadline: 'tomorrow' is not an ISO 8601 time: "
-            "give one like 2026-12-01T18:00:00Z",
-        ),
-        (
-            ["jobs", "submit", "--cluster", "c", "--task-definition", "t", "--deadline", "2026-12-01T18:00"],
-            "spotguard jobs submit: argument --deadline: '2026-12-01T18:00' has no time zone "
-            "(add Z or +00:00): give one like 2026-12-01T18:00:00Z",
-        ),
-        (
             ["local"],
             "spotguard local: the following arguments are required: ACTION (see spotguard local --help)",
         ),
@@ -215,7 +205,18 @@ def test_a_whole_payload_given_as_the_request_says_what_to_give(capsys):
         ),
         (
             ["submit", "--cluster", "c", "--task-definition", "t", "--max-attempts", "0"],
-            "spotguard jobs submit: --max-attempts: Input should be greater than or equal to 1",
+            "spotguard jobs submit: --max-attempts (options.max_attempts): Input should be greater than or "
+            "equal to 1",
+        ),
+        (
+            ["submit", "--cluster", "c", "--task-definition", "t", "--deadline", "tomorrow"],
+            "spotguard jobs submit: --deadline (options.deadline): expected an ISO 8601 time with a time "
+            "zone, e.g. 2026-12-01T18:00:00Z, not 'tomorrow'",
+        ),
+        (
+            ["submit", "--cluster", "c", "--task-definition", "t", "--deadline", "2026-12-01T18:00"],
+            "spotguard jobs submit: --deadline (options.deadline): expected an ISO 8601 time with a time "
+            "zone, e.g. 2026-12-01T18:00:00Z, not '2026-12-01T18:00'",
         ),
         (
             ["list", "--limit", "0"],
@@ -231,3 +232,175 @@ def test_jobs_refusals_name_every_field_as_the_user_gave_it(argv, line, capsys):
     args = build_parser().parse_args(["jobs", *argv])
     assert jobs_cli.run(args, invoke=lambda body: pytest.fail("invoked"), out=io.StringIO()) == 2
     assert capsys.readouterr().err == line + "\n"
+
+
+# ---------------------------------------------------------------------------- what the demos print
+RECONCILE_QUIET = {
+    "checked": 1,
+    "relaunched": 0,
+    "stops_applied": 0,
+    "vanished": 0,
+    "snapshots_settled": 0,
+    "unreadable": 0,
+    "failed": 0,
+    "pools": 4,
+    "provisioning_abandoned": 0,
+    "moves_started": 0,
+    "moves_stopped": 0,
+    "moves_abandoned": 0,
+}
+
+
+def test_a_reconcile_that_only_looked_says_nothing_and_one_that_acted_says_what_in_words():
+    from spotguard_cli.emulator.timeline import reconcile_line
+
+    assert reconcile_line(RECONCILE_QUIET) is None
+    line = reconcile_line({**RECONCILE_QUIET, "moves_stopped": 1, "relaunched": 2})
+    assert line == (
+        "  reconcile: relaunched a stuck launch (x2); stopped a task to move it (its checkpoint committed)"
+    )
+    assert "{" not in line
+
+
+CKPT_URI = "s3://spotguard-ckpt/jobs/capacity-demo/checkpoints/0000000015/MANIFEST.json"
+
+
+def _runtask(provider: str, resume: str | None, attempt: int = 3) -> dict[str, Any]:
+    env = [{"name": "SPOTGUARD_ATTEMPT", "value": str(attempt)}]
+    if resume:
+        env.append({"name": "SPOTGUARD_RESUME_FROM", "value": resume})
+    return {
+        "cluster": "gpu-spot",
+        "capacityProviderStrategy": [{"capacityProvider": provider}],
+        "overrides": {"containerOverrides": [{"name": "main", "environment": env}]},
+    }
+
+
+def test_each_runtask_says_where_and_a_launch_that_placed_nothing_says_why():
+    from spotguard_cli.emulator.timeline import runtask_line, runtask_outcome_line
+
+    asked = _runtask("gpu-spot-b", CKPT_URI)
+    assert runtask_line(asked) == "  RunTask attempt 3 in gpu-spot-b from checkpoint 15"
+    assert runtask_line(_runtask("gpu-od", None, attempt=1)) == "  RunTask attempt 1 in gpu-od from scratch"
+    nothing = {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
+    assert runtask_outcome_line(asked, nothing) == (
+        "  RunTask placed no task in gpu-spot-b: RESOURCE:GPU (no instance with a free GPU); "
+        "SpotGuard places the launch again"
+    )
+    assert runtask_outcome_line(asked, {"tasks": [{"taskArn": "t"}], "failures": []}) is None
+
+
+def test_the_signal_line_names_its_container_instead_of_stopping_mid_sentence():
+    from spotguard_cli.emulator.timeline import signal_line
+
+    task = "arn:aws:ecs:us-east-1:123456789012:task/gpu-spot/3d9955dd0123456789abcdef01234567"
+    by_task = {
+        "InstanceIds": ["i-209940c6585a0f616"],
+        "Parameters": {"signal": ["SIGUSR1"], "containerIds": [""], "taskContainers": [f"{task}=main"]},
+    }
+    assert (
+        signal_line(by_task)
+        == "  SSM Run Command on i-209940c6585a0f616: SIGUSR1 to container main of task 3d9955dd"
+    )
+    by_id = {
+        "InstanceIds": ["i-1"],
+        "Parameters": {"signal": ["SIGTERM"], "containerIds": ["abcdef0123456789ff"]},
+    }
+    assert signal_line(by_id) == "  SSM Run Command on i-1: SIGTERM to container abcdef012345"
+
+
+def test_a_moves_stop_reason_says_where_it_goes_once():
+    from spotguard_cli.emulator.timeline import stop_line
+
+    pool = "gpu-spot-b/g5.xlarge/us-east-1b"
+    reason = (
+        f"SpotGuard: moving job capacity-demo to spot in {pool}: spot in {pool}: the plan over {pool} and "
+        "gpu-spot-a/g5.xlarge/us-east-1a expects it to pay best"
+    )
+    line = stop_line({"task": "arn:aws:ecs:us-east-1:1:task/gpu-spot/3d9955dd01", "reason": reason})
+    assert line == (
+        f"  StopTask 3d9955dd…  reason: SpotGuard: moving job capacity-demo to spot in {pool}: the plan over "
+        f"{pool} and gpu-spot-a/g5.xlarge/us-east-1a expects it to pay best"
+    )
+
+
+def test_the_capacity_demos_spend_is_a_sentence_that_says_its_prices_are_placeholders():
+    from spotguard_cli.capacity_demo import spend_line
+
+    spend = {"gpu_hours": 2.3158, "gpu_hours_lost": 0.0418, "dollars": 0.4182, "dollars_lost": 0.0132}
+    line = spend_line(spend)
+    assert line.startswith("spent 2.32 GPU-hours (0.04 lost), $0.42 ($0.01 lost) (on-demand at its list")
+    assert "placeholders" in line and "{" not in line
+
+
+def test_the_interruption_demos_savings_speak_of_the_type_the_job_ran_on():
+    facts = {
+        "instance_types": ["g5.xlarge", "g5.xlarge"],
+        "gpu_hours": 0.01,
+        "gpu_hours_lost": 0.0001,
+        "steps_lost": 0,
+    }
+    text = localcmd.savings_text(facts)
+    assert text.startswith("what spot saves: this job ran on g5.xlarge (g5.xlarge at $1.006/h on demand")
+    assert "placeholders" in text and "p3.2xlarge (1 V100) at $0.9731/h" in text  # the paper's, as such
+    assert text.endswith("0 steps redone.")
+    unknown = localcmd.savings_text({**facts, "steps_lost": None})
+    assert "None" not in unknown and "steps redone not known" in unknown
+
+
+def test_the_timeline_picture_of_a_finished_job_says_spent_at_placeholder_prices():
+    from spotguard_cli.timeline_plot import _title
+
+    job = {"job_id": "demo", "state": "succeeded", "spend": {"gpu_hours": 0.01, "dollars": 0.0}}
+    assert (
+        _title(job, localcmd.PLACEHOLDER_PRICES)
+        == "job demo: succeeded - spent $0.00 at moto's placeholder prices"
+    )
+    running = {**job, "state": "running"}
+    assert _title(running) == "job demo: running - $0.00 so far"
+
+
+# ------------------------------------------------------------------------------------ jobs answers
+def _summary(state: str) -> dict[str, Any]:
+    return {
+        "job_id": "j1",
+        "state": state,
+        "gpus": 1,
+        "attempts": 1,
+        "checkpoint_uri": "s3://b/jobs/j1/",
+        "last_reason": "cancelled by the user",
+    }
+
+
+def test_a_cancel_under_way_reads_as_one_not_as_a_job_still_running():
+    text = jobs_cli.render({"ok": True, "action": "cancel", "job": _summary("running")})
+    first, second = text.splitlines()[:2]
+    assert first == "job j1: cancelling  (1 GPU, 1 attempt(s))"
+    assert second.startswith("  cancel under way: its task is being stopped; the job is running until it has")
+    done = jobs_cli.render({"ok": True, "action": "cancel", "job": _summary("cancelled")})
+    assert done.splitlines()[0] == "job j1: cancelled  (1 GPU, 1 attempt(s))"
+    status = jobs_cli.render({"ok": True, "action": "status", "job": _summary("running")})
+    assert status.splitlines()[0] == "job j1: running  (1 GPU, 1 attempt(s))"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [(10, "10s"), (59, "59s"), (60, "1m"), (250, "4m10s"), (2700, "45m"), (7380, "2h03m")],
+)
+def test_an_attempts_duration_is_never_zero_minutes(seconds, said):
+    from datetime import UTC, datetime, timedelta
+
+    from spotguard_cli.joblogs import between_line, duration_text
+
+    assert duration_text(seconds) == said
+    start = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
+    before = {
+        "number": 1,
+        "task_arn": "arn:aws:ecs:us-east-1:1:task/c/aaaa",
+        "started_at": start.isoformat(),
+        "stopped_at": (start + timedelta(seconds=seconds)).isoformat(),
+        "outcome": "resubmit",
+        "outcome_reason": "spot",
+    }
+    after = {"number": 2, "task_arn": "arn:aws:ecs:us-east-1:1:task/c/bbbb"}
+    assert f" after {said}: " in between_line(before, after, [])

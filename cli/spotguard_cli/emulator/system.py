@@ -37,6 +37,7 @@ from spotguard_cli.emulator.inject import (
 )
 from spotguard_cli.emulator.runner import TaskRunner
 from spotguard_cli.emulator.template import load
+from spotguard_cli.emulator.timeline import reconcile_line
 
 # Shorter waits than in AWS, so that a local run takes a minute: the first retry for capacity (then
 # doubling), and the follow-up checks of a held lifecycle action.
@@ -281,8 +282,9 @@ class LocalSystem:
 
     def _reconcile(self) -> None:
         counts = self.functions["ReconcileFunction"].invoke({"id": "local-schedule"})
-        if any(v for k, v in counts.items() if k != "checked"):
-            self.on_change(f"  reconcile: {counts}")
+        line = reconcile_line(counts)  # only a run that did something: one that only looked says nothing
+        if line is not None:
+            self.on_change(line)
 
     def run_until(self, done: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
         deadline = time.monotonic() + timeout
