@@ -260,6 +260,9 @@ def test_a_reconcile_that_only_looked_says_nothing_and_one_that_acted_says_what_
         "  reconcile: relaunched a stuck launch (x2); stopped a task to move it (its checkpoint committed)"
     )
     assert "{" not in line
+    assert reconcile_line({**RECONCILE_QUIET, "discovery_errors": 1, "new_count": 3}) == (
+        "  reconcile: could not read part of a cluster's pools; new count (x3)"
+    )
 
 
 CKPT_URI = "s3://spotguard-ckpt/jobs/capacity-demo/checkpoints/0000000015/MANIFEST.json"

@@ -62,6 +62,7 @@ RECONCILE_WORDS = {
     "snapshots_settled": "settled a stuck snapshot",
     "unreadable": "found an unreadable job record",
     "failed": "failed on a job",
+    "discovery_errors": "could not read part of a cluster's pools",
     "provisioning_abandoned": "gave up on a task waiting for an instance",
     "moves_started": "started a move (asked for a checkpoint)",
     "moves_stopped": "stopped a task to move it (its checkpoint committed)",
