@@ -189,3 +189,15 @@ def test_a_fresh_start_after_a_commit_is_a_lost_step():
 def test_a_job_that_did_not_finish_missed_its_deadline():
     row = _live_row(_run(["step 0 done\n"], state="failed"))
     assert not row["met"] and row["finished_hours"] is None and row["steps_redone"] is None
+
+
+def test_attempts_at_once_counts_attempts_of_a_job_that_overlap():
+    from spotguard_cli.replay.run import _at_once
+
+    def a(start: str, stop: str | None) -> dict:
+        return {"started_at": f"2026-11-01T{start}:00Z", "stopped_at": stop and f"2026-11-01T{stop}:00Z"}
+
+    assert _at_once([]) == 0
+    assert _at_once([a("01:00", "02:00"), a("02:00", "03:00"), a("03:30", None)]) == 1  # one after another
+    assert _at_once([a("01:00", "02:00"), a("01:59", "03:00")]) == 2  # the next began before the last stopped
+    assert _at_once([a("01:00", None), a("02:00", "03:00")]) == 2  # one never stopped

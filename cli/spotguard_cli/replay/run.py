@@ -324,6 +324,24 @@ def _hours(a: dict[str, Any]) -> float:
     return max(0.0, (t1 - t0).total_seconds() / 3600)
 
 
+def _at_once(attempts: list[dict[str, Any]]) -> int:
+    """The most attempts of one job that ran at the same time (from ECS's start and stop times): 1 when
+    a job never runs twice at once."""
+    edges: list[tuple[datetime, int]] = []
+    for a in attempts:
+        start, stop = a.get("started_at"), a.get("stopped_at")
+        if not start:
+            continue
+        edges.append((datetime.fromisoformat(str(start).replace("Z", "+00:00")), 1))
+        if stop:
+            edges.append((datetime.fromisoformat(str(stop).replace("Z", "+00:00")), -1))
+    running = most = 0
+    for _, step in sorted(edges):  # a stop and a start at the same instant: the stop first
+        running += step
+        most = max(most, running)
+    return most
+
+
 def _live_row(run: JobRun) -> dict[str, Any]:
     s = run.status
     attempts = [a for a in s.get("attempts") or [] if a.get("started_at")]
@@ -371,6 +389,7 @@ def _live_row(run: JobRun) -> dict[str, Any]:
             for d in s.get("decisions") or []
         ],
         "lost_committed_step": lost_commit,
+        "attempts_at_once": _at_once(attempts),
     }
 
 
@@ -400,6 +419,7 @@ def _summary(
     proof = [
         ("every job finished by its deadline", all(r["met"] for r in rows)),
         ("no committed step lost", not any(r["lost_committed_step"] for r in rows)),
+        ("never two attempts of a job at once", all(r["attempts_at_once"] <= 1 for r in rows)),
         ("nothing in any dead-letter queue", not any((facts.get("dead_letters") or {}).values())),
     ]
     return {
