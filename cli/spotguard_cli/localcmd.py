@@ -461,12 +461,8 @@ def run_up(args: argparse.Namespace) -> int:
             for k in ("JobsFunctionName", "LedgerTableName", "CheckpointBucketName", "NotificationsTopicArn"):
                 print(f"  {k}: {system.stack.outputs.get(k)}")
             print(f"  state: {STATE_FILE}; logs: {STATE_DIR / 'up'}/")
-            print(
-                f"  try: AWS_ENDPOINT_URL={moto.endpoint} aws ecs list-tasks --cluster {CLUSTER}\n"
-                f"       spotguard local inject spot-interruption --instance {state['instances'][0]}\n"
-                f"       spotguard local inject {SHORTAGE} --pool gpu-spot-a --for 600\n"
-                "Ctrl-C stops everything."
-            )
+            print(try_lines(state, CLUSTER))
+            print("Ctrl-C stops everything.")
             while not stop["now"]:
                 _take_shortages(system)
                 system.pump()
@@ -476,6 +472,29 @@ def run_up(args: argparse.Namespace) -> int:
             STATE_FILE.unlink(missing_ok=True)
     print("stopped: moto server and every task process.")
     return 0
+
+
+def try_lines(state: dict[str, Any], cluster: str) -> str:
+    """What to try against a running `local up`, as commands that work pasted into another shell: the
+    AWS CLI and boto3 need the endpoint, a region and credentials (moto's), or they stop at
+    NoRegionError or NoCredentialsError."""
+    from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
+
+    env = {
+        "AWS_ENDPOINT_URL": state["endpoint"],
+        "AWS_DEFAULT_REGION": state["region"],
+        "AWS_ACCESS_KEY_ID": FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    }
+    return "\n".join(
+        [
+            "  try, in another shell (the local stack's endpoint, region and credentials):",
+            "       export " + " ".join(f"{k}={v}" for k, v in env.items()),
+            f"       aws ecs list-tasks --cluster {cluster}",
+            f"       spotguard local inject spot-interruption --instance {state['instances'][0]}",
+            f"       spotguard local inject {SHORTAGE} --pool gpu-spot-a --for 600",
+        ]
+    )
 
 
 def _take_shortages(system: Any) -> None:

@@ -407,3 +407,29 @@ def test_an_attempts_duration_is_never_zero_minutes(seconds, said):
     }
     after = {"number": 2, "task_arn": "arn:aws:ecs:us-east-1:1:task/c/bbbb"}
     assert f" after {said}: " in between_line(before, after, [])
+
+
+# --------------------------------------------------------------------------------------- local stack
+def test_the_local_stack_page_names_every_kind_inject_takes():
+    parser = build_parser()
+    local = next(
+        a for a in parser._subparsers._group_actions[0].choices["local"]._actions if a.dest == "local_action"
+    )
+    inject = local.choices["inject"]
+    kinds = next(a for a in inject._actions if a.dest == "kind").choices
+    page = (REPO / "docs" / "local-stack.md").read_text()
+    missing = [k for k in kinds if f"`{k}`" not in page]
+    assert {"launch-successful", "launch-unsuccessful"} <= set(kinds) and not missing, missing
+
+
+def test_local_up_hints_set_region_and_credentials_as_well_as_the_endpoint():
+    state = {"endpoint": "http://127.0.0.1:4566", "region": "us-east-1", "instances": ["i-0123456789abcdef0"]}
+    lines = localcmd.try_lines(state, "gpu-spot").splitlines()
+    export = next(line.split() for line in lines if "export" in line)
+    assert export[1:] == [
+        "AWS_ENDPOINT_URL=http://127.0.0.1:4566",
+        "AWS_DEFAULT_REGION=us-east-1",
+        "AWS_ACCESS_KEY_ID=testing",
+        "AWS_SECRET_ACCESS_KEY=testing",
+    ]
+    assert any(line.strip() == "aws ecs list-tasks --cluster gpu-spot" for line in lines)
