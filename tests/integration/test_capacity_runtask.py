@@ -247,3 +247,54 @@ def test_a_spot_decision_in_a_provider_over_two_types_and_zones_pins_both(spread
     assert request["placementConstraints"] == [{"type": "memberOf", "expression": pin}, OWN]
     task_arn = world.status(job["job_id"])["attempts"][-1]["task_arn"]
     assert _placed_on(world, task_arn) == mix[(itype, "us-east-1b")].container_instance_arn
+
+
+NOT_ASSOCIATED = (
+    "The specified capacity provider strategy cannot contain a capacity provider that is not associated with "
+    "the cluster. Associate the capacity provider with the cluster or specify a valid capacity provider and "
+    "try again."
+)
+
+
+def test_a_provider_detached_since_the_sweep_marks_its_pools_and_the_job_launches_elsewhere(world: JobsWorld):
+    """Issue 29: ECS refusing the decision's provider (InvalidParameterException, not associated with the
+    cluster) failed the job. The GpuScheduler does not check the strategy against the cluster: ECS's
+    check is played here, and the first launch's provider is detached just before its RunTask."""
+    from botocore.exceptions import ClientError
+
+    ecs, place = world.cluster.ecs, world.scheduler.run_task
+    detached: list[str] = []
+
+    def as_ecs(request: dict[str, Any]) -> dict[str, Any]:
+        if not detached:  # the provider of the first launch leaves the cluster since the sweep
+            detached.append(_provider(request))
+            (cluster,) = ecs.describe_clusters(clusters=["gpu-spot"])["clusters"]
+            ecs.put_cluster_capacity_providers(
+                cluster="gpu-spot",
+                capacityProviders=[p for p in cluster["capacityProviders"] if p != detached[0]],
+                defaultCapacityProviderStrategy=[],
+            )
+        (cluster,) = ecs.describe_clusters(clusters=["gpu-spot"])["clusters"]
+        if any(
+            p["capacityProvider"] not in cluster["capacityProviders"]
+            for p in request["capacityProviderStrategy"]
+        ):
+            error = {"Error": {"Code": "InvalidParameterException", "Message": NOT_ASSOCIATED}}
+            raise ClientError(error, "RunTask")  # type: ignore[arg-type]
+        return place(request)
+
+    world.scheduler.run_task = as_ecs  # type: ignore[method-assign]
+    job = world.submit(gpus=1, work_hours=10)
+    assert job["state"] == "running", job
+    first, second = world.scheduler.requests
+    assert _provider(first) == detached[0] and _provider(second) != detached[0]
+    status = world.status(job["job_id"])
+    assert status["state"] == "running" and len(status["attempts"]) == 1
+    assert status["attempts"][0]["pool"].split("/")[0] == _provider(second)
+    assert [d["capacity_provider"] for d in status["decisions"]] == [detached[0], _provider(second)]
+    gone = [p for n, p in _pools(world).items() if n.startswith(f"{detached[0]}/")]
+    assert gone and all(p["unavailable_until"] is not None for p in gone)
+    assert all(p["observations"][-1]["source"] == "provider-refused" for p in gone)
+    assert "not associated with the cluster" in gone[0]["observations"][-1]["detail"]
+    # the next sweep no longer finds the provider: its pools are gone
+    assert world.reconcile()["pools"] == 3

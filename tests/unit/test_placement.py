@@ -230,6 +230,9 @@ class ScriptedPlacement(Placement):
     def launch_failed(self, job, reason):
         self.failed.append(job.placement.pool)
 
+    def provider_refused(self, job, reason):
+        self.failed.append(f"refused {job.placement.capacity_provider}")
+
 
 def test_the_engine_waits_as_the_placement_says_with_its_retry_scheduled_first():
     store = FakeStore()
@@ -252,6 +255,38 @@ def test_a_pool_without_capacity_is_marked_and_the_job_decided_again_at_once():
     assert job.state is JobState.RUNNING and job.attempts[0].pool == other.pool
     zones = [c["expression"] for run in ecs.runs for c in run["placementConstraints"]]
     assert "us-east-1a" in zones[0] and "us-east-1b" in zones[1]
+
+
+NOT_ASSOCIATED = (
+    "InvalidParameterException: The specified capacity provider strategy cannot contain a capacity provider "
+    "that is not associated with the cluster. Associate the capacity provider with the cluster or specify a "
+    "valid capacity provider and try again."
+)
+
+
+def test_a_pool_whose_provider_was_detached_is_marked_and_the_job_goes_elsewhere_not_failed():
+    """Issue 29: ECS refusing the decision's provider (detached since the last sweep) failed the job."""
+    store = FakeStore()
+    store.jobs["j1"] = _job()
+    od = spot_decision(placement="on-demand", pool="gpu-od/g5.xlarge/us-east-1a", capacity_provider="gpu-od")
+    ecs = FakeEcs(RunResult(failure="request", reason=NOT_ASSOCIATED), RunResult(task_arn=TASK + "b" * 32))
+    engine, _, retries = _engine(store, ecs)
+    engine.placement = placement = ScriptedPlacement(spot_decision(), od)
+    job = engine.drive("j1")
+    assert placement.failed == ["refused gpu-spot"]
+    assert job.state is JobState.RUNNING and job.attempts[0].pool == od.pool
+    assert [r["capacityProviderStrategy"][0]["capacityProvider"] for r in ecs.runs] == ["gpu-spot", "gpu-od"]
+    assert len(retries.scheduled) == 1  # the backstop, as for capacity
+
+
+def test_a_request_that_names_a_detached_provider_itself_still_fails_the_job():
+    store = FakeStore()
+    store.jobs["j1"] = _job()
+    engine, _, _ = _engine(store, FakeEcs(RunResult(failure="request", reason=NOT_ASSOCIATED)))
+    engine.placement = placement = ScriptedPlacement(None)  # placed as the request says (capacity fixed)
+    job = engine.drive("j1")
+    assert job.state is JobState.FAILED and "not associated with the cluster" in (job.last_reason or "")
+    assert placement.failed == []
 
 
 # ----------------------------------------------------------------------------------------- the advisor
@@ -382,3 +417,20 @@ def test_a_spot_attempt_still_running_is_a_fact_of_its_pool_at_each_look():
     on_demand = _running()
     adv.still_running(revised(on_demand, attempts=[revised(on_demand.attempts[0], market="on-demand")]))
     assert len(book.facts) == 2  # nothing learnt about spot from an on-demand attempt
+
+
+def test_a_refused_provider_backs_off_every_pool_of_it_but_is_no_spot_history():
+    pools = [pool("spot", "us-east-1a"), pool("spot", "us-east-1b"), pool("on-demand", "us-east-1a")]
+    adv, book = advisor(pools)
+    job = _job_on(placement=spot_decision(capacity_provider="gpu-spot"))
+    adv.provider_refused(job, NOT_ASSOCIATED)
+    assert sorted(n for n, _ in book.facts) == [
+        "gpu-spot/g5.xlarge/us-east-1a",
+        "gpu-spot/g5.xlarge/us-east-1b",
+    ]
+    assert {(f.source, f.available, f.at) for _, f in book.facts} == {("provider-refused", False, T0)}
+    marked = fold(pools[0], book.facts[0][1])
+    assert not marked.available_at(T0 + timedelta(minutes=5)) and not marked.confirmed_at(
+        T0 + timedelta(hours=1)
+    )
+    assert marked.history_facts == () and marked.capacity_facts == (book.facts[0][1],)

@@ -8,7 +8,7 @@ import pytest
 from botocore.stub import Stubber
 
 from spotguard.adapters.ecs_jobs import JobsEcsAdapter
-from spotguard.domain.run_errors import classify_run_error
+from spotguard.domain.run_errors import classify_run_error, pool_refused
 
 DOCUMENTED = [
     ("AccessDeniedException", "User is not authorized to perform: iam:PassRole", "access"),
@@ -36,6 +36,52 @@ DOCUMENTED = [
 @pytest.mark.parametrize(("code", "message", "kind"), DOCUMENTED)
 def test_every_documented_error_has_a_class(code, message, kind):
     assert classify_run_error(code, message) == kind
+
+
+PROVIDER_GONE = [
+    (
+        "InvalidParameterException",
+        "The specified capacity provider strategy cannot contain a capacity provider that is not associated "
+        "with the cluster. Associate the capacity provider with the cluster or specify a valid capacity "
+        "provider and try again.",
+    ),
+    (
+        "InvalidParameterException",
+        "The specified capacity provider 'gpu-spot-a' is not in an ACTIVE state. Specify a valid capacity "
+        "provider and try again.",
+    ),
+    ("ClientException", "The specified capacity provider does not exist."),
+]
+
+
+@pytest.mark.parametrize(("code", "message"), PROVIDER_GONE)
+def test_a_refused_capacity_provider_is_a_request_error_about_the_pool(code, message):
+    """A request error (the job fails when its request named the provider), which a launch SpotGuard
+    placed in a pool takes as that pool gone (usecases.jobs.engine)."""
+    assert classify_run_error(code, message) == "request"
+    assert pool_refused(f"{code}: {message}")
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "InvalidParameterException: No Container Instances were found in your capacity provider.",
+        "InvalidParameterException: Task definition does not support launch_type FARGATE.",
+        "ClusterNotFoundException: The specified capacity provider does not exist.",  # not its code
+        "AccessDeniedException: not authorized on capacity provider gpu-spot that is not in an ACTIVE state",
+    ],
+)
+def test_other_errors_are_not_a_refused_provider(reason):
+    assert not pool_refused(reason)
+
+
+def test_the_adapter_says_a_refused_provider_as_code_and_message():
+    adapter, stub = _adapter()
+    code, message = PROVIDER_GONE[0]
+    stub.add_client_error("run_task", code, message)
+    with stub:
+        result = adapter.run_task({"cluster": "gpu-spot", "taskDefinition": "train:1"})
+    assert result.failure == "request" and pool_refused(result.reason)
 
 
 def test_an_undocumented_error_is_not_guessed():

@@ -45,6 +45,7 @@ Source = Literal[
     "launch-failure",
     "provisioning-timeout",
     "runtask",
+    "provider-refused",  # RunTask: ECS refused the capacity provider (not attached, not ACTIVE)
 ]
 
 IGNORE_TAG = "spotguard:pool"  # value "ignore" leaves the capacity provider out
@@ -89,13 +90,19 @@ MAX_OBSERVATIONS = 100  # kept per pool (about 15 KB of the ledger item at most)
 MAX_DETAIL = 160  # characters of an observation's detail
 BACKOFF_FIRST = timedelta(minutes=15)  # a capacity failure makes the pool unavailable for this long,
 BACKOFF_MAX = timedelta(hours=1)  # doubling on each repeat, up to this
-BACKOFF_SOURCES = frozenset({"launch-failure", "provisioning-timeout", "runtask", "interruption"})
+BACKOFF_SOURCES = frozenset(
+    {"launch-failure", "provisioning-timeout", "runtask", "interruption", "provider-refused"}
+)
 LAUNCH_SOURCES = frozenset({"launch", "launch-success"})  # new capacity seen: an available one ends a backoff
 # Risk signals: EC2's rebalance recommendation says an instance of the pool is at elevated risk of
 # interruption, not that capacity was lost or found. Such a fact is counted (`PoolRecord.rebalances`) and
 # kept, but neither backs the pool off, nor is evidence of capacity (`confirmed_at`), nor an observation
 # in the planner's history (`capacity_facts`).
 RISK_SOURCES = frozenset({"rebalance"})
+# A capacity provider ECS refused (detached from the cluster, or being deleted) says nothing about spot
+# capacity: it backs the pool off and is the newest word on it (`confirmed_at`), but it is no observation
+# in the planner's history of the pool's spot availability.
+NOT_HISTORY = RISK_SOURCES | {"provider-refused"}
 COUNT_HALF_LIFE_HOURS = 24.0  # the decayed counts of launch failures, interruptions, rebalances
 HOLD_HOURS = 2.0  # an observation holds (in the history) until the next one, for at most this long
 # A fact is about the past: its time may be ahead of SpotGuard's clock by clock skew (the service that
@@ -383,6 +390,12 @@ class PoolRecord(_Frozen):
         """The observations that say whether capacity was there, oldest first: all but risk signals
         (`RISK_SOURCES`: a rebalance recommendation is neither a lost instance nor a launch)."""
         return tuple(o for o in self.observations if o.source not in RISK_SOURCES)
+
+    @property
+    def history_facts(self) -> tuple[Observation, ...]:
+        """The observations of the pool's spot availability, the planner's history: the capacity facts
+        but a refused capacity provider (`NOT_HISTORY`)."""
+        return tuple(o for o in self.observations if o.source not in NOT_HISTORY)
 
 
 def pool_name(capacity_provider: str, instance_type: str, availability_zone: str) -> str:
@@ -837,8 +850,8 @@ def availability_history(
     half_life_hours: float = 168.0,
     hold_hours: float = HOLD_HOURS,
 ) -> AvailabilityHistory:
-    """The pool's capacity facts (risk signals aside) as the planner's tick-based history, up to the
-    tick of `now`.
+    """The pool's history facts (`PoolRecord.history_facts`: risk signals and refused providers aside)
+    as the planner's tick-based history, up to the tick of `now`.
 
     Ticks are `tick_hours` long, counted from the epoch. The rule: a fact holds from its own tick until
     the next fact, for at most `hold_hours`; within a tick the last fact counts. A tick no fact holds is
@@ -848,7 +861,7 @@ def availability_history(
     from spotguard.domain.planner import AvailabilityHistory
 
     history = AvailabilityHistory(tick_hours, half_life_hours)
-    facts = [o for o in pool.capacity_facts if o.at <= now]
+    facts = [o for o in pool.history_facts if o.at <= now]
     if not facts:
         return history
     tick = tick_hours * 3600.0
@@ -903,7 +916,7 @@ def pool_options(
     it is not backed off (`unavailable_until` past) and its spot price is known; an unavailable one is
     still a candidate (its history and on-demand price count). On-demand pools are not candidates: the
     planner's on-demand choice is a spot pool's instance type (`CapacityDecision.instance_pool`), placed
-    with `on_demand_pool`. A pool without observations (risk signals aside) has no history (the
+    with `on_demand_pool`. A pool without history facts (`PoolRecord.history_facts`) has no history (the
     planner's prior and the placement score stand in)."""
     from spotguard.domain.planner import PoolOption
 
@@ -920,7 +933,7 @@ def pool_options(
                 on_demand_price=on_demand,
                 available=p.available_at(now) and p.spot_price is not None,
                 history=availability_history(p, tick_hours, now, half_life_hours, hold_hours)
-                if p.capacity_facts
+                if p.history_facts
                 else None,
                 placement_score=p.placement_score,
             )

@@ -16,6 +16,12 @@ answer, falls in one class:
 
 An error code not listed here is not classed: the caller raises it, so that the record is retried and,
 if it keeps failing, dead-lettered and alarmed, rather than a job being failed on a guess.
+
+One request error is about the pool, not the request (`pool_refused`): the capacity provider of the
+strategy is no longer attached to the cluster, or no longer ACTIVE (detached or being deleted since
+discovery last saw it). For a launch SpotGuard placed in a pool, that pool's provider is marked and the
+job decided again (another pool, on-demand, a wait); for a request that named the provider itself, it
+stays a request error, and the job fails and says why.
 """
 
 from __future__ import annotations
@@ -32,6 +38,17 @@ _NO_ROOM = re.compile(
     re.IGNORECASE,
 )
 _TOO_FAST = re.compile(r"Request limit exceeded|Rate exceeded|Throttl", re.IGNORECASE)
+# ECS's answers when the strategy's capacity provider cannot take tasks, e.g. (InvalidParameterException)
+# "The specified capacity provider strategy cannot contain a capacity provider that is not associated with
+# the cluster. Associate the capacity provider with the cluster or specify a valid capacity provider and
+# try again." and "The specified capacity provider 'gpu-spot' is not in an ACTIVE state. Specify a valid
+# capacity provider and try again.", and a provider ECS no longer knows at all.
+_PROVIDER_GONE = re.compile(
+    r"capacity provider that is not associated with the cluster"
+    r"|capacity provider\b[^.]*\bis not in an ACTIVE state"
+    r"|capacity provider\b[^.]*\b(?:does not exist|was not found|could not be found)",
+    re.IGNORECASE,
+)
 
 _BY_CODE: dict[str, RunErrorClass] = {
     # documented for RunTask and StartTask
@@ -67,3 +84,11 @@ def classify_run_error(code: str, message: str) -> RunErrorClass | None:
         if _TOO_FAST.search(message):  # e.g. "Error retrieving security group information ... Request
             return "transient"  # limit exceeded": a throttled lookup inside ECS, not a bad request
     return _BY_CODE.get(code)
+
+
+def pool_refused(reason: str) -> bool:
+    """Whether a RunTask `request` failure, as the adapter says it ("Code: message"), is ECS refusing the
+    strategy's capacity provider (not associated with the cluster, not ACTIVE, unknown) rather than the
+    request: the pool a decision chose is gone, not the job's request wrong."""
+    code, _, message = reason.partition(": ")
+    return code in ("InvalidParameterException", "ClientException") and bool(_PROVIDER_GONE.search(message))

@@ -10,7 +10,8 @@ or a wait of the policy's length. Jobs without pools (a cluster with no capacity
 `options.capacity: fixed`, CPU jobs) get None: the request as submitted, as before.
 
 What the jobs path learns is written on the pools as observations (`domain.pools.Observation`): a task
-that starts running (spot was there), an interruption, RunTask's capacity failures, a task that waited
+that starts running (spot was there), an interruption, RunTask's capacity failures, ECS refusing the
+pool's capacity provider (detached from the cluster since the sweep: all its pools), a task that waited
 for an instance past its bound, Auto Scaling's launch failures and successful launches. A failure backs
 the pool off at once, so the decision that follows goes elsewhere.
 
@@ -185,6 +186,18 @@ class CapacityAdvisor(Placement):
     def launch_failed(self, job: Job, reason: str) -> None:
         if job.placement is not None and job.placement.pool:
             self._record(job.request.cluster_name, job.placement.pool, False, "runtask", reason)
+
+    def provider_refused(self, job: Job, reason: str) -> None:
+        """ECS refused the decision's capacity provider (not associated with the cluster, not ACTIVE):
+        every pool of that provider is marked unavailable (it backs off as a failure does, until
+        discovery, which no longer finds a detached provider, marks its pools gone)."""
+        placed = job.placement
+        if placed is None or not placed.capacity_provider:
+            return
+        cluster = job.request.cluster_name
+        names = {p.name for p in self.book.pools(cluster) if p.capacity_provider == placed.capacity_provider}
+        for name in sorted(names | ({placed.pool} if placed.pool else set())):
+            self._record(cluster, name, False, "provider-refused", reason)
 
     def provisioning_timed_out(self, job: Job) -> None:
         live = job.live_attempt

@@ -46,6 +46,7 @@ from spotguard.domain.jobs.transitions import (
     retry_delay,
 )
 from spotguard.domain.notices import Settings
+from spotguard.domain.run_errors import pool_refused
 from spotguard.domain.tasks import ManageMode
 from spotguard.ports import JobEcs, JobStore, LaunchRetries, NewestCheckpoint, Notifications
 
@@ -116,6 +117,10 @@ class Placement:
 
     def launch_failed(self, job: Job, reason: str) -> None:
         pass
+
+    def provider_refused(self, job: Job, reason: str) -> None:
+        """ECS refused the decision's capacity provider (`domain.run_errors.pool_refused`): mark its
+        pools unavailable."""
 
     def checkpoint(self, job: Job, attempt: int) -> None:
         raise RuntimeError("a move without a signaller")
@@ -303,7 +308,10 @@ class JobEngine:
                 j, arn, launch.client_token, resume_from, self.clock(), resubmitted=launch.attempt > 1
             )
         reason = result.reason or "no task was placed"
-        if result.failure in ("access", "request"):
+        # ECS refused the pool's capacity provider (detached from the cluster, or being deleted, since
+        # discovery saw it): the decision's pool is gone, the job's request is not wrong.
+        gone = result.failure == "request" and _in_a_pool(job) and pool_refused(reason)
+        if result.failure in ("access", "request") and not gone:
             return lambda j: launch_refused(j, reason, self.clock())
         delay = retry_delay(job.launch_tries, self.config.retry_base_seconds)
         # The retry is scheduled before the job says it waits, so a crash between the two can leave a
@@ -315,11 +323,20 @@ class JobEngine:
             # (another pool, on-demand or a wait), the retry message only a backstop.
             self.placement.launch_failed(job, reason)
             delay = 0
+        elif gone:
+            # So are the provider's pools, and the job is decided again at once, as for capacity.
+            self.placement.provider_refused(job, reason)
+            delay = 0
         return lambda j: launch_failed(j, reason, self.clock(), delay, capacity=capacity)
 
     def _newest(self, job: Job) -> str:
         ref = self.checkpoints.newest(job.checkpoint_uri)
         return ref.manifest_uri if ref is not None else ""
+
+
+def _in_a_pool(job: Job) -> bool:
+    """The launch in flight goes where a capacity decision put it: a pool's capacity provider."""
+    return job.placement is not None and bool(job.placement.pool and job.placement.capacity_provider)
 
 
 def outbox_item(job: Job, index: int, effect: Notify | CapacityWanted) -> OutboxItem:
