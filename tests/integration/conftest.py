@@ -14,6 +14,7 @@ from moto import mock_aws
 from moto.moto_api import state_manager
 
 from spotguard.adapters import clients
+from spotguard_cli.emulator import iam
 from spotguard_cli.emulator.gpucluster import GpuCluster, Host
 from spotguard_cli.emulator.inject import container_instance_event, make_event
 from spotguard_cli.emulator.lambdas import FunctionHost, QueuePoller
@@ -67,6 +68,7 @@ def make_world(parameters: dict[str, str] | None = None, env: dict[str, str] | N
     a = cluster.add_host("g5.xlarge", "us-east-1a")
     b = cluster.add_host("g5.12xlarge", "us-east-1b")
     clients.reset()
+    iam.RoleGuard.of(stack.template, stack.parameters, stack.pseudo).install()
     host = FunctionHost(stack, fn)
     calls: list[str] = []
     clients.on_every_call(lambda model, **_: calls.append(model.name))
@@ -75,6 +77,10 @@ def make_world(parameters: dict[str, str] | None = None, env: dict[str, str] | N
 
 @contextlib.contextmanager
 def fresh_aws() -> Iterator[None]:
+    """moto in this process, with ECS tasks held where they are. On the way out, every AWS call a
+    function made that its role does not allow (emulator/iam.py: moto enforces no IAM) fails the test,
+    even where the code logged the AccessDenied and went on."""
+    guards = len(iam.INSTALLED)
     with mock_aws():
         # A real ECS task stays RUNNING until stopped; moto's default moves it on at every describe.
         state_manager.set_transition(
@@ -85,6 +91,9 @@ def fresh_aws() -> Iterator[None]:
         finally:
             state_manager.unset_transition("ecs::task")
             clients.reset()
+            denied = sorted({str(d) for g in iam.INSTALLED[guards:] for d in g.denied})
+            del iam.INSTALLED[guards:]
+    assert not denied, "calls a function's role does not allow: " + "; ".join(denied)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from spotguard.config import InterruptionEnv
 from spotguard.domain.notices import RebalanceMode
 from spotguard.domain.tasks import ManageMode
-from spotguard_cli.emulator.template import TEMPLATE, load, translate
+from spotguard_cli.emulator.template import TEMPLATE, load, resolve, translate
 
 PARAMS = {"ClusterNames": "gpu-spot,train-a100"}
 
@@ -307,57 +307,9 @@ def test_reconcile_runs_on_a_schedule(cfn):
 
 
 # ------------------------------------------------------------------ issue 17: hardening, what it checks
-# A small evaluator of the intrinsics the template uses, so that tests can read what CloudFormation would
-# make of a resource for given parameters (the policies' ARNs, the functions' environment).
-_NO_VALUE = object()
-_PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
-
-
 def _resolve(cfn: dict[str, Any], value: Any, parameters: dict[str, str] | None = None) -> Any:
-    params: dict[str, Any] = {}
-    for name, p in cfn["Parameters"].items():
-        raw = {**PARAMS, **(parameters or {})}.get(name, p.get("Default", ""))
-        params[name] = raw.split(",") if p["Type"] == "CommaDelimitedList" else raw
-
-    def ref(name: str) -> Any:
-        if name == "AWS::NoValue":
-            return _NO_VALUE
-        return _PSEUDO.get(name, params.get(name, f"<{name}>"))
-
-    def ev(v: Any) -> Any:
-        if isinstance(v, list):
-            return [x for x in map(ev, v) if x is not _NO_VALUE]
-        if not isinstance(v, dict):
-            return v
-        if len(v) == 1:
-            ((fn, a),) = v.items()
-            if fn == "Ref":
-                return ref(a)
-            if fn == "Fn::GetAtt":
-                return f"<{a[0]}.{a[1]}>"
-            if fn == "Fn::Join":
-                return a[0].join(ev(a[1]))
-            if fn == "Fn::Split":
-                return ev(a[1]).split(a[0])
-            if fn == "Fn::If":
-                return ev(a[1]) if ev(cfn["Conditions"][a[0]]) else ev(a[2])
-            if fn == "Fn::Equals":
-                return ev(a[0]) == ev(a[1])
-            if fn == "Fn::Not":
-                return not ev(a[0])
-            if fn == "Fn::Sub":
-                text, names = (a, {}) if isinstance(a, str) else (a[0], ev(a[1]))
-
-                def one(m: re.Match[str]) -> str:
-                    key = m[1]
-                    if key in names:
-                        return str(names[key])
-                    return f"<{key}>" if "." in key else str(ref(key))
-
-                return re.sub(r"\$\{([^}]+)\}", one, text)
-        return {k: x for k, x in ((k, ev(x)) for k, x in v.items()) if x is not _NO_VALUE}
-
-    return ev(value)
+    """What CloudFormation makes of `value` with PARAMS (and `parameters` over them)."""
+    return resolve(cfn, value, {**PARAMS, **(parameters or {})})
 
 
 def _jobs_statements(cfn):

@@ -12,6 +12,7 @@ from typing import TextIO
 
 from spotguard.adapters import clients
 from spotguard_cli.emulator.gpucluster import GpuCluster, GpuScheduler
+from spotguard_cli.emulator.iam import RoleGuard
 from spotguard_cli.emulator.lambdas import FunctionHost, QueuePoller
 from spotguard_cli.emulator.motoserver import hold_ecs_tasks
 from spotguard_cli.emulator.stack import DeployedStack, deploy
@@ -28,6 +29,7 @@ class Assembly:
     scheduler: GpuScheduler
     functions: dict[str, FunctionHost]  # logical id -> the handler, in the template's order
     pollers: list[QueuePoller]  # one per SQS event source mapping, in the template's order
+    guard: RoleGuard  # the functions' roles, and every call they made that their role does not allow
 
     def poller(self, function: str, queue: str = "") -> QueuePoller:
         """The poller that feeds `function` from its queue whose ARN contains `queue` (default: its first)."""
@@ -51,10 +53,14 @@ def assemble(
         fn.environment.update(environment or {})
     cluster = GpuCluster(stack.client("ecs"), stack.client("ec2"), CLUSTER)
     clients.reset()  # SpotGuard's clients and hooks from an earlier system in this process
+    guard = RoleGuard.of(stack.template, stack.parameters, stack.pseudo)
+    guard.install()  # each function held to its role, as AWS would and moto does not
     scheduler = GpuScheduler(cluster)
     scheduler.install()
     functions = {name: FunctionHost(stack, fn, log=log) for name, fn in stack.functions.items()}
     pollers = [
         QueuePoller(stack, host, queue_arn) for host in functions.values() for queue_arn in host.fn.queues
     ]
-    return Assembly(stack=stack, cluster=cluster, scheduler=scheduler, functions=functions, pollers=pollers)
+    return Assembly(
+        stack=stack, cluster=cluster, scheduler=scheduler, functions=functions, pollers=pollers, guard=guard
+    )

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from spotguard_cli.emulator.iam import RUNNING
 from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
 from spotguard_cli.emulator.stack import DeployedStack, FunctionConfig
 
@@ -90,10 +91,14 @@ class FunctionHost:
 
     def invoke(self, event: dict[str, Any]) -> Any:
         context = LambdaContext(self.fn, self.stack.region)
-        if self.log is None:
-            return self.handler(event, context)
-        with _stdout_to(self.log):  # EMF metric lines are printed to stdout
-            return self.handler(event, context)
+        running = RUNNING.set(self.fn.logical_id)  # its calls are held to its role (iam.RoleGuard)
+        try:
+            if self.log is None:
+                return self.handler(event, context)
+            with _stdout_to(self.log):  # EMF metric lines are printed to stdout
+                return self.handler(event, context)
+        finally:
+            RUNNING.reset(running)
 
 
 class _ThreadStdout:

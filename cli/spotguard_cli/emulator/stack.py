@@ -41,6 +41,8 @@ class DeployedStack:
     outputs: dict[str, str]
     functions: dict[str, FunctionConfig] = field(default_factory=dict)
     created_directly: list[str] = field(default_factory=list)  # what moto's CloudFormation skips
+    template: dict[str, Any] = field(default_factory=dict, repr=False)  # as translated and created
+    parameters: dict[str, str] = field(default_factory=dict)
     _clients: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def client(self, service: str) -> Any:
@@ -55,6 +57,11 @@ class DeployedStack:
     @property
     def account(self) -> str:
         return self.outputs.get("AccountId", "123456789012")
+
+    @property
+    def pseudo(self) -> dict[str, str]:
+        """The pseudo parameters CloudFormation resolved the template with."""
+        return {"AWS::Partition": "aws", "AWS::Region": self.region, "AWS::AccountId": self.account}
 
 
 @dataclass
@@ -115,6 +122,7 @@ def deploy(
     for logical_id, folder in folders.items():
         s3.put_object(Bucket=CODE_BUCKET, Key=f"{logical_id}.zip", Body=_zip(REPO / folder))
     cfn = json.loads(_translated(stamp(), tuple(parameters.items()), region))
+    stack.template, stack.parameters = cfn, dict(parameters)
     cf = stack.client("cloudformation")
     cf.create_stack(
         StackName=STACK,

@@ -136,6 +136,7 @@ class LocalSystem:
             raise
         self.stack, self.cluster, self.scheduler = parts.stack, parts.cluster, parts.scheduler
         self.functions, self.pollers = parts.functions, parts.pollers
+        self.guard = parts.guard  # every call a function made that its role does not allow
         self.events = self.stack.client("events")
         self.clock = ScaledClock(time_scale, clock_start)
         self.reconcile_every = reconcile_every or self.clock.seconds(schedule_seconds())

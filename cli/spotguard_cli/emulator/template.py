@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,68 @@ def translate(
             os.environ.pop("AWS_DEFAULT_REGION", None)
         else:
             os.environ["AWS_DEFAULT_REGION"] = previous
+
+
+# ------------------------------------------------------------------------------------------- resolve
+# The intrinsics the template uses, evaluated as CloudFormation would for given parameters: the template
+# tests read the policies' ARNs and the functions' environment through it, and the local stack's IAM
+# guard (iam.py) the statements each function's role holds.
+NO_VALUE = object()  # AWS::NoValue: the key or list item is left out
+PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
+
+
+def resolve(
+    cfn: dict[str, Any], value: Any, parameters: dict[str, str] | None = None, pseudo: dict[str, str] = PSEUDO
+) -> Any:
+    """`value` with Ref, Fn::GetAtt (as `<Resource.Attribute>`), Fn::Join, Fn::Split, Fn::If, Fn::Equals,
+    Fn::Not, Fn::And, Fn::Or and Fn::Sub evaluated; parameters not given take their defaults."""
+    params: dict[str, Any] = {}
+    for name, p in cfn.get("Parameters", {}).items():
+        raw = (parameters or {}).get(name, p.get("Default", ""))
+        params[name] = raw.split(",") if p["Type"] == "CommaDelimitedList" else raw
+
+    def ref(name: str) -> Any:
+        if name == "AWS::NoValue":
+            return NO_VALUE
+        return pseudo.get(name, params.get(name, f"<{name}>"))
+
+    def ev(v: Any) -> Any:
+        if isinstance(v, list):
+            return [x for x in map(ev, v) if x is not NO_VALUE]
+        if not isinstance(v, dict):
+            return v
+        if len(v) == 1:
+            ((fn, a),) = v.items()
+            if fn == "Ref":
+                return ref(a)
+            if fn == "Condition":
+                return ev(cfn["Conditions"][a])
+            if fn == "Fn::GetAtt":
+                return f"<{a[0]}.{a[1]}>"
+            if fn == "Fn::Join":
+                return a[0].join(ev(a[1]))
+            if fn == "Fn::Split":
+                return ev(a[1]).split(a[0])
+            if fn == "Fn::If":
+                return ev(a[1]) if ev(cfn["Conditions"][a[0]]) else ev(a[2])
+            if fn == "Fn::Equals":
+                return ev(a[0]) == ev(a[1])
+            if fn == "Fn::Not":
+                return not ev(a[0])
+            if fn == "Fn::And":
+                return all(ev(x) for x in a)
+            if fn == "Fn::Or":
+                return any(ev(x) for x in a)
+            if fn == "Fn::Sub":
+                text, names = (a, {}) if isinstance(a, str) else (a[0], ev(a[1]))
+
+                def one(m: re.Match[str]) -> str:
+                    key = m[1]
+                    if key in names:
+                        return str(names[key])
+                    return f"<{key}>" if "." in key else str(ref(key))
+
+                return re.sub(r"\$\{([^}]+)\}", one, text)
+        return {k: x for k, x in ((k, ev(x)) for k, x in v.items()) if x is not NO_VALUE}
+
+    return ev(value)
