@@ -36,7 +36,7 @@ router = Router(logger, runtime.dead_letters, quiet_ignores=True)
 
 def record_handler(record: SQSRecord) -> None:
     try:
-        router.route(record, classify_task_message(record.body, runtime.settings), act)
+        router.route(record, classify_task_message(record.body, runtime.settings, now=runtime.now()), act)
     except UnreadableJob as exc:  # no retry can mend the job's item: say so once, in the dead-letter queue
         router.reject(record, str(exc), "job cannot be read")
 

@@ -363,3 +363,28 @@ def test_a_move_whose_stop_task_failed_asks_again_and_the_job_still_moves(world:
     assert (third["number"], third["market"]) == (3, "spot")
     assert third["resume_from"].endswith("00000006/MANIFEST.json")
     assert world.status(job_id)["moves_made"] == 1
+
+
+@pytest.mark.parametrize("when", ["tomorrow", "9999-12-31T23:59:59Z"])
+def test_an_auto_scaling_event_dated_ahead_of_the_clock_is_dead_lettered_with_its_reason(
+    world: JobsWorld, when: str
+):
+    """Kept, a launch failure dated tomorrow held its pool off until tomorrow (and 9999 raised
+    OverflowError, retried eight times and dead-lettered with no reason): refused at the door, in one line."""
+    world.reconcile()
+    event = json.loads(SAMPLE.read_text())
+    event["detail"]["AutoScalingGroupName"] = "gpu-spot-a-group"
+    event["detail"]["Details"]["Availability Zone"] = "us-east-1a"
+    at = datetime.now(UTC) + timedelta(days=1)
+    event["time"] = at.strftime("%Y-%m-%dT%H:%M:%SZ") if when == "tomorrow" else when
+    world.put(event)
+    assert world.task_events.drain() == (1, 0)  # handled once: not left to SQS's retries
+    sqs = world.stack.client("sqs")
+    url = world.stack.outputs["TaskEventsDeadLetterQueueUrl"]
+    (dead,) = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"]
+    reason = dead["MessageAttributes"]["spotguard-reject-reason"]["StringValue"]
+    assert "ahead of" in reason and "\n" not in reason, reason
+    pool = _pools(world)["gpu-spot-a/g5.xlarge/us-east-1a"]
+    assert pool["unavailable_until"] is None and not any(
+        o["available"] is False for o in pool["observations"]
+    ), pool

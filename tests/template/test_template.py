@@ -777,3 +777,14 @@ def test_every_statement_that_names_clusters_by_name_pins_the_stack_s_account_an
                 condition = statement.get("Condition", {}).get("StringEquals", {})
                 assert {k: condition.get(k) for k in pinned} == pinned, (name, statement.get("Sid"))
     assert found >= 8
+
+
+def test_failed_pool_discovery_is_alarmed_on_the_metric_reconcile_emits(cfn):
+    alarm = cfn["Resources"]["PoolDiscoveryAlarm"]["Properties"]
+    env = cfn["Resources"]["ReconcileFunction"]["Properties"]["Environment"]["Variables"]
+    # reconcile's handler emits each count of its sweep as Reconcile<Count>; discovery_errors is one
+    assert alarm["MetricName"] == "Reconcile" + "discovery_errors".title().replace("_", "")
+    assert alarm["Namespace"] == env["POWERTOOLS_METRICS_NAMESPACE"]
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": env["POWERTOOLS_SERVICE_NAME"]}]
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 2  # one bad sweep pages no one
+    assert alarm["AlarmActions"] == [{"Ref": "NotificationsTopic"}]
