@@ -206,7 +206,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
     return proof, decisions, facts, timeline
 
 
-PRICES_NOTE = "on-demand at its list price; moto's spot prices are placeholders, not what spot costs"
+PRICES_NOTE = "with on-demand at its list price and moto's placeholder spot prices, not what spot costs"
 
 
 def decision_line(d: dict[str, Any], start: datetime) -> str:
@@ -225,7 +225,7 @@ def spend_line(spend: dict[str, Any]) -> str:
     """What the job spent, in words, and what its dollars are worth here."""
     from spotguard_cli.jobs import spend_text
 
-    note = f" ({PRICES_NOTE})" if spend.get("dollars") is not None else ""
+    note = f", {PRICES_NOTE}" if spend.get("dollars") is not None else ""
     return f"{spend_text(spend)}{note}"
 
 
