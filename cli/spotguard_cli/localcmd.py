@@ -371,7 +371,11 @@ def savings_text(facts: dict[str, Any]) -> str:
     """What spot saves, said of the instance type the job ran on (moto's spot prices say nothing, so
     the paper's measured prices give the scale, named as another type's), and what this run spent."""
     types = sorted({str(t) for t in facts.get("instance_types") or [] if t})
-    listed = [f"{t} at ${on_demand_price(t)}/h" for t in types if on_demand_price(t) is not None]
+    listed = [
+        f"${on_demand_price(t)}/h" if len(types) == 1 else f"{t} at ${on_demand_price(t)}/h"
+        for t in types
+        if on_demand_price(t) is not None
+    ]
     ran = f"this job ran on {', '.join(types)}" if types else "this job's instance type is not known"
     if listed:
         ran += f" ({', '.join(listed)} on demand, the US East list price)"

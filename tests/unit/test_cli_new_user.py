@@ -346,7 +346,7 @@ def test_the_interruption_demos_savings_speak_of_the_type_the_job_ran_on():
         "steps_lost": 0,
     }
     text = localcmd.savings_text(facts)
-    assert text.startswith("what spot saves: this job ran on g5.xlarge (g5.xlarge at $1.006/h on demand")
+    assert text.startswith("what spot saves: this job ran on g5.xlarge ($1.006/h on demand, the US East list")
     assert "placeholders" in text and "p3.2xlarge (1 V100) at $0.9731/h" in text  # the paper's, as such
     assert text.endswith("0 steps redone.")
     unknown = localcmd.savings_text({**facts, "steps_lost": None})
