@@ -152,31 +152,29 @@ def joint_state(history: AvailabilityHistory, available: bool) -> int:
     return int(available) * NC + COARSE_OF[history.bin_if(available)]
 
 
-def _stretch(fine_hazard_at: np.ndarray, starts: Sequence[int], m: int) -> np.ndarray:
+def _stretch(hazards: np.ndarray, bins: Sequence[Sequence[int]], starts: Sequence[int], m: int) -> np.ndarray:
     """Hazards per step of m ticks, on bins that start at the given ages counted in steps: a run of age
     A steps (fine ages (A-1)m+1 .. Am) ends within the step unless it survives each of its m ticks.
-    `fine_hazard_at[s, a]`: the per-tick hazard of a run of state s at fine age a (1-based)."""
+    `hazards[s, i]`: the per-tick hazard of a run of state s in bin i, which holds the fine age bins
+    `bins[i]`. The hazard is the same across a bin, so the survival is a product over the bins of
+    (1 - h) to the power of the ticks of the step in it: a few numbers, however long the step (not an
+    array of its m ticks, which a deadline far off made hundreds of megabytes)."""
+    edges = [*AGE_BINS, AGE_BINS[-1] * m + 1]  # fine bin b: ages edges[b] .. edges[b + 1] - 1
+    ranges = [(edges[g[0]], edges[g[-1] + 1] - 1) for g in bins]
+    log_keep = np.log1p(-hazards)  # (2, bins)
     out = np.empty((2, len(starts)))
     for b, a in enumerate(starts):
-        ages = np.arange((a - 1) * m + 1, a * m + 1)
-        ages = np.minimum(ages, fine_hazard_at.shape[1] - 1)
-        out[:, b] = 1.0 - np.prod(1.0 - fine_hazard_at[:, ages], axis=1)
+        lo, hi = (a - 1) * m + 1, a * m
+        ticks = np.array([max(0, min(hi, top) - max(lo, bottom) + 1) for bottom, top in ranges], dtype=float)
+        out[:, b] = -np.expm1(log_keep @ ticks)
     return np.clip(out, 1e-4, 0.98)
-
-
-_FINE_BIN_OF_AGE = np.array([0] + [age_bin(a) for a in range(1, AGE_BINS[-1] + 1)])
-
-
-def _fine_bin_of_ages(n: int) -> np.ndarray:
-    ages = np.minimum(np.arange(n), AGE_BINS[-1])
-    return _FINE_BIN_OF_AGE[ages]
 
 
 def stretch_hazards(hazards: np.ndarray, m: int) -> np.ndarray:
     """(2, NB) per-tick hazards on the fine bins -> per step of m ticks, the same bins counted in steps."""
     if m == 1:
         return hazards
-    return _stretch(hazards[:, _fine_bin_of_ages(AGE_BINS[-1] * m + 1)], AGE_BINS, m)
+    return _stretch(hazards, [(b,) for b in range(NB)], AGE_BINS, m)
 
 
 def stretch_coarse(hazards: np.ndarray, m: int) -> np.ndarray:
@@ -184,8 +182,7 @@ def stretch_coarse(hazards: np.ndarray, m: int) -> np.ndarray:
     steps."""
     if m == 1:
         return hazards
-    bins = COARSE_OF[_fine_bin_of_ages(AGE_BINS[-1] * m + 1)]
-    return _stretch(hazards[:, bins], [AGE_BINS[g[0]] for g in COARSE], m)
+    return _stretch(hazards, COARSE, [AGE_BINS[g[0]] for g in COARSE], m)
 
 
 def step_bin(fine_bin: int, m: int) -> int:

@@ -31,6 +31,13 @@ The number of values computed is thus bounded by `FINE_BUDGET + FAR_BUDGET` for 
 deadline within the fine horizon needs no far grid, and the plan is then exact (tests/unit/
 test_planner_exact.py ties it to the simulator's bookkeeping). A plan keeps the actions of its fine ticks
 only: a caller that follows it (the simulator's policy) plans again before they run out.
+
+The rest of a plan's work is bounded too, whatever the deadline (issue 29: a deadline a million hours
+off took 45 s and 700 MB). Slack beyond max(`SLACK_CAP_HOURS`, `SLACK_CAP_WORK` x the work) is left out
+(`collapse`): the deadline's far end is its safety net, not time to plan, and a plan with less slack than
+there is stays safe. The far step is looked for from a lower bound (`_first_step`), then in steps of a
+64th of itself past `LINEAR_STEPS`; its hazards come from a product over the age bins, not over its
+ticks (spotguard.domain.capacity_model).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from spotguard.domain.capacity import Placement, slack_grid
+from spotguard.domain.capacity import Placement
 from spotguard.domain.capacity_model import (
     ADVANCE,
     NB,
@@ -63,17 +70,25 @@ MAX_FINE_TICKS = 72  # 12 hours of 10-minute ticks on the fine grid, at most
 # under load).
 FINE_BUDGET = 6_000_000
 FAR_BUDGET = 2_000_000
+# A plan covers slack up to the larger of these, the rest is left out (`collapse`): beyond them extra
+# slack changes nothing in a decision. Ordinary deadlines (slack up to 50 times the work, or up to 500
+# hours) are planned whole.
+SLACK_CAP_HOURS = 500.0
+SLACK_CAP_WORK = 50
 MIN_FINE_TICKS = 6  # the fine grid covers at least an hour of 10-minute ticks, budget or not
+# The far step is looked for one tick at a time up to this many ticks (about 680 hours of 10-minute
+# ticks: no deadline the door accepts needs more, see `collapse`), then in steps of 1/64 of itself.
+LINEAR_STEPS = 4096
 
 
 def plan_grid(tick_hours: float, restart_hours: float, k_max: int = K_MAX) -> tuple[int, int]:
     """(K, D): slack units per tick and the restart overhead in units. The exact grid (`slack_grid`)
     when it needs at most `k_max` units per tick; else the K <= k_max whose overhead, rounded up to whole
     units, is nearest (up: the plan then never counts on more slack than there is)."""
-    k = slack_grid(tick_hours, restart_hours)
-    units = restart_hours * k / tick_hours
-    if k <= k_max and abs(units - round(units)) < 1e-6:
-        return k, round(units)
+    for k in range(1, k_max + 1):  # `slack_grid`'s scan, stopped at k_max: the same answer, sooner
+        units = restart_hours * k / tick_hours
+        if abs(units - round(units)) < 1e-6:
+            return k, round(units)
 
     def over(kk: int) -> float:
         return math.ceil(restart_hours * kk / tick_hours - 1e-9) * tick_hours / kk - restart_hours
@@ -143,23 +158,62 @@ def split_horizon(
         return Horizon(ticks, 0)
     hours_left = slack * tick_hours / k
     restart = d * tick_hours / k
-    for m in range(1, ticks - h + 1):
+    n = ticks - h
+    m = _first_step(n, slack / k, per_cell, far_budget)
+    while True:
         # The far grid ends at the deadline: the fine grid takes the rest of a step more if its budget
         # allows, else gives up the start of one; only if it would then be too short does the far
         # grid's deadline come early instead.
-        steps, rest = divmod(ticks - h, m)
+        steps, rest = divmod(n, m)
         fine, lost_ticks = h + rest, 0
         if rest and fine_values(fine, slack, k, per_cell) > fine_budget:
             steps += 1
             fine = ticks - steps * m
             if fine < MIN_FINE_TICKS:
                 steps, fine, lost_ticks = steps - 1, h, rest
-        far_k, far_d = plan_grid(m * tick_hours, restart)
         lost = lost_ticks * tick_hours
-        far_slack = max(0, math.floor((hours_left - lost) * far_k / (m * tick_hours) + 1e-6))
-        if steps * (far_slack + 1) * per_cell <= far_budget:
-            return Horizon(fine, max(0, slack - fine * k), m, steps, far_k, far_d, far_slack, lost_ticks)
-    raise AssertionError("unreachable: a single far step always fits")  # pragma: no cover
+        # At one unit per step (the fewest) the far grid is at its smallest: a step too fine for that
+        # is too fine whatever its units, and needs no `plan_grid`.
+        least = max(0, math.floor((hours_left - lost) / (m * tick_hours) + 1e-6))
+        if steps * (least + 1) * per_cell <= far_budget:
+            far_k, far_d = plan_grid(m * tick_hours, restart)
+            far_slack = max(0, math.floor((hours_left - lost) * far_k / (m * tick_hours) + 1e-6))
+            if steps * (far_slack + 1) * per_cell <= far_budget:
+                return Horizon(fine, max(0, slack - fine * k), m, steps, far_k, far_d, far_slack, lost_ticks)
+        if m >= n:
+            raise AssertionError("unreachable: a single far step always fits")  # pragma: no cover
+        m = min(n, m + 1 if m < LINEAR_STEPS else m + m // 64)
+
+
+def _first_step(n: int, slack_ticks: float, per_cell: int, far_budget: int) -> int:
+    """A far step (ticks) no finer than the finest that fits the budget, for `n` far ticks and
+    `slack_ticks` of slack: below it, whatever the fit, there are more than n/m - 1 steps and more than
+    slack_ticks/m - 1 slack units a step, so more than `far_budget` values (`split_horizon` then looks
+    up from here instead of from 1: the same step, without the thousands of hopeless tries of a
+    deadline far off)."""
+    c = far_budget / per_cell
+    if c <= 1 or n < 2 or slack_ticks < 2:
+        return 1
+    # (n/m - 1)(s/m - 1) = c at m = r (the smaller factor still positive there); every m < r exceeds it
+    b = n + slack_ticks
+    r = (-b + math.sqrt(b * b + 4 * (c - 1) * n * slack_ticks)) / (2 * (c - 1))
+    return max(1, min(n, math.floor(r) - 1))
+
+
+def collapse(ticks: int, slack: int, k: int, d: int, tick_hours: float) -> int:
+    """The ticks a plan leaves out at its far end: slack beyond `SLACK_CAP_HOURS`, or beyond
+    `SLACK_CAP_WORK` times the work and a restart if that is more, is planned as if it were not there
+    (whole ticks, so the plan keeps at least that much slack). It is the deadline's safety net, not time
+    to plan: priced at the time value, an idle hour costs a twentieth of an on-demand hour, so a plan
+    expects to idle less than about 21 times the work (going on-demand at once costs no more), and the
+    model forgets in a week (half-life 168 h) what it would forecast weeks ahead. Left in, it made the
+    far grid's steps grow with the deadline, to hundreds of hours (a deadline a million hours off took
+    45 s and 700 MB). Planning with less slack than there is is cautious: a plan that meets the nearer
+    deadline meets the real one, and the next decision plans again from its own time left."""
+    unit = tick_hours / k
+    work = max(0, ticks * k - slack)
+    cap = max(math.ceil(SLACK_CAP_HOURS / unit - 1e-9), SLACK_CAP_WORK * (work + d))
+    return max(0, (slack - cap) // k) if slack > cap else 0
 
 
 def overhead_rests(d: int, k: int) -> list[int]:
@@ -415,12 +469,18 @@ class _Planned:
     value: np.ndarray
     k: int
     slack: int
+    cut: int  # ticks left out at the far end (`collapse`): the plan's slack is cut * k units less
+
+    @property
+    def planned_ticks(self) -> int:
+        """The ticks the plan's grids cover, from its first to its (collapsed) deadline."""
+        return self.first_tick - self.cut
 
     def _slack_index(self, slack: int, j: int = 0) -> int:
         """The index of `slack` at the plan's tick `j` (0: the first), within what the job can reach
         by then (see `fine_values`)."""
         reach = self.actions.shape[-1] - 1
-        return max(0, reach - j * self.k, min(slack - self.horizon.lo, reach))
+        return max(0, reach - j * self.k, min(slack - self.cut * self.k - self.horizon.lo, reach))
 
     def _tick_index(self, ticks: int) -> int:
         j = self.first_tick - ticks
@@ -464,7 +524,10 @@ class Plan(_Planned):
     ) -> None:
         """`keep_all`: keep the actions of every fine tick (a simulated run looks them up as it goes);
         without it only the first tick's, which is all a single decision needs."""
-        self.k, self.d, self.first_tick, self.slack = k, d, ticks, slack_units
+        self.k, self.d, self.first_tick = k, d, ticks
+        self.cut = collapse(ticks, slack_units, k, d, tick_hours)
+        ticks, slack_units = ticks - self.cut, slack_units - self.cut * k
+        self.slack = slack_units
         self.rests = overhead_rests(d, k)
         nr = len(self.rests)
         self.spot_class = {r: 1 + i for i, r in enumerate(self.rests)}
@@ -544,7 +607,10 @@ class JointPlan(_Planned):
         self.rests = overhead_rests(d, k)
         nr = self.nr = len(self.rests)
         self.rest_index = {r: i for i, r in enumerate(self.rests)}
-        self.k, self.first_tick, self.slack = k, ticks, slack_units
+        self.k, self.first_tick = k, ticks
+        self.cut = collapse(ticks, slack_units, k, d, tick_hours)
+        ticks, slack_units = ticks - self.cut, slack_units - self.cut * k
+        self.slack = slack_units
         n = 2 * NC
         per_cell = (1 + 3 * nr) * n * n
         h = self.horizon = split_horizon(
