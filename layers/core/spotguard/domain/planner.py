@@ -395,6 +395,7 @@ def choose_capacity(
         states = [joint_state(h, p.available) for p, h in zip(two, histories, strict=True)]
         action = joint.choose(ticks, cls, states, slack)
         cost = joint.expected_cost(cls, states, slack)
+        certain = joint.meets_deadline(cost)
         chosen = two[action - 2] if action >= 2 else None
         spot_reason = f"the plan over {two[0].name} and {two[1].name} expects it to pay best"
     else:
@@ -416,8 +417,26 @@ def choose_capacity(
         available, bin_ = int(best is not None), model.bin_if(best is not None)
         action = plan.choose(ticks, cls, available, bin_, slack)
         cost = plan.expected_cost(cls, available, bin_, slack)
+        certain = plan.meets_deadline(cost)
         chosen = best if action == 2 else None
         spot_reason = "expected to last long enough to pay its restart"
+    if not certain:
+        # Every action risks the deadline (as the plan's grid counts it: a restart now or after losing
+        # spot no longer fits): its value is the sentinel for a miss, weighted by its chance, not a cost.
+        # The action is the likeliest to meet the deadline; say so, with no cost.
+        missed = "the deadline cannot be met for certain any more"
+        if chosen is not None:
+            keep = "keep spot" if chosen is held else "spot"
+            return run_spot(chosen, f"{missed}: {keep} in {chosen.name}, the likeliest way to meet it")
+        if action == 1:
+            return run_on_demand(f"{missed}: on-demand, the likeliest way to meet it")
+        return CapacityDecision(
+            Placement.NONE,
+            None,
+            on_demand.name,
+            f"{missed}: wait for spot, the likeliest way to meet it",
+            recheck_seconds=_recheck(tick),
+        )
     if chosen is not None:
         return run_spot(chosen, f"spot in {chosen.name}: {spot_reason}", cost)
     if action == 1:

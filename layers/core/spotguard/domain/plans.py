@@ -37,7 +37,8 @@ off took 45 s and 700 MB). Slack beyond max(`SLACK_CAP_HOURS`, `SLACK_CAP_WORK` 
 (`collapse`): the deadline's far end is its safety net, not time to plan, and a plan with less slack than
 there is stays safe. The far step is looked for from a lower bound (`_first_step`), then in steps of a
 64th of itself past `LINEAR_STEPS`; its hazards come from a product over the age bins, not over its
-ticks (spotguard.domain.capacity_model).
+ticks (spotguard.domain.capacity_model). Where every action risks the deadline, a plan's value is its
+sentinel `INF` weighted by that risk: `meets_deadline` tells it from a cost.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from spotguard.domain.capacity_model import (
     stretch_hazards,
 )
 
-INF = 1e12
+INF = 1e12  # the value of a missed deadline: a sentinel, never a cost (see `_Planned.meets_deadline`)
 K_MAX = 6  # at most 6 units per tick: the overhead to within a sixth of a tick (rounded up)
 MAX_FINE_TICKS = 72  # 12 hours of 10-minute ticks on the fine grid, at most
 # Values (states x classes x slack units x ticks) each grid may compute. Chosen by measurement
@@ -470,6 +471,19 @@ class _Planned:
     k: int
     slack: int
     cut: int  # ticks left out at the far end (`collapse`): the plan's slack is cut * k units less
+    ceiling: float  # the most a plan that meets its deadline can cost (`meets_deadline`)
+
+    def _set_ceiling(self, tick_hours: float, prices: _Prices) -> None:
+        dearest = max(prices.on_demand, *prices.spot) + prices.time_value
+        self.ceiling = 1.01 * self.planned_ticks * tick_hours * dearest + 1e-6  # float32's rounding
+
+    def meets_deadline(self, value: float) -> bool:
+        """False when a value of the plan (`expected_cost`) holds its sentinel for a missed deadline:
+        `INF`, weighted by the chance of the miss. That is more than the job could spend running every
+        tick to the plan's deadline at its dearest price (and the time value), which no plan that meets
+        the deadline can cost. Such a value is no cost to show anyone: the plan only weighs misses by
+        it, to take the action likeliest to meet the deadline."""
+        return value <= self.ceiling
 
     @property
     def planned_ticks(self) -> int:
@@ -537,6 +551,7 @@ class Plan(_Planned):
             ticks, slack_units, k, d, tick_hours, per_cell, fine_budget, far_budget, max_fine_ticks
         )
         prices = _Prices((spot_price,), on_demand_price, time_value_per_hour)
+        self._set_ceiling(tick_hours, prices)
         u, size = tick_hours / k, slack_units - h.lo + 1
 
         def on_fine(far: np.ndarray, near: list[int], fnr: int) -> np.ndarray:
@@ -617,6 +632,7 @@ class JointPlan(_Planned):
             ticks, slack_units, k, d, tick_hours, per_cell, fine_budget, far_budget, max_fine_ticks
         )
         prices = _Prices(tuple(spot_prices), on_demand_price, time_value_per_hour)
+        self._set_ceiling(tick_hours, prices)
         u, size = tick_hours / k, slack_units - h.lo + 1
 
         def on_fine(far: np.ndarray, near: list[int], fnr: int) -> np.ndarray:
