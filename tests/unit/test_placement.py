@@ -185,6 +185,12 @@ def test_a_move_checkpoints_first_then_stops_then_relaunches_as_decided_without_
     stop = move_checkpointed(asked.job, T0 + timedelta(minutes=2))
     assert stop.job is not None and isinstance(stop.effects[0], Stop)
     assert stop.effects[0].reason.startswith("SpotGuard: moving job j1 to on-demand")
+    said = spot_decision(pool="gpu-spot-b/g5.xlarge/us-east-1b", trigger="reconcile")
+    said = said.model_copy(update={"reason": "spot in gpu-spot-b/g5.xlarge/us-east-1b: the plan says so"})
+    other = move_checkpointed(request_move(_running(), said, T0).job, T0 + timedelta(minutes=2))
+    assert other.effects[0].reason == (  # where it goes, said once
+        "SpotGuard: moving job j1 to spot in gpu-spot-b/g5.xlarge/us-east-1b: the plan says so"
+    )
     again = move_checkpointed(stop.job, T0 + timedelta(minutes=3))
     assert again.job is None and isinstance(again.effects[0], Stop)  # repeated: the same StopTask
     stopped = on_task_event(stop.job, _stopped(stop.job, stop.effects[0].reason), None, T0).job

@@ -446,7 +446,9 @@ def move_stop_retried(job: Job, now: datetime) -> Step:
 
 def _move_stop(job: Job, move: Move, live: Attempt) -> Stop:
     where = "on-demand" if move.to.placement == "on-demand" else f"spot in {move.to.pool}"
-    reason = f"SpotGuard: moving job {job.job_id} to {where}: {move.to.reason}"[:255]
+    # the policy's reason may say where already ("spot in gpu-spot-b/...: the plan ..."): once is enough
+    why = move.to.reason if move.to.reason.startswith(where) else f"{where}: {move.to.reason}"
+    reason = f"SpotGuard: moving job {job.job_id} to {why}"[:255]
     return Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=reason)
 
 
