@@ -193,6 +193,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
                 ("final weights equal to an uninterrupted run", out.exists() and _same_weights(out, ref_out)),
                 ("finished by its deadline", final["state"] == "succeeded" and finished_at <= deadline),
                 ("nothing in any dead-letter queue", not any(facts["dead_letters"].values())),
+                ("every AWS call allowed by its function's role", not system.guard.denied),
                 ("its timeline drawn, a bar for every attempt", _picture(final, work, facts)),
             ]
             facts["pids"] = [p for p in (moto.proc.pid if moto.proc else None, reference.pid) if p]

@@ -333,6 +333,7 @@ def _run_demo(args: argparse.Namespace) -> int:
                 ("final weights equal to an uninterrupted run", out.exists() and _same_weights(out, ref_out)),
                 ("host A was drained", system.cluster.describe_host(a)["status"] == "DRAINING"),
                 ("nothing in any dead-letter queue", not any(facts["dead_letters"].values())),
+                ("every AWS call allowed by its function's role", not system.guard.denied),
                 ("its timeline drawn, a bar for every attempt", _picture(status, work, facts)),
             ]
         finally:

@@ -243,6 +243,7 @@ def _live(
             facts["pids"] = [moto.proc.pid if moto.proc else None, *system.runner.pids]
             facts["world"] = dict(world.counts)
             facts["dead_letters"] = system.dead_letters()
+            facts["denied"] = [str(d) for d in system.guard.denied]  # calls a function's role lacks
             for run in jobs:
                 run.status = dict(system.invoke_jobs({"action": "status", "job_id": run.job_id})["job"])
                 run.status["_logs"] = [
@@ -421,6 +422,7 @@ def _summary(
         ("no committed step lost", not any(r["lost_committed_step"] for r in rows)),
         ("never two attempts of a job at once", all(r["attempts_at_once"] <= 1 for r in rows)),
         ("nothing in any dead-letter queue", not any((facts.get("dead_letters") or {}).values())),
+        ("every AWS call allowed by its function's role", not facts.get("denied")),
     ]
     return {
         "ok": all(p for _, p in proof),
