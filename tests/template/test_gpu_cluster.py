@@ -16,6 +16,8 @@ import pytest
 from cfnlint.api import ManualArgs, lint_file
 from cfnlint.decode import decode
 
+from spotguard_cli.emulator.template import Intrinsics
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = REPO / "examples" / "gpu-cluster"
 CLUSTER = HERE / "cluster.yaml"
@@ -42,112 +44,9 @@ def fleet() -> dict[str, Any]:
     return _load(FLEET)
 
 
-# ------------------------------------------------------------------------------------ the evaluator
-_NO_VALUE = object()
-_PSEUDO = {
-    "AWS::Partition": "aws",
-    "AWS::Region": "us-east-1",
-    "AWS::AccountId": "123456789012",
-    "AWS::StackName": "gpu-cluster",
-    "AWS::URLSuffix": "amazonaws.com",
-}
-
-
-class Stack:
-    """The template's values for given parameters: Ref, Fn::GetAtt (placeholders), Join, Split, Select,
-    Sub, If, Equals, Not, And, Or, Condition, Base64 (left decoded). `strict` evaluates both branches of
-    every Fn::If, as a check that neither can fail (an index out of range) whatever CloudFormation
-    evaluates."""
-
-    def __init__(self, template: dict[str, Any], strict: bool = True, **params: str) -> None:
-        self.t, self.strict = template, strict
-        self.params: dict[str, Any] = {}
-        for name, p in template.get("Parameters", {}).items():
-            value = params.get(name, p.get("Default"))
-            assert value is not None, f"parameter {name} needs a value"
-            listy = p["Type"] == "CommaDelimitedList" or p["Type"].startswith("List<")
-            self.params[name] = str(value).split(",") if listy else str(value)
-        self._conditions: dict[str, bool] = {}
-
-    def condition(self, name: str) -> bool:
-        if name not in self._conditions:
-            self._conditions[name] = bool(self(self.t["Conditions"][name]))
-        return self._conditions[name]
-
-    def resource(self, logical_id: str) -> dict[str, Any]:
-        return self(self.t["Resources"][logical_id].get("Properties", {}))
-
-    def _ref(self, name: str) -> Any:
-        if name == "AWS::NoValue":
-            return _NO_VALUE
-        if name in _PSEUDO:
-            return _PSEUDO[name]
-        if name in self.params:
-            return self.params[name]
-        res = self.t["Resources"][name]
-        props = res.get("Properties", {})
-        if res["Type"] == "AWS::ECS::Cluster":
-            return self(props["ClusterName"])
-        if res["Type"] == "AWS::ECS::CapacityProvider":
-            return self(props["Name"])
-        return f"<{name}>"
-
-    def _sub(self, text: str, names: dict[str, Any]) -> str:
-        def one(m: re.Match[str]) -> str:
-            key = m.group(1)
-            if key.startswith("!"):
-                return "${" + key[1:] + "}"
-            if key in names:
-                return str(names[key])
-            if "." in key:
-                return f"<{key}>"
-            value = self._ref(key)
-            assert isinstance(value, str), f"${{{key}}} is not a string"
-            return value
-
-        return re.sub(r"\$\{([^}]+)\}", one, text)
-
-    def __call__(self, node: Any) -> Any:
-        if isinstance(node, list):
-            return [v for v in (self(x) for x in node) if v is not _NO_VALUE]
-        if not isinstance(node, dict):
-            return node
-        if len(node) == 1:
-            ((fn, arg),) = node.items()
-            if fn == "Ref":
-                return self._ref(arg)
-            if fn == "Condition":
-                return self.condition(arg)
-            if fn == "Fn::GetAtt":
-                return f"<{'.'.join(arg) if isinstance(arg, list) else arg}>"
-            if fn == "Fn::If":
-                name, yes, no = arg
-                chosen = self(yes) if self.condition(name) else self(no)
-                if self.strict:
-                    self(no if self.condition(name) else yes)
-                return chosen
-            if fn == "Fn::Join":
-                return arg[0].join(self(arg[1]))
-            if fn == "Fn::Split":
-                return self(arg[1]).split(arg[0])
-            if fn == "Fn::Select":
-                return self(arg[1])[int(self(arg[0]))]  # IndexError, as CloudFormation fails
-            if fn == "Fn::Sub":
-                text, names = (arg, {}) if isinstance(arg, str) else (arg[0], self(arg[1]))
-                return self._sub(text, names)
-            if fn == "Fn::Base64":
-                return self(arg)
-            if fn == "Fn::Equals":
-                a, b = self(arg)
-                return a == b
-            if fn == "Fn::Not":
-                return not self(arg[0])
-            if fn == "Fn::And":
-                return all(self(x) for x in arg)
-            if fn == "Fn::Or":
-                return any(self(x) for x in arg)
-            assert not fn.startswith("Fn::"), f"the evaluator does not know {fn}"
-        return {k: v for k, v in ((k, self(v)) for k, v in node.items()) if v is not _NO_VALUE}
+def Stack(template: dict[str, Any], strict: bool = True, **params: str) -> Intrinsics:
+    """The GPU cluster template's values for `params` (both branches of every Fn::If checked)."""
+    return Intrinsics(template, strict=strict, pseudo={"AWS::StackName": "gpu-cluster"}, **params)
 
 
 def _of_type(template: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -623,7 +623,9 @@ def test_reconcile_failures_are_retried_dead_lettered_and_alarmed(cfn):
     assert target["RetryPolicy"]["MaximumRetryAttempts"] >= 1
     assert target["DeadLetterConfig"] == {"Arn": dlq}
     assert target["RoleArn"] == {"Fn::GetAtt": ["ReconcileScheduleRole", "Arn"]}
-    assert _resolve(cfn, schedule["Properties"]["Name"]) == "<AWS::StackName>-reconcile"
+    assert (
+        _resolve(cfn, schedule["Properties"]["Name"]) == "spotguard-reconcile"
+    )  # the stack name, as deployed
     # the schedule invokes asynchronously: the function's own retries and dead-letter queue
     fn = cfn["Resources"]["ReconcileFunction"]["Properties"]
     assert fn["DeadLetterConfig"] == {"TargetArn": dlq}

@@ -93,66 +93,129 @@ def translate(
             os.environ["AWS_DEFAULT_REGION"] = previous
 
 
-# ------------------------------------------------------------------------------------------- resolve
-# The intrinsics the template uses, evaluated as CloudFormation would for given parameters: the template
-# tests read the policies' ARNs and the functions' environment through it, and the local stack's IAM
+# ---------------------------------------------------------------------------------------- intrinsics
+# The intrinsics the templates use, evaluated as CloudFormation would for given parameters: the template
+# tests read policies, environments and the GPU cluster's resources through it, and the local stack's IAM
 # guard (iam.py) the statements each function's role holds.
 NO_VALUE = object()  # AWS::NoValue: the key or list item is left out
-PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
+PSEUDO = {
+    "AWS::Partition": "aws",
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": "123456789012",
+    "AWS::StackName": "spotguard",
+    "AWS::URLSuffix": "amazonaws.com",
+}
+
+
+class Intrinsics:
+    """A template's values for given parameters: Ref, Fn::GetAtt (placeholders `<Resource.Attribute>`),
+    Join, Split, Select, Sub, If, Equals, Not, And, Or, Condition, Base64 (left decoded). `strict`
+    evaluates both branches of every Fn::If, as a check that neither can fail (an index out of range)
+    whatever CloudFormation evaluates."""
+
+    def __init__(
+        self,
+        template: dict[str, Any],
+        strict: bool = True,
+        pseudo: dict[str, str] | None = None,
+        **params: str,
+    ) -> None:
+        self.t, self.strict = template, strict
+        self.pseudo = {**PSEUDO, **(pseudo or {})}
+        self.params: dict[str, Any] = {}
+        for name, p in template.get("Parameters", {}).items():
+            value = params.get(name, p.get("Default"))
+            assert value is not None, f"parameter {name} needs a value"
+            listy = p["Type"] == "CommaDelimitedList" or p["Type"].startswith("List<")
+            self.params[name] = str(value).split(",") if listy else str(value)
+        self._conditions: dict[str, bool] = {}
+
+    def condition(self, name: str) -> bool:
+        if name not in self._conditions:
+            self._conditions[name] = bool(self(self.t["Conditions"][name]))
+        return self._conditions[name]
+
+    def resource(self, logical_id: str) -> dict[str, Any]:
+        return self(self.t["Resources"][logical_id].get("Properties", {}))
+
+    def _ref(self, name: str) -> Any:
+        if name == "AWS::NoValue":
+            return NO_VALUE
+        if name in self.pseudo:
+            return self.pseudo[name]
+        if name in self.params:
+            return self.params[name]
+        res = self.t["Resources"][name]
+        props = res.get("Properties", {})
+        if res["Type"] == "AWS::ECS::Cluster":
+            return self(props["ClusterName"])
+        if res["Type"] == "AWS::ECS::CapacityProvider":
+            return self(props["Name"])
+        return f"<{name}>"
+
+    def _sub(self, text: str, names: dict[str, Any]) -> str:
+        def one(m: re.Match[str]) -> str:
+            key = m.group(1)
+            if key.startswith("!"):
+                return "${" + key[1:] + "}"
+            if key in names:
+                return str(names[key])
+            if "." in key:
+                return f"<{key}>"
+            value = self._ref(key)
+            assert isinstance(value, str), f"${{{key}}} is not a string"
+            return value
+
+        return re.sub(r"\$\{([^}]+)\}", one, text)
+
+    def __call__(self, node: Any) -> Any:
+        if isinstance(node, list):
+            return [v for v in (self(x) for x in node) if v is not NO_VALUE]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            ((fn, arg),) = node.items()
+            if fn == "Ref":
+                return self._ref(arg)
+            if fn == "Condition":
+                return self.condition(arg)
+            if fn == "Fn::GetAtt":
+                return f"<{'.'.join(arg) if isinstance(arg, list) else arg}>"
+            if fn == "Fn::If":
+                name, yes, no = arg
+                chosen = self(yes) if self.condition(name) else self(no)
+                if self.strict:
+                    self(no if self.condition(name) else yes)
+                return chosen
+            if fn == "Fn::Join":
+                return arg[0].join(self(arg[1]))
+            if fn == "Fn::Split":
+                return self(arg[1]).split(arg[0])
+            if fn == "Fn::Select":
+                return self(arg[1])[int(self(arg[0]))]  # IndexError, as CloudFormation fails
+            if fn == "Fn::Sub":
+                text, names = (arg, {}) if isinstance(arg, str) else (arg[0], self(arg[1]))
+                return self._sub(text, names)
+            if fn == "Fn::Base64":
+                return self(arg)
+            if fn == "Fn::Equals":
+                a, b = self(arg)
+                return a == b
+            if fn == "Fn::Not":
+                return not self(arg[0])
+            if fn == "Fn::And":
+                return all(self(x) for x in arg)
+            if fn == "Fn::Or":
+                return any(self(x) for x in arg)
+            assert not fn.startswith("Fn::"), f"the evaluator does not know {fn}"
+        return {k: v for k, v in ((k, self(v)) for k, v in node.items()) if v is not NO_VALUE}
 
 
 def resolve(
-    cfn: dict[str, Any], value: Any, parameters: dict[str, str] | None = None, pseudo: dict[str, str] = PSEUDO
+    cfn: dict[str, Any],
+    value: Any,
+    parameters: dict[str, str] | None = None,
+    pseudo: dict[str, str] | None = None,
 ) -> Any:
-    """`value` with Ref, Fn::GetAtt (as `<Resource.Attribute>`), Fn::Join, Fn::Split, Fn::If, Fn::Equals,
-    Fn::Not, Fn::And, Fn::Or and Fn::Sub evaluated; parameters not given take their defaults."""
-    params: dict[str, Any] = {}
-    for name, p in cfn.get("Parameters", {}).items():
-        raw = (parameters or {}).get(name, p.get("Default", ""))
-        params[name] = raw.split(",") if p["Type"] == "CommaDelimitedList" else raw
-
-    def ref(name: str) -> Any:
-        if name == "AWS::NoValue":
-            return NO_VALUE
-        return pseudo.get(name, params.get(name, f"<{name}>"))
-
-    def ev(v: Any) -> Any:
-        if isinstance(v, list):
-            return [x for x in map(ev, v) if x is not NO_VALUE]
-        if not isinstance(v, dict):
-            return v
-        if len(v) == 1:
-            ((fn, a),) = v.items()
-            if fn == "Ref":
-                return ref(a)
-            if fn == "Condition":
-                return ev(cfn["Conditions"][a])
-            if fn == "Fn::GetAtt":
-                return f"<{a[0]}.{a[1]}>"
-            if fn == "Fn::Join":
-                return a[0].join(ev(a[1]))
-            if fn == "Fn::Split":
-                return ev(a[1]).split(a[0])
-            if fn == "Fn::If":
-                return ev(a[1]) if ev(cfn["Conditions"][a[0]]) else ev(a[2])
-            if fn == "Fn::Equals":
-                return ev(a[0]) == ev(a[1])
-            if fn == "Fn::Not":
-                return not ev(a[0])
-            if fn == "Fn::And":
-                return all(ev(x) for x in a)
-            if fn == "Fn::Or":
-                return any(ev(x) for x in a)
-            if fn == "Fn::Sub":
-                text, names = (a, {}) if isinstance(a, str) else (a[0], ev(a[1]))
-
-                def one(m: re.Match[str]) -> str:
-                    key = m[1]
-                    if key in names:
-                        return str(names[key])
-                    return f"<{key}>" if "." in key else str(ref(key))
-
-                return re.sub(r"\$\{([^}]+)\}", one, text)
-        return {k: x for k, x in ((k, ev(x)) for k, x in v.items()) if x is not NO_VALUE}
-
-    return ev(value)
+    """`value` as CloudFormation evaluates it for `parameters` (the others at their defaults)."""
+    return Intrinsics(cfn, strict=False, pseudo=pseudo, **(parameters or {}))(value)
