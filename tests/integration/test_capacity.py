@@ -204,12 +204,7 @@ def test_on_demand_when_spot_is_gone_and_the_deadline_tight_then_back_to_spot_wi
     assert move["to"]["placement"] == "spot" and move["attempt"] == 2
     world.commit_checkpoint(job, 6, attempt=2, progress=0.72, at=_at(world, 2.05))
     assert world.reconcile()["moves_stopped"] == 1
-    stopped = world.task(second["task_arn"])
-    assert stopped["desiredStatus"] == "STOPPED" and "moving job" in stopped["stoppedReason"]
-    _stopped(world, second["task_arn"])
-    third = _running(world, job_id)
-    assert (third["number"], third["market"]) == (3, "spot")
-    assert third["resume_from"].endswith("00000006/MANIFEST.json")
+    third = _moved_to_spot(world, job_id, second)
 
     status = world.status(job_id)
     assert status["moves_made"] == 1 and status["move"] is None
@@ -218,6 +213,18 @@ def test_on_demand_when_spot_is_gone_and_the_deadline_tight_then_back_to_spot_wi
     world.commit_checkpoint(job, 7, attempt=3, progress=1.0, at=_at(world, 2.6))
     _stopped(world, third["task_arn"], exit_code=0)
     assert world.status(job_id)["state"] == "succeeded"
+
+
+def _moved_to_spot(world: JobsWorld, job_id: str, second: dict) -> dict:
+    """The moving (second) attempt was stopped for the move, and exits; the third runs on spot from the
+    checkpoint the move asked for (sequence 6). That third attempt."""
+    stopped = world.task(second["task_arn"])
+    assert stopped["desiredStatus"] == "STOPPED" and "moving job" in stopped["stoppedReason"]
+    _stopped(world, second["task_arn"])
+    third = _running(world, job_id)
+    assert (third["number"], third["market"]) == (3, "spot")
+    assert third["resume_from"].endswith("00000006/MANIFEST.json")
+    return third
 
 
 def _launch_succeeded(world: JobsWorld, group: str, zone: str, at: datetime, instance_id: str) -> None:
@@ -356,12 +363,7 @@ def test_a_move_whose_stop_task_failed_asks_again_and_the_job_still_moves(world:
     assert world.reconcile()["moves_stop_retried"] == 0
     _at(world, 2.05 + (MOVE_STOP_RETRY_SECONDS + 60) / 3600)
     assert world.reconcile()["moves_stop_retried"] == 1
-    stopped = world.task(second["task_arn"])
-    assert stopped["desiredStatus"] == "STOPPED" and "moving job" in stopped["stoppedReason"]
-    _stopped(world, second["task_arn"])
-    third = _running(world, job_id)
-    assert (third["number"], third["market"]) == (3, "spot")
-    assert third["resume_from"].endswith("00000006/MANIFEST.json")
+    _moved_to_spot(world, job_id, second)
     assert world.status(job_id)["moves_made"] == 1
 
 

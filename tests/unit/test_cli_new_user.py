@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from spotguard.domain.commands import parse_command
+from spotguard.usecases.jobs.reconcile import COUNTS
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli import localcmd
 from spotguard_cli.main import build_parser, main
@@ -235,20 +236,7 @@ def test_jobs_refusals_name_every_field_as_the_user_gave_it(argv, line, capsys):
 
 
 # ---------------------------------------------------------------------------- what the demos print
-RECONCILE_QUIET = {
-    "checked": 1,
-    "relaunched": 0,
-    "stops_applied": 0,
-    "vanished": 0,
-    "snapshots_settled": 0,
-    "unreadable": 0,
-    "failed": 0,
-    "pools": 4,
-    "provisioning_abandoned": 0,
-    "moves_started": 0,
-    "moves_stopped": 0,
-    "moves_abandoned": 0,
-}
+RECONCILE_QUIET = {**dict.fromkeys(COUNTS, 0), "checked": 1, "pools": 4}
 
 
 def test_a_reconcile_that_only_looked_says_nothing_and_one_that_acted_says_what_in_words():

@@ -46,6 +46,23 @@ MOVE_COMMIT_SECONDS = 900  # a move's checkpoint not committed this long after S
 # failed): longer than ECS's longest stopTimeout (120 s) and a sweep, so one ask in two sweeps at most.
 MOVE_STOP_RETRY_SECONDS = 420
 log = logging.getLogger(__name__)
+# What a sweep reports, each a count (the reconcile function emits each as the metric Reconcile<Count>).
+COUNTS = (
+    "checked",
+    "relaunched",
+    "stops_applied",
+    "vanished",
+    "snapshots_settled",
+    "unreadable",
+    "failed",
+    "pools",
+    "discovery_errors",
+    "provisioning_abandoned",
+    "moves_started",
+    "moves_stopped",
+    "moves_stop_retried",
+    "moves_abandoned",
+)
 
 
 class Reconciler:
@@ -56,22 +73,7 @@ class Reconciler:
 
     def reconcile(self, limit: int = 500) -> dict[str, int]:
         now = self.jobs.clock()
-        counts = {
-            "checked": 0,
-            "relaunched": 0,
-            "stops_applied": 0,
-            "vanished": 0,
-            "snapshots_settled": 0,
-            "unreadable": 0,
-            "failed": 0,
-            "pools": 0,
-            "discovery_errors": 0,
-            "provisioning_abandoned": 0,
-            "moves_started": 0,
-            "moves_stopped": 0,
-            "moves_stop_retried": 0,
-            "moves_abandoned": 0,
-        }
+        counts = dict.fromkeys(COUNTS, 0)
         placement = self.engine.placement
         try:
             refreshed = placement.refresh(self.jobs.config.settings.clusters)
