@@ -3,29 +3,20 @@ not the job's steps, which it does not know), and no line of boto's at every sta
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.agent.test_agent_restore import _env as agent_env
+
 WRITE = "import pathlib, sys; pathlib.Path(sys.argv[1], 'state.txt').write_text('42')"
 
 
 def _env(volume: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SPOTGUARD_"))}
-    return {
-        **env,
-        # credentials in the environment: boto says 'Found credentials in environment variables.' at INFO
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "SPOTGUARD_WATCH_METADATA": "false",
-        "SPOTGUARD_JOB_ID": "j-1",
-        "SPOTGUARD_CHECKPOINT_URI": f"file://{volume}/",
-    }
+    # credentials in the environment: boto says 'Found credentials in environment variables.' at INFO
+    return agent_env(volume, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
 
 
 def _run(directory: Path, volume: Path) -> str:
