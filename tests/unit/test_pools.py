@@ -12,8 +12,6 @@ from spotguard.domain.planner import JobNeeds, choose_capacity
 from spotguard.domain.pools import (
     BACKOFF_MAX,
     MAX_OBSERVATIONS,
-    ON_DEMAND_PRICES,
-    UNPRICED_PER_GPU,
     ClusterDescription,
     HostPlacement,
     Observation,
@@ -37,6 +35,7 @@ from spotguard.domain.pools import (
     with_score,
     with_spot_price,
 )
+from spotguard.domain.prices import ON_DEMAND_PRICES, UNPRICED_PER_GPU
 
 NOW = datetime(2025, 6, 2, 12, 0, tzinfo=UTC)
 ACCOUNT = "123456789012"

@@ -40,6 +40,39 @@ GPU_INSTANCES: dict[str, tuple[int, float]] = {
 }
 
 
+# USD per instance-hour, Linux, shared tenancy, US East (N. Virginia). Source: the AWS EC2 On-Demand
+# pricing page (aws.amazon.com/ec2/pricing/on-demand), read in 2025, after the June 2025 reductions of
+# P4/P5. The GPU types above (GPU_INSTANCES), the g6e family and the CPU types of the examples: pool
+# discovery prices a pool's type from this one table. Other regions cost
+# more or less: tag the capacity provider `spotguard:on-demand-price` there (see `price_override`).
+ON_DEMAND_PRICES: dict[str, float] = {
+    **{itype: price for itype, (_gpus, price) in GPU_INSTANCES.items()},
+    "g6e.xlarge": 1.861,
+    "g6e.2xlarge": 2.242,
+    "g6e.4xlarge": 3.004,
+    "g6e.8xlarge": 4.529,
+    "g6e.12xlarge": 10.493,
+    "g6e.16xlarge": 7.577,
+    "g6e.24xlarge": 15.066,
+    "g6e.48xlarge": 30.131,
+    # CPU types of examples/gpu-cluster (the non-GPU services' group) and common small ones.
+    "m7i.large": 0.1008,
+    "m6i.large": 0.096,
+    "m6a.large": 0.0864,
+    "m5.large": 0.096,
+    "c6i.xlarge": 0.17,
+    "c5.xlarge": 0.17,
+    "t3.medium": 0.0416,
+}
+
+# A pool whose on-demand price is unknown (a type missing above, no tag) is not given a guessed price: its
+# record says None. The policy needs a number, so `pool_options` gives it this penalty instead: twice the
+# dearest known price per GPU (p5.48xlarge), per GPU of the pool (per instance for a CPU pool). It is a
+# penalty, not an estimate: the pool is then costlier on-demand than any priced one, so on-demand goes to
+# a priced pool whenever one fits; spot in it is still used (its spot price is real).
+UNPRICED_PER_GPU = 2 * max(price / gpus for gpus, price in GPU_INSTANCES.values())
+
+
 def on_demand_price(instance_type: str) -> float | None:
     known = GPU_INSTANCES.get(instance_type)
     return known[1] if known else None
