@@ -140,7 +140,7 @@ def test_ordinary_deadlines_are_planned_whole():
 
 def test_the_simulator_follows_a_collapsed_plan_to_its_deadline():
     """The simulated policy looks its plan up by the real ticks and slack; the plan shifts them."""
-    from spotguard_cli.simulator.replay import Job, Prices, simulate
+    from spotguard_cli.simulator.policy_run import Job, Prices, simulate
     from spotguard_cli.simulator.traces import Trace
 
     bits = tuple(bool(b) for b in ([1] * 30 + [0] * 40) * 200)

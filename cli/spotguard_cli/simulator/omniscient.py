@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from spotguard.domain.capacity import EPS, Placement, slack_grid
-from spotguard_cli.simulator.replay import Job, Prices, RunResult, check_job
+from spotguard_cli.simulator.policy_run import Job, Prices, RunResult, check_job
 from spotguard_cli.simulator.traces import Trace, TraceError
 
 

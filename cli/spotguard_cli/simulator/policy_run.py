@@ -1,4 +1,4 @@
-"""The replay engine: one run of a capacity policy over spot availability traces, tick by tick.
+"""One run of a capacity policy over spot availability traces, tick by tick.
 
 Bookkeeping per run: cost is price x billed hours on each instance (restart overhead included, the last
 tick billed only up to completion); `spot_hours` and `ondemand_hours` are the hours of *work* done on
