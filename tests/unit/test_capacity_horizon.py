@@ -13,7 +13,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spotguard.domain import planner
+from spotguard.domain.jobs.model import MAX_DEADLINE_HOURS
 from spotguard.domain.jobs.placement import job_needs
+from spotguard.domain.jobs.request import deadline_refused
 from spotguard.domain.planner import JobNeeds, PoolOption, choose_capacity
 from spotguard.domain.plans import (
     FAR_BUDGET,
@@ -28,7 +30,7 @@ from spotguard.domain.plans import (
 
 TICK = 1 / 6
 NOW = datetime(2026, 11, 26, 12, tzinfo=UTC)
-DOOR = NOW + timedelta(hours=8760)  # a year: the furthest deadline submit is to accept
+DOOR = NOW + timedelta(hours=MAX_DEADLINE_HOURS)  # the furthest deadline submit accepts
 
 
 def _fresh_pools(n: int = 2) -> list[PoolOption]:
@@ -62,6 +64,7 @@ def _plans_of(monkeypatch: pytest.MonkeyPatch) -> list[Plan | JointPlan]:
 
 def _door_needs(work_hours: float | None) -> JobNeeds:
     """What the Lambdas ask for a job just submitted with the furthest deadline the door accepts."""
+    assert deadline_refused(DOOR, NOW) is None
     needs = job_needs(1, [], [], work_hours, NOW, DOOR, NOW)
     return JobNeeds(1, needs.work_left_hours, needs.restart_hours, needs.time_left_hours)
 
@@ -70,8 +73,8 @@ def _door_needs(work_hours: float | None) -> JobNeeds:
 @pytest.mark.parametrize("pools", [1, 2])
 @pytest.mark.parametrize("left", [10.0, 1e3, 1e6, "door", "door, no estimate"])
 def test_the_plan_covers_a_bounded_horizon_whatever_the_deadline(monkeypatch, pools, left):
-    """A deadline a million hours off planned all of it: far steps of 52,000 hours, 6 million ticks, 45 s
-    and 700 MB for one decision. Slack beyond max(500 h, 50 x the work) is now left out of the plan: the
+    """A deadline a million hours off planned all of it: far steps of thousands of hours, 6 million ticks,
+    10 s and 650 MB for one decision. Slack beyond max(500 h, 50 x the work) is now left out of the plan: the
     ticks it covers, and its values, are bounded by the work and the budgets, not by the deadline."""
     made = _plans_of(monkeypatch)
     if isinstance(left, str):
@@ -102,7 +105,7 @@ def test_the_plan_covers_a_bounded_horizon_whatever_the_deadline(monkeypatch, po
     ids=["1e6 h left", "1e12 h left", "1e6 h of work", "door", "door, no estimate"],
 )
 def test_a_far_deadline_takes_little_memory(job):
-    """Peak memory is deterministic where time is not: 680 MB at a million hours before (the far step's
+    """Peak memory is deterministic where time is not: 650 MB at a million hours before (the far step's
     hazards were stretched over an array of its ticks), a few MB now."""
     choose_capacity(job, _fresh_pools(2))  # numpy's own first allocations out of the way
     tracemalloc.start()

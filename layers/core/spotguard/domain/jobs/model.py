@@ -22,6 +22,13 @@ SPOTGUARD_ENV = (ENV_JOB_ID, ENV_ATTEMPT, ENV_CHECKPOINT_URI, ENV_RESUME_FROM)
 MAX_PLACEMENT_CONSTRAINTS = 10  # ECS's limit per task
 RETRY_BASE_SECONDS = 30
 RETRY_MAX_SECONDS = 900
+# The furthest a deadline may be at submit (options.deadline, against the jobs function's clock:
+# spotguard.domain.jobs.request.deadline_refused): a year. Not what keeps a decision fast (the plan's
+# work no longer grows with the deadline: spotguard.domain.plans.collapse); it refuses in one line what
+# can only be a mistake (a year typed 2286 for 2026), where a job would otherwise take a deadline that
+# means nothing. A year is longer than any training run SpotGuard keeps alive and far beyond what the
+# capacity model knows (its history halves every week); a job with no deadline is given none.
+MAX_DEADLINE_HOURS = 8760
 
 
 class JobState(StrEnum):
@@ -143,6 +150,7 @@ class JobOptions(BaseModel):
     # container mounts and the request does not configure it, else s3.
     checkpoint_mode: Literal["s3", "ebs"] | None = None
     ebs: EbsOptions | None = None
+    # At submit: after now and at most MAX_DEADLINE_HOURS (a year) from now.
     deadline: AwareDatetime | None = None
     # After an interruption the next attempt stays off the instance for good, and off its spot pool
     # (instance type in that availability zone) for this long.

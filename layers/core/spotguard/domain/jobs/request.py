@@ -4,7 +4,7 @@ startedBy, tags, the client token, the EBS volume (EBS mode) and constraints awa
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -16,6 +16,7 @@ from spotguard.domain.jobs.model import (
     ENV_CHECKPOINT_URI,
     ENV_JOB_ID,
     ENV_RESUME_FROM,
+    MAX_DEADLINE_HOURS,
     MAX_PLACEMENT_CONSTRAINTS,
     SPOTGUARD_ENV,
     EbsOptions,
@@ -189,3 +190,23 @@ def not_permitted(
             allowed = ", ".join(pass_roles)
             return f"{where}: {role} is not a role this stack may pass (TaskRoleArns: {allowed})"
     return None
+
+
+def deadline_refused(deadline: datetime | None, now: datetime) -> str | None:
+    """Why a deadline given at submit is refused (None: it is not, or there is none): it must be after
+    `now` (the jobs function's clock) and at most `MAX_DEADLINE_HOURS` after it, in one line naming the
+    field and the bound. Only at submit: a stored job whose deadline has passed is still read, and
+    decided as one that cannot meet it."""
+    if deadline is None:
+        return None
+    latest = now + timedelta(hours=MAX_DEADLINE_HOURS)
+    if now < deadline <= latest:
+        return None
+    return (
+        f"options.deadline: must be after now and at most {MAX_DEADLINE_HOURS:,} h (a year) from now, "
+        f"between {_iso(now)} and {_iso(latest)}; got {_iso(deadline)}"
+    )
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat(timespec="seconds").replace("+00:00", "Z")

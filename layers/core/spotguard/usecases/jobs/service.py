@@ -19,7 +19,7 @@ from typing import Any
 from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
 from spotguard.domain.jobs.effects import Launch, Step
 from spotguard.domain.jobs.model import TERMINAL, Job, JobState, adopted_job_id, client_token, revised
-from spotguard.domain.jobs.request import not_permitted, run_task_params
+from spotguard.domain.jobs.request import deadline_refused, not_permitted, run_task_params
 from spotguard.domain.jobs.spend import spend
 from spotguard.domain.jobs.transitions import (
     abandon_provisioning,
@@ -86,7 +86,7 @@ class JobService:
                 f"{td.arn} ({', '.join(td.containers)})",
             )
         config = self.config
-        refused = not_permitted(
+        refused = deadline_refused(cmd.options.deadline, self.clock()) or not_permitted(
             cmd.request, cmd.options, td, config.pass_roles, config.task_families, config.ebs_role_arn
         )
         if refused:
