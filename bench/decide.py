@@ -13,25 +13,40 @@ spot in a pool that has it, or on-demand. The old plan is loaded from git (`git 
 longer than --old-limit seconds (from its work, calibrated on the cases it ran) are skipped and counted.
 Times are scaled to Lambda memory sizes by the CPU share, memory / 1,769 MB of a core. On a terminal, the
 cases done (and the time left) are shown on stderr; stdout is the same.
+
+`--horizons` instead times one decision as the deadline goes far off (issue 29: 1e6 h left took 10 s and
+650 MB): two fresh pools with spot, 5 h of work (a 0.2 h restart), and 10 h, 1e3, 1e5 and 1e6 h left, and
+the furthest deadline the jobs function accepts (`MAX_DEADLINE_HOURS`) with the work estimated at 5 h or
+not estimated (half the time to it, 4,380 h). Each decision runs in a fresh process, after one warm-up
+decision: its time, then its peak memory (tracemalloc, numpy's arrays included, in a second run of it)
+and the process's peak resident set. `--before COMMIT` runs the same on that commit's core layer too
+(from git, into a temporary folder), each decision given at most --limit seconds (120):
+
+    taskset -c 0 .venv/bin/python bench/decide.py --horizons [--before 0ca3ef4~1]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
+import os
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from spotguard.domain import planner
 from spotguard.domain.capacity import Placement, slack_grid
+from spotguard.domain.jobs.model import MAX_DEADLINE_HOURS
+from spotguard.domain.jobs.placement import job_needs
 from spotguard_cli.progress import Bar, NoBar, progress
 
 REPO = Path(__file__).resolve().parents[1]
@@ -170,13 +185,108 @@ def cold_import(statement: str, runs: int, bar: Bar | None = None) -> float:
     return statistics.median(times)
 
 
+# One decision in a fresh process (argv: hours left, hours of work): a warm-up decision first, then the
+# one timed, then the same again under tracemalloc for its peak memory; prints its seconds, that peak
+# (MiB), the process's peak resident set (MiB, imports included) and the answer.
+HORIZON_CODE = """
+import json, resource, sys, time, tracemalloc
+from spotguard.domain.planner import JobNeeds, PoolOption, choose_capacity
+left, work = float(sys.argv[1]), float(sys.argv[2])
+pools = [PoolOption("a", 1, 1.0, 3.06, True), PoolOption("b", 1, 1.1, 3.06, True)]
+job = JobNeeds(1, work, 0.2, left)
+choose_capacity(JobNeeds(1, 1.0, 0.2, 30.0), pools)
+t = time.perf_counter()
+d = choose_capacity(job, pools)
+seconds = time.perf_counter() - t
+tracemalloc.start()
+choose_capacity(job, pools)
+peak = tracemalloc.get_traced_memory()[1] / 2**20
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+answer = f"{d.placement.value} {d.pool or ''}".strip()
+print(json.dumps({"seconds": seconds, "peak_mb": peak, "rss_mb": rss, "answer": answer}))
+"""
+
+
+def horizon_cases() -> list[tuple[str, float, float]]:
+    """(label, hours left, hours of work) for `--horizons`; the door's cases as job_needs asks them."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    door = now + timedelta(hours=MAX_DEADLINE_HOURS)
+    cases = [(f"{left:g} h left", left, 5.0) for left in (10.0, 1e3, 1e5, 1e6)]
+    for label, estimate in (("5 h of work", 5.0), ("no estimate", None)):
+        needs = job_needs(1, [], [], estimate, now, door, now)
+        assert needs.time_left_hours is not None
+        cases.append((f"door's max, {label}", needs.time_left_hours, needs.work_left_hours))
+    return cases
+
+
+def decide_in(core: Path | None, left: float, work: float, limit: float) -> dict[str, Any] | None:
+    """One decision in a fresh process on `core` (a layers/core folder; None: this tree's); None if it
+    ran past `limit` seconds."""
+    env = dict(os.environ)
+    if core is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(core), env.get("PYTHONPATH", "")])
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", HORIZON_CODE, str(left), str(work)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=limit,
+        ).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    return dict(json.loads(out))
+
+
+def core_at(commit: str) -> Path:
+    """The core layer of `commit`, from git, in a temporary folder (its layers/core)."""
+    root = Path(tempfile.mkdtemp())
+    archive = subprocess.run(
+        ["git", "archive", commit, "layers/core/spotguard"], cwd=REPO, check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    return root / "layers" / "core"
+
+
+def horizons(before: str | None, limit: float) -> int:
+    cases = horizon_cases()
+    runs: list[tuple[str, Path | None]] = [("now", None)]
+    if before:
+        runs.append((before, core_at(before)))
+    print("## one decision as the deadline goes far off: 2 fresh pools, 0.2 h restart, a fresh process each")
+    head = (
+        f"{'case':26} {'left h':>9} {'work h':>7}  {'code':10} {'seconds':>8} {'peak MiB':>8} {'RSS MiB':>8}"
+    )
+    print(f"{head}  answer")
+    with progress(len(cases) * len(runs), "decisions", unit="case") as bar:
+        for label, left, work in cases:
+            for name, core in runs:
+                r = decide_in(core, left, work, limit)
+                bar.update()
+                if r is None:
+                    print(f"{label:26} {left:9.0f} {work:7.0f}  {name:10} {'> ' + format(limit, 'g'):>8}")
+                    continue
+                print(
+                    f"{label:26} {left:9.0f} {work:7.0f}  {name:10} {r['seconds']:8.3f} {r['peak_mb']:8.1f} "
+                    f"{r['rss_mb']:8.0f}  {r['answer']}",
+                    flush=True,
+                )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--old-limit", type=float, default=30.0, help="skip old cases predicted longer (s)")
     ap.add_argument("--import-runs", type=int, default=7)
+    ap.add_argument("--horizons", action="store_true", help="time one decision as the deadline goes far off")
+    ap.add_argument("--before", metavar="COMMIT", help="with --horizons: that commit's core layer too")
+    ap.add_argument("--limit", type=float, default=120.0, help="with --horizons: seconds a decision may take")
     args = ap.parse_args()
+    if args.horizons:
+        return horizons(args.before, args.limit)
     rng = random.Random(args.seed)
     cases = [draw(rng) for _ in range(args.jobs)]
     timed(planner, cases[0])  # warm: numpy's first calls

@@ -33,7 +33,7 @@ test_planner_exact.py ties it to the simulator's bookkeeping). A plan keeps the 
 only: a caller that follows it (the simulator's policy) plans again before they run out.
 
 The rest of a plan's work is bounded too, whatever the deadline (issue 29: a deadline a million hours
-off took 45 s and 700 MB). Slack beyond max(`SLACK_CAP_HOURS`, `SLACK_CAP_WORK` x the work) is left out
+off took 10 s and 650 MB). Slack beyond max(`SLACK_CAP_HOURS`, `SLACK_CAP_WORK` x the work) is left out
 (`collapse`): the deadline's far end is its safety net, not time to plan, and a plan with less slack than
 there is stays safe. The far step is looked for from a lower bound (`_first_step`), then in steps of a
 64th of itself past `LINEAR_STEPS`; its hazards come from a product over the age bins, not over its
@@ -208,8 +208,8 @@ def collapse(ticks: int, slack: int, k: int, d: int, tick_hours: float) -> int:
     to plan: priced at the time value, an idle hour costs a twentieth of an on-demand hour, so a plan
     expects to idle less than about 21 times the work (going on-demand at once costs no more), and the
     model forgets in a week (half-life 168 h) what it would forecast weeks ahead. Left in, it made the
-    far grid's steps grow with the deadline, to hundreds of hours (a deadline a million hours off took
-    45 s and 700 MB). Planning with less slack than there is is cautious: a plan that meets the nearer
+    far grid's steps grow with the deadline, to thousands of hours (a deadline a million hours off took
+    10 s and 650 MB). Planning with less slack than there is is cautious: a plan that meets the nearer
     deadline meets the real one, and the next decision plans again from its own time left."""
     unit = tick_hours / k
     work = max(0, ticks * k - slack)
