@@ -33,7 +33,6 @@ from spotguard_cli.emulator.template import REPO, load, translate
 PARAMS = {"ClusterNames": "gpu-spot,train-a100"}
 REGION = "eu-west-1"
 SOURCES = [REPO / "functions", REPO / "layers" / "core" / "spotguard"]
-RECONCILE = REPO / "layers" / "core" / "spotguard" / "usecases" / "jobs" / "reconcile.py"
 
 # The AWS metrics the dashboard may read, and the one dimension each is read by.
 AWS_METRICS = {
@@ -88,16 +87,10 @@ def _call_name(call: ast.Call) -> str | None:
 
 
 def _reconcile_counts() -> list[str]:
-    """The keys of the counts reconcile returns (the reconcile function makes a metric of each)."""
-    tree = ast.parse(RECONCILE.read_text())
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Assign)
-            and [getattr(t, "id", None) for t in node.targets] == ["counts"]
-            and isinstance(node.value, ast.Dict)
-        ):
-            return [k for k in (_const(k) for k in node.value.keys) if k]
-    raise AssertionError("reconcile.py: no `counts = {...}` found")
+    """The counts reconcile returns (the reconcile function makes a metric of each)."""
+    from spotguard.usecases.jobs.reconcile import COUNTS
+
+    return list(COUNTS)
 
 
 def _names(call: ast.Call, path: Path) -> list[str]:
