@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from spotguard.config import InterruptionEnv
-from spotguard.domain.notices import RebalanceMode
+from spotguard.domain.settings import RebalanceMode
 from spotguard.domain.tasks import ManageMode
 from spotguard_cli.emulator.template import TEMPLATE, load, resolve, translate
 

@@ -98,3 +98,15 @@ def test_both_sides_refuse_the_same_bad_manifests(change):
     if change != {"files": []}:  # an empty commit is refused by the agent before any manifest is made
         with pytest.raises(ValidationError):
             Manifest.model_validate_json(bad)
+
+
+def test_the_checkpoints_classifier_refuses_what_every_classifier_refuses():
+    """The same envelope as the other queues' classifiers (domain/envelope.py): a console sample's
+    placeholder, an absurd nesting, a time given as a number are refused in one line."""
+    raw = event_for("jobs/j/checkpoints/0000000012/MANIFEST.json")
+    raw = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+    placeholder = {**raw, "detail": {**raw["detail"], "bucket": {"name": "<bucket-name>"}}}
+    numeric_time = {**raw, "time": 1764000000}
+    for bad, why in ((placeholder, "placeholder"), (numeric_time, "time")):
+        e = classify_object_created(json.dumps(bad))
+        assert e.outcome == "reject" and why in e.reason and "\n" not in e.reason, e

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ValidationError
 
 from spotguard.domain.commands import CommandError, parse_command
 from spotguard.domain.errors import one_line
-from spotguard.domain.notices import Settings, classify
+from spotguard.domain.notices import classify
+from spotguard.domain.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,9 +9,8 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from spotguard.domain.errors import one_line
-from spotguard.domain.notices import RebalanceMode, Settings
+from spotguard.domain.settings import RebalanceMode, Settings
 from spotguard.domain.tasks import ManageMode
-
 
 # The stack's region and account (template.yaml sets them from AWS::Region and AWS::AccountId); empty in
 # tests that do not pin them.

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from spotguard.domain.envelope import Refused, envelope
 from spotguard.domain.errors import one_line
 from spotguard.domain.manifest import MANIFEST as MANIFEST  # re-exported: the name the S3 adapter reads
 from spotguard.domain.manifest import Manifest as CheckpointManifest
@@ -70,23 +71,23 @@ def parse_manifest(body: bytes | str) -> CheckpointManifest:
     return CheckpointManifest.model_validate_json(body)
 
 
-def classify_object_created(raw: object) -> ManifestEvent:
-    """An EventBridge 'Object Created' event from the checkpoint bucket: act on manifests only."""
-    from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
+def classify_object_created(raw: str | bytes | dict[str, Any]) -> ManifestEvent:
+    """An EventBridge 'Object Created' event from the checkpoint bucket: act on manifests only. The
+    envelope is read as every classifier reads it (`envelope`), then the S3 detail."""
+    from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeDetailModel
 
-    try:
-        event = (
-            S3EventNotificationEventBridgeModel.model_validate_json(raw)
-            if isinstance(raw, (str, bytes))
-            else S3EventNotificationEventBridgeModel.model_validate(raw)
-        )
-    except ValidationError as exc:
-        return ManifestEvent(outcome="reject", reason=one_line(exc))
+    event = envelope(raw)
+    if isinstance(event, Refused):
+        return ManifestEvent(outcome="reject", reason=event.reason, event_id=event.event_id)
     if event.source != "aws.s3" or event.detail_type != "Object Created":
         return ManifestEvent(
             outcome="ignore", reason=f"not an S3 Object Created event: {event.detail_type}", event_id=event.id
         )
-    bucket, key = event.detail.bucket.name, event.detail.object.key
+    try:
+        detail = S3EventNotificationEventBridgeDetailModel.model_validate(event.detail)
+    except ValidationError as exc:
+        return ManifestEvent(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+    bucket, key = detail.bucket.name, detail.object.key
     where = manifest_location(bucket, key)
     if where is None:
         return ManifestEvent(

@@ -3,23 +3,21 @@
 Pure: no boto3, no clock. Every event the interruption queue can carry comes through `classify`, and so do
 the events `spotguard explain` is given, so what the CLI prints is what the Lambda does.
 
-Quirks of the platform handled here:
+Quirks of the platform handled here (the envelope and the guards every classifier shares are in
+`envelope.py`; what a stack's settings change, in `settings.py`):
 - ids come from `detail`, never from `resources` (the spot warning's ARN may hold an availability zone
   where the region should be, and no account);
-- ECS times carry 0 to 3 fractional digits; AWS Health times are RFC 1123 with sometimes wrong weekdays;
-  Health numbers and booleans arrive as strings;
-- the console's sample events hold placeholders such as `<instance-id>` or `yyyy-mm-ddThh:mm:ssZ`: such an
-  event is rejected, never acted on.
+- AWS Health times are RFC 1123 with sometimes wrong weekdays; Health numbers and booleans arrive as
+  strings.
 
-About 480 lines on purpose: one small parser per event kind, their detail models and the table that
-routes to them, kept together so that one file shows every event the interruption function takes, and
-`actions`, the one statement of what it does with each.
+One small parser per event kind, their detail models and the table that routes to them, kept together so
+that one file shows every event the interruption function takes, and `actions`, the one statement of
+what it does with each; with them the types a decision carries (`Notice`, `Decision`) and the ledger's
+view of a host that the interruption use case reads (`HostRecord`, `HostClaim`).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -28,7 +26,6 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -37,18 +34,13 @@ from pydantic import (
     field_validator,
 )
 
-from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
+from spotguard.domain.envelope import MAX_VERSION, EventTime, InstanceId, Refused, envelope, instance_id_of
+from spotguard.domain.errors import one_line
 from spotguard.domain.own_events import LIFECYCLE_CHECK, SOURCE
+from spotguard.domain.settings import RebalanceMode, Settings
 from spotguard.domain.tasks import ContainerInstanceRef
 
 SPOT_WARNING_SECONDS = 120
-MAX_VERSION = 2**53  # ECS versions are small counters; DynamoDB numbers hold 38 digits at most
-_ID = r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})"
-INSTANCE_ID = re.compile(_ID)  # matched whole (fullmatch): "$" would let a trailing newline through
-# An EC2 instance ARN, as AWS Health names affected instances: arn:aws:ec2:REGION:ACCOUNT:instance/ID.
-# The spot warning's ARN may hold a zone where the region should be and no account field at all.
-INSTANCE_ARN = re.compile(rf"arn:aws[a-z-]*:ec2:[a-z0-9-]*(?::[0-9]{{12}}|:)?:instance/({_ID})")
-_PLACEHOLDER = re.compile(r"<[^<>]*>|\byyyy\b|\bhh:mm|\{\{|\$\{", re.IGNORECASE)
 
 
 class NoticeKind(StrEnum):
@@ -59,12 +51,6 @@ class NoticeKind(StrEnum):
     HEALTH = "health-maintenance"
     CONTAINER_INSTANCE = "container-instance-change"
     LIFECYCLE_CHECK = "lifecycle-check"
-
-
-class RebalanceMode(StrEnum):
-    IGNORE = "ignore"
-    CHECKPOINT = "checkpoint"  # SIGUSR1 to managed tasks: checkpoint and keep running
-    DRAIN = "drain"  # treat it as an interruption: drain the host, stop tasks with a checkpoint
 
 
 class Action(StrEnum):
@@ -160,64 +146,7 @@ class Decision(BaseModel):
         return [n.instance_id for n in self.notices]
 
 
-class Settings(BaseModel):
-    """The part of the stack's configuration that changes what an event means."""
-
-    model_config = ConfigDict(frozen=True)
-    clusters: tuple[str, ...] = ()  # names; empty = every cluster
-    rebalance: RebalanceMode = RebalanceMode.CHECKPOINT
-    # Terminate lifecycle hooks SpotGuard answers: those whose name starts with this (empty = every
-    # hook). Others (ECS managed draining's, other teams') are left to their owners.
-    lifecycle_hook_prefix: str = "spotguard-"
-    # The stack's region and account (empty: not pinned). Clusters are listed by name, so without these
-    # a cluster of the same name in another region or account would pass for a watched one.
-    region: str = ""
-    account: str = ""
-
-    def elsewhere(self, arn: str) -> str | None:
-        """Why an ARN names something outside the stack's region or account; None for a plain name, or
-        an ARN in the stack's own region and account."""
-        if not arn.startswith("arn:"):
-            return None
-        parts = arn.split(":", 5)
-        if len(parts) < 6:
-            return f"{arn} is not a valid ARN"
-        region, account = parts[3], parts[4]
-        if self.region and region != self.region:
-            return f"{arn} is in region {region or '(none)'}, not the stack's {self.region}"
-        if self.account and account != self.account:
-            return f"{arn} is in account {account or '(none)'}, not the stack's {self.account}"
-        return None
-
-    def watches(self, cluster: str) -> bool:
-        """A cluster (name or ARN) SpotGuard may act in: listed (or every one when none is), and, for an
-        ARN, in the stack's region and account."""
-        if self.elsewhere(cluster) is not None:
-            return False
-        if not self.clusters:
-            return True
-        name = cluster.rsplit("/", 1)[-1]
-        return name in self.clusters or cluster in self.clusters
-
-
 # ---------------------------------------------------------------------------------------------- details
-
-
-def instance_id_of(value: str) -> str | None:
-    """The instance an id or an EC2 instance ARN names (the id), or None when it names none."""
-    if INSTANCE_ID.fullmatch(value):
-        return value
-    arn = INSTANCE_ARN.fullmatch(value)
-    return arn.group(1) if arn else None
-
-
-def _instance_id(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    found = instance_id_of(value)
-    if found is None:
-        raise ValueError(f"{value!r} is not an EC2 instance id or instance ARN")
-    return found
 
 
 def _health_time(value: Any) -> datetime:
@@ -239,15 +168,6 @@ def _health_time(value: Any) -> datetime:
         raise ValueError(f"{value!r} is not a time") from exc
 
 
-def _time_text(value: Any) -> Any:
-    """An event's times are ISO 8601 strings: a number is not read as seconds since 1970."""
-    if not isinstance(value, str | datetime):
-        raise ValueError("must be an ISO 8601 time string")
-    return value
-
-
-InstanceId = Annotated[str, BeforeValidator(_instance_id)]
-EventTime = Annotated[AwareDatetime, BeforeValidator(_time_text)]  # ISO 8601 with a zone, not a number
 HealthTime = Annotated[datetime, BeforeValidator(_health_time)]
 
 
@@ -324,99 +244,19 @@ HEALTH_CATEGORIES = {"scheduledChange", "issue"}
 TASK_EVENT_TYPES = {"ECS Task State Change"}
 
 
-# Free text that may hold angle brackets in a real event: not searched for placeholders.
-_FREE_TEXT = {"eventDescription", "latestDescription", "NotificationMetadata", "Description", "Cause"}
-
-
-def _find_placeholder(value: Any, path: str = "") -> str | None:
-    if isinstance(value, str):
-        return path or "event" if _PLACEHOLDER.search(value) else None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k in _FREE_TEXT:
-                continue
-            found = _find_placeholder(v, f"{path}.{k}" if path else str(k))
-            if found:
-                return found
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            found = _find_placeholder(v, f"{path}[{i}]")
-            if found:
-                return found
-    return None
-
-
 def reject(reason: str, event_id: str | None = None, kind: str | None = None) -> Decision:
     return Decision(outcome="reject", reason=reason, event_id=event_id, kind=kind)
-
-
-class Envelope(EventBridgeModel):
-    """The EventBridge envelope as SpotGuard needs it: what a decision reads (id, source, detail-type,
-    time, detail) is required; what none reads may be missing (a real AWS Health event can come without
-    `resources`: its instances are in detail.affectedEntities)."""
-
-    version: str = "0"
-    account: str = ""
-    region: str = ""
-    resources: list[str] = Field(default_factory=list)
-    # EventBridge ids are UUIDs; the ledger keys notices by it, and a key has a bounded length
-    id: str = Field(min_length=1, max_length=256)
-
-    @field_validator("time", mode="before")
-    @classmethod
-    def _time_is_text(cls, v: Any) -> Any:
-        return _time_text(v)
-
-
-def envelope(raw: str | bytes | dict[str, Any]) -> Envelope | Decision:
-    """Parse the EventBridge envelope of one record, or the reject decision that says why it is not one.
-    Shared by every queue's classifier, so all of them refuse the same bad input the same way."""
-    try:
-        return _envelope(raw)
-    except RecursionError:  # json.loads and the placeholder walk on absurdly deep nesting
-        return reject("nested too deeply to be an event")
-
-
-def _envelope(raw: str | bytes | dict[str, Any]) -> Envelope | Decision:
-    if isinstance(raw, (str, bytes)):
-        try:
-            raw = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return reject(f"not valid JSON: {exc}")
-    if not isinstance(raw, dict):
-        return reject(f"not an EventBridge event: a JSON {type(raw).__name__}, not an object")
-    if too_deep(raw):
-        return reject(f"nested too deeply to be an event (more than {MAX_DEPTH} levels)", _str(raw.get("id")))
-    missing = [k for k in ("id", "source", "detail-type", "detail", "time") if k not in raw]
-    if missing:
-        return reject(f"not an EventBridge event: missing {', '.join(missing)}")
-    placeholder = _find_placeholder(raw)
-    if placeholder:
-        return reject(f"{placeholder}: holds a placeholder, not a real value", _str(raw.get("id")))
-    try:
-        event = Envelope.model_validate(raw)
-    except ValidationError as exc:
-        return reject(one_line(exc), _str(raw.get("id")))
-    if not isinstance(event.detail, dict):
-        return reject("detail: must be an object", event.id)
-    if event.time.tzinfo is None:
-        return reject("time: has no time zone", event.id)
-    return event
 
 
 def classify(raw: str | bytes | dict[str, Any], settings: Settings) -> Decision:
     """Classify one event (an SQS body, a file's text, or an already decoded dict)."""
     event = envelope(raw)
-    if isinstance(event, Decision):
-        return event
+    if isinstance(event, Refused):
+        return reject(event.reason, event.event_id)
     try:
         return _classify_event(event, settings)
     except OverflowError:  # a time so close to the end of the calendar that its deadline overflows
         return reject("time: out of range", event.id)
-
-
-def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
 
 
 def _classify_event(event: EventBridgeModel, settings: Settings) -> Decision:

@@ -22,10 +22,11 @@ from typing import Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from spotguard.domain.envelope import MAX_VERSION, EventTime, Refused, envelope
 from spotguard.domain.errors import one_line
-from spotguard.domain.notices import MAX_VERSION, Decision, EventTime, Settings, envelope
 from spotguard.domain.own_events import LAUNCH_DUE, SOURCE
 from spotguard.domain.pools import ahead_of_clock
+from spotguard.domain.settings import Settings
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, MANAGED_TAG, TaskEvent, TaskInfo
 
 TASK_STATE_CHANGE = "ECS Task State Change"
@@ -145,7 +146,7 @@ def classify_task_message(
     """One record's decision. `now`: the clock, against which a pool event's time is bounded (without
     it, only a time with no UTC value is refused; the use case bounds the rest, `pool_event_refused`)."""
     event = envelope(raw)
-    if isinstance(event, Decision):
+    if isinstance(event, Refused):
         return TaskMessage(outcome="reject", reason=event.reason, event_id=event.event_id)
     if event.source == SOURCE and event.detail_type == LAUNCH_DUE:
         return _launch_due(event)

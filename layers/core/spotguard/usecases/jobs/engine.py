@@ -45,8 +45,8 @@ from spotguard.domain.jobs.transitions import (
     launch_succeeded,
     retry_delay,
 )
-from spotguard.domain.notices import Settings
 from spotguard.domain.run_errors import pool_refused
+from spotguard.domain.settings import Settings
 from spotguard.domain.tasks import ManageMode
 from spotguard.ports import JobEcs, JobStore, LaunchRetries, NewestCheckpoint, Notifications
 
