@@ -61,7 +61,7 @@ def add_parser(sub: Any) -> None:
     s.add_argument(
         "--max-error-retries", type=whole(), help="relaunches after a task error (0-20, default 0)"
     )
-    s.add_argument("--deadline", help="ISO 8601 time with a zone, e.g. 2026-12-01T08:00:00Z")
+    s.add_argument("--deadline", help="ISO 8601 time with a zone, e.g. 2027-06-01T08:00:00Z")
     s.add_argument("--avoid-pool-seconds", type=whole(), help="how long an interrupted pool is avoided")
     s.add_argument("--checkpoint-container", help="the container that runs the agent (default: the first)")
     s.add_argument("--work-hours", type=number(), help="your estimate of the job's work, in hours of running")
