@@ -30,10 +30,11 @@ def test_the_jobs_wiring_loads_no_numpy_until_a_decision():
     assert cold(code) == "False"
 
 
-def test_the_interruption_function_loads_nothing_of_the_pools_at_a_cold_start():
+def test_the_interruption_function_loads_nothing_of_the_pools_or_checkpoints_at_a_cold_start():
     code = (
         "import sys; import spotguard.runtime.interruption; "
         "print(sorted(m for m in sys.modules if m.startswith(('spotguard.domain.pools', "
-        "'spotguard.usecases.pools', 'spotguard.adapters.pool_store'))))"
+        "'spotguard.usecases.pools', 'spotguard.adapters.pool_store', 'spotguard.domain.checkpoints', "
+        "'spotguard.domain.manifest'))))"
     )
     assert cold(code) == "[]"

@@ -23,9 +23,10 @@ class ConfigError(RuntimeError):
 
 
 class EnvModel(BaseModel):
-    """A function's SPOTGUARD_* environment, validated once at cold start."""
+    """A function's SPOTGUARD_* environment, validated once at cold start. Each model is built when it is
+    first used: a function builds its own, not the other functions' (a cold start's time)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> Self:

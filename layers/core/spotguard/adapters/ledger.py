@@ -25,10 +25,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spotguard.adapters.dynamo import conditional, key, marshal, plain, written
-from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.notices import (
     ContainerInstanceUpdate,
     HostClaim,
@@ -37,6 +36,9 @@ from spotguard.domain.notices import (
     NoticeInProgress,
 )
 from spotguard.domain.tasks import ContainerInstanceRef, TaskInfo
+
+if TYPE_CHECKING:  # the checkpoints function's types: imported when used, not on the urgent path
+    from spotguard.domain.checkpoints import CheckpointRef
 
 RETENTION_DAYS = 30
 TOMBSTONE_HOURS = 24
@@ -318,6 +320,8 @@ class DynamoLedger:
                 TableName=self.table, Key=key(f"CHECKPOINTS#{prefix_uri}", "NEWEST"), ConsistentRead=True
             ).get("Item")
         )
+        from spotguard.domain.checkpoints import CheckpointRef  # imported when used (see above)
+
         return CheckpointRef.model_validate_json(item["ref"]) if item else None
 
     def notices(self, instance_id: str) -> list[dict[str, Any]]:
