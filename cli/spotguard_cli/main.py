@@ -13,8 +13,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from spotguard_cli import explain, jobs, localcmd, simulate
+from spotguard_cli import explain, jobs, simulate
 from spotguard_cli.arguments import one_line_errors_everywhere
+from spotguard_cli.local import demo as localcmd
 
 
 def version() -> str:

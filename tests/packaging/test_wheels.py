@@ -59,7 +59,7 @@ def test_the_spotguard_wheel_holds_every_module_of_the_core_and_the_cli(tmp_path
     )
     expected = _sources(ROOT / "layers" / "core", "spotguard") | _sources(ROOT / "cli", "spotguard_cli")
     assert expected - held == set()
-    assert "spotguard_cli/replay/run.py" in held
+    assert "spotguard_cli/local/replay/command.py" in held
 
 
 def test_the_agent_wheel_holds_every_module_of_the_agent(tmp_path: Path) -> None:

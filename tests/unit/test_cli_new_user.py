@@ -16,7 +16,7 @@ import pytest
 from spotguard.domain.commands import parse_command
 from spotguard.usecases.jobs.reconcile import COUNTS
 from spotguard_cli import jobs as jobs_cli
-from spotguard_cli import localcmd
+from spotguard_cli.local import demo as localcmd
 from spotguard_cli.main import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -316,7 +316,7 @@ def test_a_moves_stop_reason_says_where_it_goes_once():
 
 
 def test_the_capacity_demos_spend_is_a_sentence_that_says_its_prices_are_placeholders():
-    from spotguard_cli.capacity_demo import spend_line
+    from spotguard_cli.local.capacity import spend_line
 
     spend = {"gpu_hours": 2.3158, "gpu_hours_lost": 0.0418, "dollars": 0.4182, "dollars_lost": 0.0132}
     line = spend_line(spend)

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check(traces: list[Trace], job: Job, seconds_per_hour: float) -> None:
-    from spotguard_cli.replay.world import ZONES
+    from spotguard_cli.local.replay.world import ZONES
 
     check_job(job, traces)
     if len(traces) > len(ZONES):
@@ -152,7 +152,7 @@ def _live(
 ) -> tuple[list[JobRun], dict[str, Any]]:
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
-    from spotguard_cli.replay.world import EPOCH, WARNING, ReplayWorld
+    from spotguard_cli.local.replay.world import EPOCH, WARNING, ReplayWorld
 
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("task-*.log"):
@@ -185,7 +185,7 @@ def _live(
                 [
                     sys.executable,
                     "-m",
-                    "spotguard_cli.replay.task",
+                    "spotguard_cli.local.replay.task",
                     "--work-hours",
                     f"{job.hours:g}",
                     "--restart-hours",

@@ -95,7 +95,7 @@ def add_parser(sub: Any) -> None:
         help=f"{SHORTAGE}: seconds until the pool can launch again (default 300)",
     )
     i.set_defaults(run=run_inject)
-    from spotguard_cli.replay.run import add_parser as add_replay
+    from spotguard_cli.local.replay.command import add_parser as add_replay
 
     add_replay(actions)
 
@@ -397,7 +397,7 @@ def savings_text(facts: dict[str, Any]) -> str:
 
 
 def _run_capacity(args: argparse.Namespace, work: Path, say: Any) -> int:
-    from spotguard_cli.capacity_demo import print_capacity_demo, run_capacity_demo
+    from spotguard_cli.local.capacity import print_capacity_demo, run_capacity_demo
 
     # in SpotGuard's time (x time_scale): checkpoints every few minutes, a job of hours, its deadline
     args.checkpoint_seconds = 3.0

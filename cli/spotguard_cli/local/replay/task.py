@@ -1,5 +1,5 @@
-"""The job a replay runs (`python -m spotguard_cli.replay.task`): `--work-hours` of work on the replay's
-scaled clock, with the real agent committing its checkpoints to the stack's bucket.
+"""The job a replay runs (`python -m spotguard_cli.local.replay.task`): `--work-hours` of work on the
+replay's scaled clock, with the real agent committing its checkpoints to the stack's bucket.
 
 Each attempt first pays the restart overhead (`--restart-hours` of the scaled clock from the moment the
 process starts: what booting an instance, pulling the image and restoring cost on AWS, billed and with
@@ -26,7 +26,7 @@ from spotguard_agent import Agent  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="spotguard_cli.replay.task", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="spotguard_cli.local.replay.task", description=__doc__.split("\n\n")[0])
     p.add_argument("--work-hours", type=float, required=True)
     p.add_argument("--restart-hours", type=float, required=True)
     p.add_argument("--step-minutes", type=float, default=5.0)

@@ -49,7 +49,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
     from spotguard_cli.emulator.timeline import record_calls
-    from spotguard_cli.localcmd import _picture, _reference_run, _same_weights, _task_definition
+    from spotguard_cli.local.demo import _picture, _reference_run, _same_weights, _task_definition
 
     timeline: Timeline = Timeline()
     proof: list[tuple[str, bool]] = []

@@ -1,0 +1,1 @@
+"""`spotguard local`: the whole system on this machine (see emulator/system.py)."""
