@@ -15,7 +15,7 @@ from pathlib import Path
 
 from spotguard_cli import explain, jobs, simulate
 from spotguard_cli.arguments import one_line_errors_everywhere
-from spotguard_cli.local import demo as localcmd
+from spotguard_cli.local import command as local
 
 
 def version() -> str:
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     explain.add_parser(sub)
     jobs.add_parser(sub)
-    localcmd.add_parser(sub)
+    local.add_parser(sub)
     simulate.add_parser(sub)
     one_line_errors_everywhere(parser)  # a bad argument anywhere: one line naming it, exit status 2
     return parser

@@ -17,6 +17,7 @@ from spotguard.domain.commands import parse_command
 from spotguard.usecases.jobs.reconcile import COUNTS
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.local import demo as localcmd
+from spotguard_cli.local import shared, up
 from spotguard_cli.main import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -346,7 +347,7 @@ def test_the_timeline_picture_of_a_finished_job_says_spent_at_placeholder_prices
 
     job = {"job_id": "demo", "state": "succeeded", "spend": {"gpu_hours": 0.01, "dollars": 0.0}}
     assert (
-        _title(job, localcmd.PLACEHOLDER_PRICES)
+        _title(job, shared.PLACEHOLDER_PRICES)
         == "job demo: succeeded - spent $0.00 at moto's placeholder prices"
     )
     running = {**job, "state": "running"}
@@ -414,7 +415,7 @@ def test_the_local_stack_page_names_every_kind_inject_takes():
 
 def test_local_up_hints_set_region_and_credentials_as_well_as_the_endpoint():
     state = {"endpoint": "http://127.0.0.1:4566", "region": "us-east-1", "instances": ["i-0123456789abcdef0"]}
-    lines = localcmd.try_lines(state, "gpu-spot").splitlines()
+    lines = up.try_lines(state, "gpu-spot").splitlines()
     export = next(line.split() for line in lines if "export" in line)
     assert export[1:] == [
         "AWS_ENDPOINT_URL=http://127.0.0.1:4566",

@@ -13,7 +13,9 @@ from spotguard_agent.agent import AgentEnv
 
 from spotguard_cli.emulator.gpucluster import Host
 from spotguard_cli.emulator.system import ScaledClock
-from spotguard_cli.local.replay.command import JobRun, _live_row, check
+from spotguard_cli.local.replay.command import check
+from spotguard_cli.local.replay.report import live_row as _live_row
+from spotguard_cli.local.replay.schedule import JobRun
 from spotguard_cli.local.replay.world import ReplayWorld
 from spotguard_cli.simulator import Job, Prices, Trace
 
@@ -192,7 +194,7 @@ def test_a_job_that_did_not_finish_missed_its_deadline():
 
 
 def test_attempts_at_once_counts_attempts_of_a_job_that_overlap():
-    from spotguard_cli.local.replay.command import _at_once
+    from spotguard_cli.local.replay.report import _at_once
 
     def a(start: str, stop: str | None) -> dict:
         return {"started_at": f"2026-11-01T{start}:00Z", "stopped_at": stop and f"2026-11-01T{stop}:00Z"}

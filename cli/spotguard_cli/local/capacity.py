@@ -30,14 +30,33 @@ from pathlib import Path
 from typing import Any
 
 from spotguard_cli.emulator.timeline import Timeline
+from spotguard_cli.local.shared import (
+    TERMINAL,
+    picture,
+    print_end,
+    reference_run,
+    same_weights,
+    steps_done,
+    task_definition,
+)
 
-TERMINAL = ("succeeded", "failed", "gave-up", "cancelled")
 
-
-def _steps(log: Path) -> list[int]:
-    if not log.exists():
-        return []
-    return [int(m.group(1)) for m in re.finditer(r"^step (\d+) loss", log.read_text(), re.MULTILINE)]
+def run(args: argparse.Namespace, work: Path, say: Any) -> int:
+    """The scenario, its arguments checked (demo.py) and `work` emptied; the exit status."""
+    # in SpotGuard's time (x time_scale): checkpoints every few minutes, a job of hours, its deadline
+    args.checkpoint_seconds = 3.0
+    run_hours = args.steps * (args.step_seconds + 0.01) * args.time_scale / 3600
+    args.work_hours = round(run_hours, 2)
+    args.deadline_hours = round(run_hours * 1.5, 2)
+    args.first_warning_step = args.steps // 5
+    args.second_warning_after = args.steps // 5
+    args.back_after_minutes = 20.0  # SpotGuard's time on on-demand before the first pool has spot again
+    args.timeout = 600.0
+    proof, decisions, facts, timeline = run_capacity_demo(args, work, say)
+    ok = print_capacity_demo(proof, decisions, facts, timeline, args.json)
+    if not args.json:
+        print_end(work, ok)
+    return 0 if ok else 1
 
 
 def _log_of(work: Path, attempt: dict[str, Any]) -> Path:
@@ -49,7 +68,6 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
     from spotguard_cli.emulator.timeline import record_calls
-    from spotguard_cli.local.demo import _picture, _reference_run, _same_weights, _task_definition
 
     timeline: Timeline = Timeline()
     proof: list[tuple[str, bool]] = []
@@ -70,10 +88,10 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
                 f"us-east-1b, on-demand in both); SpotGuard's clock runs {args.time_scale:g}x"
             )
             out, ref_out = work / "final-job.pt", work / "final-reference.pt"
-            td = _task_definition(
+            td = task_definition(
                 system, out, args.steps, args.step_seconds, checkpoint_seconds=args.checkpoint_seconds
             )
-            reference = _reference_run(system, ref_out, args.steps, work / "reference.log")
+            reference = reference_run(system, ref_out, args.steps, work / "reference.log")
             submitted = system.clock.now()
             deadline = submitted + timedelta(hours=args.deadline_hours)
             answer = system.invoke_jobs(
@@ -104,7 +122,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
                 s = status()
                 if s["state"] in TERMINAL or len(s["attempts"]) < n:
                     return s["state"] in TERMINAL
-                return max(_steps(_log_of(work, s["attempts"][n - 1])), default=-1) >= step
+                return max(steps_done(_log_of(work, s["attempts"][n - 1])), default=-1) >= step
 
             timeline.mark_zero()
             timeline.add(
@@ -129,7 +147,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
             if not system.run_until(lambda: attempts_running(2), timeout=120):
                 raise RuntimeError("the job was not resubmitted after the first warning")
             # 2. the other pool runs dry too, and its instance is warned
-            last = max(_steps(_log_of(work, status()["attempts"][0])), default=0)
+            last = max(steps_done(_log_of(work, status()["attempts"][0])), default=0)
             if not system.run_until(lambda: at_step(2, last + args.second_warning_after), timeout=180):
                 raise RuntimeError("the second attempt did not reach its warning step")
             system.capacity_shortage(other_pool, seconds=3600)
@@ -190,11 +208,11 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
                     all(s == r for s, r in handovers) and len(handovers) == len(attempts) - 1,
                 ),
                 ("0 steps lost", sum(executed) == args.steps),
-                ("final weights equal to an uninterrupted run", out.exists() and _same_weights(out, ref_out)),
+                ("final weights equal to an uninterrupted run", out.exists() and same_weights(out, ref_out)),
                 ("finished by its deadline", final["state"] == "succeeded" and finished_at <= deadline),
                 ("nothing in any dead-letter queue", not any(facts["dead_letters"].values())),
                 ("every AWS call allowed by its function's role", not system.guard.denied),
-                ("its timeline drawn, a bar for every attempt", _picture(final, work, facts)),
+                ("its timeline drawn, a bar for every attempt", picture(final, work, facts)),
             ]
             facts["pids"] = [p for p in (moto.proc.pid if moto.proc else None, reference.pid) if p]
             facts["pids"] += system.runner.pids

@@ -1,0 +1,96 @@
+"""What the `spotguard local` commands share: where their state and logs go, the files `up` and `inject`
+talk through, and the demos' training job, its uninterrupted twin and the checks on both."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from spotguard_cli.emulator.template import REPO
+
+STATE_DIR = Path(".local-stack")
+STATE_FILE = STATE_DIR / "up.json"  # written by a running `up`, read by `inject`
+SHORTAGE = "capacity-shortage"
+SHORTAGES = STATE_DIR / "shortages"  # `inject capacity-shortage` asks the running `up` through files here
+TRAIN = REPO / "examples" / "train.py"
+TERMINAL = ("succeeded", "failed", "gave-up", "cancelled")  # a job's states once it has ended
+PLACEHOLDER_PRICES = "moto's placeholder prices"
+
+
+# ==================================================================================== the demos' job
+def task_definition(
+    system: Any, out: Path, steps: int, step_seconds: float, checkpoint_seconds: float = 2
+) -> str:
+    """The demos' task definition: examples/train.py with the agent, its final weights written to `out`."""
+    command = [
+        sys.executable,
+        str(TRAIN),
+        "--steps",
+        str(steps),
+        "--out",
+        str(out),
+        "--step-seconds",
+        str(step_seconds),
+    ]
+    return str(
+        system.task_definition(
+            command,
+            gpus=1,
+            environment={"SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS": f"{checkpoint_seconds:g}"},
+            family="train",
+        )
+    )
+
+
+def steps_done(log: Path) -> list[int]:
+    """The training steps a task's log says were done, in order."""
+    if not log.exists():
+        return []
+    return [int(m.group(1)) for m in re.finditer(r"^step (\d+) loss", log.read_text(), re.MULTILINE)]
+
+
+def reference_run(system: Any, out: Path, steps: int, log: Path) -> subprocess.Popen[bytes]:
+    """The same training, never interrupted, with a checkpoint prefix of its own."""
+    from spotguard_cli.emulator.runner import local_environment
+
+    env = {
+        **local_environment(system.stack.endpoint, system.stack.region),
+        "SPOTGUARD_CHECKPOINT_URI": f"s3://{system.stack.outputs['CheckpointBucketName']}/reference/",
+        "SPOTGUARD_JOB_ID": "reference",
+    }
+    return subprocess.Popen(
+        [sys.executable, str(TRAIN), "--steps", str(steps), "--out", str(out)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+# ================================================================================== the demos' proof
+def picture(status: dict[str, Any], work: Path, facts: dict[str, Any]) -> bool:
+    """Draw the job's timeline (as `spotguard jobs status --plot` does) to work/timeline.png; True when
+    the picture has one bar per attempt. Its dollars are moto's placeholder prices, and it says so."""
+    from spotguard_cli.timeline_plot import plot_job
+
+    path = work / "timeline.png"
+    drawn = plot_job(status, str(path), prices_note=PLACEHOLDER_PRICES)
+    facts["timeline_png"] = str(path)
+    return path.exists() and len(drawn.bars) == len(status["attempts"])
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    """Whether two saved state dicts hold the same tensors."""
+    import torch
+
+    wa, wb = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def print_end(work: Path, ok: bool) -> None:
+    """A demo's last lines: where its logs are, that nothing is left running, and whether it passed."""
+    print(f"logs: {work}/ (functions.log, task-*.log, reference.log, moto.log, timeline.png)")
+    print("moto server and every task process stopped.\n" + ("demo passed" if ok else "demo FAILED"))
