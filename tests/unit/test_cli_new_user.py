@@ -384,7 +384,7 @@ def test_a_cancel_under_way_reads_as_one_not_as_a_job_still_running():
 def test_an_attempts_duration_is_never_zero_minutes(seconds, said):
     from datetime import UTC, datetime, timedelta
 
-    from spotguard_cli.joblogs import between_line, duration_text
+    from spotguard_cli.jobs.logs import between_line, duration_text
 
     assert duration_text(seconds) == said
     start = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)

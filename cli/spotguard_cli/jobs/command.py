@@ -8,7 +8,7 @@ invoked. Answers print as readable tables, or as the function's JSON with --json
 `status --watch` asks again every --interval seconds until the job ends (redrawing the screen on a
 terminal, printing each new state once otherwise); `status --plot FILE` draws the job's timeline
 (`spotguard_cli.timeline_plot`); `logs` prints the job's container logs over all its attempts, from
-CloudWatch Logs (`spotguard_cli.joblogs`), and `logs --follow` keeps reading until the job ends.
+CloudWatch Logs (`spotguard_cli.jobs.logs`), and `logs --follow` keeps reading until the job ends.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from spotguard.domain.commands import CommandError, parse_command
 from spotguard.domain.jobs.model import JobState
 from spotguard_cli.arguments import number, whole
 from spotguard_cli.clock import Clock, SystemClock
-from spotguard_cli.joblogs import ClientFactory, LogsOptions, run_logs
+from spotguard_cli.jobs.logs import ClientFactory, LogsOptions, run_logs
 
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
 SAMCONFIG = Path("samconfig.toml")
