@@ -46,6 +46,68 @@ def default_time_value(on_demand_price: float) -> float:
     return TIME_VALUE_SHARE * on_demand_price
 
 
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """A plan's time grid for one decision: `k` units per tick (the restart overhead is `d` units of
+    `unit_hours`), the ticks left to the deadline, and the slack (time left beyond the work) in units."""
+
+    k: int
+    d: int
+    unit_hours: float
+    ticks: int
+    slack: int
+
+    @classmethod
+    def of(
+        cls, time_left_hours: float, work_left_hours: float, tick_hours: float, restart_hours: float
+    ) -> Grid:
+        k, d = plan_grid(tick_hours, restart_hours)
+        unit = tick_hours / k
+        ticks = max(1, round(time_left_hours / tick_hours))
+        slack = max(0, math.floor((time_left_hours - work_left_hours) / unit + 1e-6))
+        return cls(k, d, unit, ticks, slack)
+
+
+def build_plan(
+    histories: Sequence[AvailabilityHistory],
+    grid: Grid,
+    spot_prices: Sequence[float],
+    on_demand_price: float,
+    tick_hours: float,
+    time_value_per_hour: float,
+    keep_ticks: int | None,
+) -> Plan | JointPlan:
+    """The plan over one pool (`Plan`) or two (`JointPlan`), the one way both the Lambdas'
+    `choose_capacity` and the simulator's `SpotGuardPolicy` make them. `keep_ticks`: how many ticks'
+    actions to keep (a simulated run looks them up as it goes; a single decision needs the first); None:
+    every fine tick's."""
+    if len(histories) == 1:
+        return Plan(
+            histories[0].hazards(),
+            grid.ticks,
+            grid.slack,
+            grid.k,
+            grid.d,
+            spot_prices[0],
+            on_demand_price,
+            tick_hours,
+            keep_all=keep_ticks is None or keep_ticks > 1,
+            time_value_per_hour=time_value_per_hour,
+        )
+    return JointPlan(
+        [coarse_hazards(h) for h in histories],
+        grid.ticks,
+        grid.slack,
+        grid.k,
+        grid.d,
+        spot_prices,
+        on_demand_price,
+        tick_hours,
+        keep_ticks=keep_ticks if keep_ticks is not None else grid.ticks,
+        time_value_per_hour=time_value_per_hour,
+    )
+
+
 def pick_two(costs: Sequence[float], available: Sequence[bool], held: int | None) -> list[int]:
     """The two pools (indices) a joint plan covers: the one the job holds, else the cheapest that has spot
     now, else the cheapest; then the cheapest of the rest. `costs`: spot $ per hour of work, by pool."""
@@ -140,28 +202,27 @@ class SpotGuardPolicy:
         if self.committed or on_demand_needed(s):
             self.committed = True
             return Choice(Placement.ON_DEMAND, None, "the deadline needs on-demand from here on")
-        k, d = plan_grid(s.tick_hours, s.restart_hours)
-        unit = s.tick_hours / k
-        ticks = round(s.time_left_hours / s.tick_hours)
-        slack = math.floor((s.time_left_hours - s.work_left_hours) / unit + 1e-6)
+        grid = Grid.of(s.time_left_hours, s.work_left_hours, s.tick_hours, s.restart_hours)
         if len(self.pools) >= 2:
-            return self._decide_joint(s, k, d, ticks, slack)
+            return self._decide_joint(s, grid)
         if self.plan is None or self._due(s, self.plan.kept_ticks):
-            self.plan = Plan(
-                self.pools[0].hazards(),
-                ticks,
-                slack,
-                k,
-                d,
-                self.spot_price,
+            plan = build_plan(
+                self.pools[:1],
+                grid,
+                (self.spot_price,),
                 self.on_demand_price,
                 s.tick_hours,
-                time_value_per_hour=self.time_value,
+                self.time_value,
+                None,
             )
+            assert isinstance(plan, Plan)
+            self.plan = plan
             self.planned_at = s.elapsed_hours
-        cls = self.plan.holding(s.placement, s.overhead_left_hours, unit)
+        cls = self.plan.holding(s.placement, s.overhead_left_hours, grid.unit_hours)
         available = s.spot_available[0]
-        action = self.plan.choose(ticks, cls, int(available), self.pools[0].bin_if(available), slack)
+        action = self.plan.choose(
+            grid.ticks, cls, int(available), self.pools[0].bin_if(available), grid.slack
+        )
         return self._choice(s, action, 0 if action == 2 else None)
 
     @staticmethod
@@ -177,8 +238,7 @@ class SpotGuardPolicy:
             return Choice(Placement.SPOT, pool, "keep spot: the plan expects it to pay")
         return Choice(Placement.SPOT, pool, "spot: expected to last long enough to pay its restart")
 
-    def _decide_joint(self, s: Situation, k: int, d: int, ticks: int, slack: int) -> Choice:
-        unit = s.tick_hours / k
+    def _decide_joint(self, s: Situation, grid: Grid) -> Choice:
         held = s.pool if s.placement is Placement.SPOT and s.pool is not None else None
         # With more than two pools, a pool outside the pair that has spot while the pair has none (and
         # the job holds no spot) is worth a new plan now rather than at the next replan.
@@ -195,23 +255,22 @@ class SpotGuardPolicy:
                 spot_cost_per_work_hour(self.spot_price, h, s.restart_hours, s.tick_hours) for h in self.pools
             ]
             self.pair = sorted(pick_two(costs, s.spot_available, held))  # the plan is symmetric
-            self.joint = JointPlan(
-                [coarse_hazards(self.pools[i]) for i in self.pair],
-                ticks,
-                slack,
-                k,
-                d,
+            joint = build_plan(
+                [self.pools[i] for i in self.pair],
+                grid,
                 (self.spot_price, self.spot_price),
                 self.on_demand_price,
                 s.tick_hours,
+                self.time_value,
                 keep_ticks=math.ceil(self.replan_hours / s.tick_hours - EPS) + 1,
-                time_value_per_hour=self.time_value,
             )
+            assert isinstance(joint, JointPlan)
+            self.joint = joint
             self.planned_at = s.elapsed_hours
         pool = self.pair.index(held) if held is not None else None
-        cls = self.joint.holding(s.placement, pool, s.overhead_left_hours, unit)
+        cls = self.joint.holding(s.placement, pool, s.overhead_left_hours, grid.unit_hours)
         states = [joint_state(self.pools[i], s.spot_available[i]) for i in self.pair]
-        action = self.joint.choose(ticks, cls, states, slack)
+        action = self.joint.choose(grid.ticks, cls, states, grid.slack)
         return self._choice(s, action, self.pair[action - 2] if action >= 2 else None)
 
 
@@ -360,10 +419,8 @@ def choose_capacity(
         )
     if on_demand_needed(situation):
         return run_on_demand("the deadline needs on-demand from here on", recheck=RECHECK_MAX_SECONDS)
-    k, d = plan_grid(tick_hours, job.restart_hours)
-    unit = tick_hours / k
-    ticks = max(1, round(job.time_left_hours / tick_hours))
-    slack = max(0, math.floor((job.time_left_hours - job.work_left_hours) / unit + 1e-6))
+    grid = Grid.of(job.time_left_hours, job.work_left_hours, tick_hours, job.restart_hours)
+    ticks, slack, unit = grid.ticks, grid.slack, grid.unit_hours
     holds = Placement.SPOT if held is not None else Placement.NONE
     if job.placement is Placement.ON_DEMAND:
         holds = Placement.ON_DEMAND
@@ -379,18 +436,10 @@ def choose_capacity(
             )
         ]
         histories = [p.history or AvailabilityHistory(tick_hours) for p in two]
-        joint = JointPlan(
-            [coarse_hazards(h) for h in histories],
-            ticks,
-            slack,
-            k,
-            d,
-            [p.spot_price for p in two],
-            on_demand.on_demand_price,
-            tick_hours,
-            keep_ticks=1,
-            time_value_per_hour=time_value,
+        joint = build_plan(
+            histories, grid, [p.spot_price for p in two], on_demand.on_demand_price, tick_hours, time_value, 1
         )
+        assert isinstance(joint, JointPlan)
         cls = joint.holding(holds, 0 if held is not None else None, job.overhead_left_hours, unit)
         states = [joint_state(h, p.available) for p, h in zip(two, histories, strict=True)]
         action = joint.choose(ticks, cls, states, slack)
@@ -401,18 +450,8 @@ def choose_capacity(
     else:
         model = (best or fits[0]).history or AvailabilityHistory(tick_hours)
         spot_price = best.spot_price if best is not None else fits[0].spot_price
-        plan = Plan(
-            model.hazards(),
-            ticks,
-            slack,
-            k,
-            d,
-            spot_price,
-            on_demand.on_demand_price,
-            tick_hours,
-            keep_all=False,
-            time_value_per_hour=time_value,
-        )
+        plan = build_plan([model], grid, [spot_price], on_demand.on_demand_price, tick_hours, time_value, 1)
+        assert isinstance(plan, Plan)
         cls = plan.holding(holds, job.overhead_left_hours, unit)
         available, bin_ = int(best is not None), model.bin_if(best is not None)
         action = plan.choose(ticks, cls, available, bin_, slack)
