@@ -1,5 +1,5 @@
-"""The interruption use case with in-memory fakes of its ports: what it does, and that it is safe
-to repeat."""
+"""The interruption use case with in-memory fakes of its ports (the ledger's: tests/fakes.py): what it
+does, and that it is safe to repeat."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import pytest
 
 from spotguard.domain.notices import (
     ContainerInstanceUpdate,
-    HostClaim,
-    HostRecord,
     LifecycleRef,
     Notice,
     NoticeInProgress,
@@ -21,6 +19,7 @@ from spotguard.domain.notices import (
 )
 from spotguard.domain.tasks import ContainerInstanceRef, ManageMode, TaskInfo
 from spotguard.usecases.interruption import InterruptionConfig, InterruptionService, stop_reason
+from tests.fakes import FakeLedger
 
 T0 = datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
 CLUSTER = "arn:aws:ecs:us-west-2:123456789012:cluster/gpu-spot"
@@ -88,96 +87,6 @@ class FakeEcs:
         self.reasons.append(reason)
 
 
-class FakeLedger:
-    """The ledger's contract in memory: the claim is one conditional write that carries the lease of the
-    try holding it; a notice's record (with its outcome) is written once, after the signals."""
-
-    def __init__(self, indexed: bool = True) -> None:
-        self.index: dict[str, ContainerInstanceRef] = {}
-        if indexed:
-            self.index[HOST] = ContainerInstanceRef(
-                cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST
-            )
-        self.versions: dict[str, int] = {}
-        self.notices: dict[str, dict] = {}
-        self.claimed: dict[str, list[str]] = {}
-        self.claim_cluster: dict[str, str] = {}
-        self.claims: dict[str, str] = {}
-        self.leases: dict[str, tuple[str, datetime]] = {}  # claim or notice key -> (owner, until)
-        self.task_index: dict[str, TaskInfo] = {}  # what task events told the ledger
-        self.calls: list[str] = []
-
-    def host(self, instance_id, notice_key):
-        self.calls.append("host")
-        holder = self.claims.get(instance_id)
-        claim = (
-            HostClaim(
-                notice_key=holder,
-                cluster_arn=self.claim_cluster.get(instance_id, ""),
-                task_arns=tuple(self.claimed.get(instance_id, [])),
-            )
-            if holder
-            else None
-        )
-        return HostRecord(
-            container_instance=self.index.get(instance_id),
-            claim=claim,
-            outcome=self.notices.get(notice_key),
-        )
-
-    def index_container_instance(self, update: ContainerInstanceUpdate) -> bool:
-        if self.versions.get(update.instance_id, -1) >= update.version:
-            return False
-        self.versions[update.instance_id] = update.version
-        self.index[update.instance_id] = ContainerInstanceRef(
-            cluster_arn=update.cluster_arn,
-            container_instance_arn=update.container_instance_arn,
-            instance_id=update.instance_id,
-            status=update.status,
-        )
-        return True
-
-    def remember_container_instance(self, ref):
-        self.calls.append("remember")
-        self.index.setdefault(ref.instance_id, ref)
-
-    def indexed_tasks(self, container_instance_arn):
-        self.calls.append("indexed-tasks")
-        return {
-            a: t for a, t in self.task_index.items() if t.container_instance_arn == container_instance_arn
-        }
-
-    def _lease(self, key, owner, now, until):
-        held = self.leases.get(key)
-        if held is not None and held[0] != owner and held[1] > now:
-            raise NoticeInProgress(key)
-        self.leases[key] = (owner, until)
-
-    def lease_notice(self, notice, owner, now, until):
-        self.calls.append("lease-notice")
-        if notice.key in self.notices:
-            raise NoticeInProgress(notice.key)
-        self._lease(notice.key, owner, now, until)
-
-    def claim_host(self, instance_id, notice_key, at, cluster_arn, task_arns, owner, lease_until):
-        self.calls.append("claim")
-        holder = self.claims.setdefault(instance_id, notice_key)
-        claimed = self.claimed.setdefault(instance_id, [])
-        if holder != notice_key:
-            return holder, list(claimed)
-        self._lease(f"claim:{instance_id}", owner, at, lease_until)
-        claimed += [a for a in task_arns if a not in claimed]
-        self.claim_cluster[instance_id] = cluster_arn
-        return None, list(claimed)
-
-    def claimed_tasks(self, instance_id):
-        return self.claim_cluster.get(instance_id, ""), list(self.claimed.get(instance_id, []))
-
-    def finish_notice(self, notice, received, outcome):
-        self.calls.append("finish")
-        self.notices[notice.key] = outcome
-
-
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
@@ -216,7 +125,8 @@ def service(
     status="ACTIVE",
     now=T0,
 ):
-    ecs, ledger, rec = FakeEcs(tasks, status=status), FakeLedger(indexed), Recorder()
+    here = ContainerInstanceRef(cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST)
+    ecs, ledger, rec = FakeEcs(tasks, status=status), FakeLedger([here] if indexed else []), Recorder()
     clock = {"now": now + timedelta(seconds=1)}
     svc = InterruptionService(
         InterruptionConfig(

@@ -1,5 +1,5 @@
-"""The jobs engine with fakes for its ports: one loop (transition, compare-and-set, effects that hand back
-transitions, drive), no AWS."""
+"""The jobs engine with fakes for its ports (the job store's in tests/fakes.py): one loop (transition,
+compare-and-set, effects that hand back transitions, drive), no AWS."""
 
 from __future__ import annotations
 
@@ -15,32 +15,11 @@ from spotguard.domain.jobs.transitions import on_task_event, request_cancel
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.ebs import EbsVolumes
 from spotguard.usecases.jobs.engine import Conflict, JobEngine, JobsConfig
+from tests.fakes import FakeJobs
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 CLUSTER = "arn:aws:ecs:us-east-1:123456789012:cluster/gpu-spot"
 TASK = "arn:aws:ecs:us-east-1:123456789012:task/gpu-spot/"
-
-
-class FakeStore:
-    def __init__(self, conflicts: int = 0) -> None:
-        self.jobs: dict[str, Job] = {}
-        self.conflicts = conflicts  # replace() calls that find another writer got there first
-        self.writes = 0
-
-    def get(self, job_id):
-        return self.jobs.get(job_id)
-
-    def replace(self, job, expected_rev):
-        current = self.jobs[job.job_id]
-        if self.conflicts:
-            self.conflicts -= 1
-            self.jobs[job.job_id] = current.model_copy(update={"rev": current.rev + 1})  # someone else
-            return False
-        if current.rev != expected_rev:
-            return False
-        self.jobs[job.job_id] = job
-        self.writes += 1
-        return True
 
 
 class FakeEcs:
@@ -114,7 +93,7 @@ def _job(**kw) -> Job:
     return Job(**{**base, **kw})
 
 
-def _engine(store: FakeStore, ecs: FakeEcs, volumes: FakeVolumes | None = None):
+def _engine(store: FakeJobs, ecs: FakeEcs, volumes: FakeVolumes | None = None):
     notifier, retries = FakeNotifier(), FakeRetries()
     engine = JobEngine(
         config=JobsConfig(checkpoint_bucket="bucket", ebs_role_arn="arn:aws:iam::123456789012:role/ebs"),
@@ -130,7 +109,7 @@ def _engine(store: FakeStore, ecs: FakeEcs, volumes: FakeVolumes | None = None):
 
 
 def test_a_queued_job_is_launched_once_and_runs():
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job()
     engine, notifier, retries = _engine(store, FakeEcs(RunResult(task_arn=TASK + "a" * 32)))
     job = engine.drive("j1")
@@ -142,7 +121,7 @@ def test_a_queued_job_is_launched_once_and_runs():
 
 
 def test_no_capacity_schedules_one_retry_and_says_so_once():
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job()
     engine, notifier, retries = _engine(store, FakeEcs(RunResult(failure="capacity", reason="RESOURCE:GPU")))
     job = engine.drive("j1")
@@ -154,7 +133,7 @@ def test_no_capacity_schedules_one_retry_and_says_so_once():
 
 
 def test_a_refused_request_fails_the_job_without_a_retry():
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job()
     engine, notifier, retries = _engine(
         store, FakeEcs(RunResult(failure="request", reason="ClientException: bad family"))
@@ -165,7 +144,7 @@ def test_a_refused_request_fails_the_job_without_a_retry():
 
 
 def test_a_throttled_run_task_waits_and_retries_without_asking_for_capacity():
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job()
     throttled = RunResult(failure="transient", reason="ThrottlingException: Rate exceeded")
     engine, notifier, retries = _engine(store, FakeEcs(throttled))
@@ -175,7 +154,7 @@ def test_a_throttled_run_task_waits_and_retries_without_asking_for_capacity():
 
 
 def test_access_denied_fails_the_job_and_says_why():
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job()
     denied = RunResult(
         failure="access", reason="AccessDeniedException: not authorized to perform iam:PassRole"
@@ -186,7 +165,7 @@ def test_access_denied_fails_the_job_and_says_why():
 
 
 def test_a_write_that_loses_the_race_is_computed_again_on_the_job_as_it_now_stands():
-    store = FakeStore(conflicts=2)
+    store = FakeJobs(conflicts=2)
     store.jobs["j1"] = _job()
     engine, _, _ = _engine(store, FakeEcs(RunResult(task_arn=TASK + "b" * 32)))
     job = engine.drive("j1")
@@ -194,7 +173,7 @@ def test_a_write_that_loses_the_race_is_computed_again_on_the_job_as_it_now_stan
 
 
 def test_a_job_that_never_stops_changing_is_a_conflict_not_a_loop():
-    store = FakeStore(conflicts=100)
+    store = FakeJobs(conflicts=100)
     store.jobs["j1"] = _job()
     engine, _, _ = _engine(store, FakeEcs())
     with pytest.raises(Conflict):
@@ -206,7 +185,7 @@ def test_effects_hand_back_transitions_in_the_same_run_ebs_stop_to_the_next_laun
     """A STOPPED event of an EBS-mode attempt: the stop is written, the volume snapshotted (an effect),
     the snapshot's completion applied (the transition the effect handed back), and the next attempt
     launched from it: one call of run, no call back into it."""
-    store = FakeStore()
+    store = FakeJobs()
     arn1, arn2 = TASK + "1" * 32, TASK + "2" * 32
     ecs = FakeEcs(RunResult(task_arn=arn1), RunResult(task_arn=arn2))
     volumes = FakeVolumes()
@@ -235,7 +214,7 @@ def test_effects_hand_back_transitions_in_the_same_run_ebs_stop_to_the_next_laun
 
 
 def test_a_pending_snapshot_leaves_the_job_snapshotting_until_its_event():
-    store = FakeStore()
+    store = FakeJobs()
     arn1 = TASK + "1" * 32
     store.jobs["j1"] = _job(ebs_volume="checkpoints", checkpoint_uri="file:///ckpt/")
     engine, _, _ = _engine(store, FakeEcs(RunResult(task_arn=arn1)), FakeVolumes("pending"))
@@ -248,7 +227,7 @@ def test_a_pending_snapshot_leaves_the_job_snapshotting_until_its_event():
 
 
 def test_cancel_does_not_drive_and_stops_the_live_task():
-    store = FakeStore()
+    store = FakeJobs()
     arn1 = TASK + "1" * 32
     store.jobs["j1"] = _job()
     engine, _, _ = _engine(store, FakeEcs(RunResult(task_arn=arn1)))
@@ -258,7 +237,7 @@ def test_cancel_does_not_drive_and_stops_the_live_task():
 
 
 def test_a_transition_that_changes_nothing_writes_nothing():
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job(state=JobState.SUCCEEDED)
     engine, _, _ = _engine(store, FakeEcs())
     job, note = engine.run("j1", lambda j: Step(note="nothing to do"))

@@ -33,7 +33,8 @@ from spotguard.domain.pools import Observation, PoolRecord, Refreshed, fold
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.engine import Placement
-from tests.unit.test_job_engine import TASK, FakeEcs, FakeStore, _engine, _job
+from tests.fakes import FakeJobs
+from tests.unit.test_job_engine import TASK, FakeEcs, _engine, _job
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 URI = "s3://bucket/jobs/j1/"
@@ -241,7 +242,7 @@ class ScriptedPlacement(Placement):
 
 
 def test_the_engine_waits_as_the_placement_says_with_its_retry_scheduled_first():
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job()
     engine, _, retries = _engine(store, FakeEcs())
     engine.placement = ScriptedPlacement(spot_decision(placement="none", pool=None, recheck_seconds=420))
@@ -250,7 +251,7 @@ def test_the_engine_waits_as_the_placement_says_with_its_retry_scheduled_first()
 
 
 def test_a_pool_without_capacity_is_marked_and_the_job_decided_again_at_once():
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job()
     other = spot_decision(pool="gpu-spot/g5.xlarge/us-east-1b", availability_zone="us-east-1b")
     ecs = FakeEcs(RunResult(reason="RESOURCE:GPU", failure="capacity"), RunResult(task_arn=TASK + "b" * 32))
@@ -272,7 +273,7 @@ NOT_ASSOCIATED = (
 
 def test_a_pool_whose_provider_was_detached_is_marked_and_the_job_goes_elsewhere_not_failed():
     """Issue 29: ECS refusing the decision's provider (detached since the last sweep) failed the job."""
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job()
     od = spot_decision(placement="on-demand", pool="gpu-od/g5.xlarge/us-east-1a", capacity_provider="gpu-od")
     ecs = FakeEcs(RunResult(failure="request", reason=NOT_ASSOCIATED), RunResult(task_arn=TASK + "b" * 32))
@@ -286,7 +287,7 @@ def test_a_pool_whose_provider_was_detached_is_marked_and_the_job_goes_elsewhere
 
 
 def test_a_request_that_names_a_detached_provider_itself_still_fails_the_job():
-    store = FakeStore()
+    store = FakeJobs()
     store.jobs["j1"] = _job()
     engine, _, _ = _engine(store, FakeEcs(RunResult(failure="request", reason=NOT_ASSOCIATED)))
     engine.placement = placement = ScriptedPlacement(None)  # placed as the request says (capacity fixed)
@@ -317,11 +318,6 @@ class FakeBook:
         return Refreshed(cluster=cluster, pools=tuple(self.pools(cluster)))
 
 
-class NoCheckpoints:
-    def checkpoints(self, prefix_uri):
-        return []
-
-
 def pool(market: str, zone: str, gpus: int = 1, itype: str = "g5.xlarge", **kw) -> PoolRecord:
     base = {
         "cluster": "gpu-spot",
@@ -343,7 +339,7 @@ def pool(market: str, zone: str, gpus: int = 1, itype: str = "g5.xlarge", **kw) 
 
 def advisor(pools: list[PoolRecord]) -> tuple[CapacityAdvisor, FakeBook]:
     book = FakeBook(pools)
-    return CapacityAdvisor(book, NoCheckpoints(), lambda: T0, clusters=("gpu-spot",)), book
+    return CapacityAdvisor(book, FakeJobs(), lambda: T0, clusters=("gpu-spot",)), book
 
 
 def _job_on(cluster: str = "gpu-spot", **kw) -> Job:

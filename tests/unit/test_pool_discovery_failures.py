@@ -9,15 +9,14 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from spotguard.domain.pools import PoolRecord, SpotQuote, discover_pools, merge_discovered
+from spotguard.domain.pools import PoolRecord, SpotQuote, discover_pools
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.engine import PoolsRefreshed
 from spotguard.usecases.jobs.reconcile import Reconciler
 from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService
+from tests.fakes import FakeJobs, FakePools
 from tests.unit.test_job_engine import FakeEcs, _engine
-from tests.unit.test_placement import NoCheckpoints
-from tests.unit.test_pool_events import Store
 from tests.unit.test_pools import NOW, described
 
 REFUSED = "InvalidParameterValue: The following supplied instance types do not exist: [g6.xlarge]"
@@ -47,27 +46,12 @@ class Finder:
         return {}
 
 
-class Ledger:
-    """PoolStore's contract for a refresh, in memory."""
-
-    def __init__(self) -> None:
-        self.by_name: dict[str, PoolRecord] = {}
-
-    def pools(self, cluster, include_gone=False):
-        return [p for p in self.by_name.values() if p.cluster == cluster]
-
-    def save_discovered(self, cluster, pools, now, complete=True):
-        for p in pools:
-            self.by_name[p.name] = merge_discovered(self.by_name.get(p.name), p)
-        return sorted(self.pools(cluster), key=lambda p: p.name)
-
-
-def _spot(ledger: Ledger, itype: str) -> list[PoolRecord]:
+def _spot(ledger: FakePools, itype: str) -> list[PoolRecord]:
     return [p for p in ledger.by_name.values() if p.market == "spot" and p.instance_type == itype]
 
 
 def test_a_price_request_refused_for_one_type_loses_only_that_types_price(caplog):
-    ledger = Ledger()
+    ledger = FakePools()
     PoolService(Finder(), ledger, "us-east-1").refresh("gpu-spot", NOW)
     assert all(p.spot_price == 0.25 and p.spot_priced_at == NOW for p in _spot(ledger, "g6.xlarge"))
 
@@ -87,7 +71,7 @@ def test_a_price_request_refused_for_one_type_loses_only_that_types_price(caplog
 
 
 def test_a_new_pool_whose_price_cannot_be_read_has_no_price_and_is_not_available():
-    ledger = Ledger()
+    ledger = FakePools()
     refreshed = PoolService(Finder(refuse="g6.xlarge"), ledger, "us-east-1").refresh("gpu-spot", NOW)
     assert len(refreshed.errors) == 1
     assert all(p.spot_price is None and p.spot_priced_at is None for p in _spot(ledger, "g6.xlarge"))
@@ -102,7 +86,7 @@ class Book:
     """PoolService for two clusters, one of which cannot be discovered."""
 
     def __init__(self) -> None:
-        self.service = PoolService(Finder(refuse="g6.xlarge"), Ledger(), "us-east-1")
+        self.service = PoolService(Finder(refuse="g6.xlarge"), FakePools(), "us-east-1")
 
     def refresh(self, cluster, now):
         if cluster == "broken":
@@ -111,7 +95,7 @@ class Book:
 
 
 def test_a_cluster_whose_discovery_fails_is_logged_and_counted_and_stops_no_other(caplog):
-    advisor = CapacityAdvisor(Book(), NoCheckpoints(), lambda: NOW, clusters=("broken", "gpu-spot"))
+    advisor = CapacityAdvisor(Book(), FakeJobs(), lambda: NOW, clusters=("broken", "gpu-spot"))
     with caplog.at_level(logging.WARNING):
         refreshed = advisor.refresh(())
     assert isinstance(refreshed, PoolsRefreshed) and refreshed.pools == 7
@@ -123,7 +107,7 @@ def test_a_cluster_whose_discovery_fails_is_logged_and_counted_and_stops_no_othe
 
 
 def test_reconcile_counts_every_discovery_failure_and_no_job_failure():
-    engine, _, _ = _engine(Store(), FakeEcs())
-    engine.placement = CapacityAdvisor(Book(), NoCheckpoints(), lambda: NOW, clusters=("broken", "gpu-spot"))
+    engine, _, _ = _engine(FakeJobs(), FakeEcs())
+    engine.placement = CapacityAdvisor(Book(), FakeJobs(), lambda: NOW, clusters=("broken", "gpu-spot"))
     counts = Reconciler(JobService(engine, hosts=None, claims=None)).reconcile()  # type: ignore[arg-type]
     assert (counts["pools"], counts["discovery_errors"], counts["failed"]) == (7, 2, 0)

@@ -18,9 +18,10 @@ from spotguard.usecases.jobs.engine import PoolMarks
 from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService
 from tests.conftest import EVENTS
-from tests.unit.test_job_engine import TASK, FakeEcs, FakeStore, _engine, _job
-from tests.unit.test_placement import T0, NoCheckpoints, _job_on, _running, advisor, pool
-from tests.unit.test_pool_facts import Ledger, record
+from tests.fakes import FakeJobs, FakePools
+from tests.unit.test_job_engine import TASK, FakeEcs, _engine, _job
+from tests.unit.test_placement import T0, _job_on, _running, advisor, pool
+from tests.unit.test_pool_facts import record
 
 SPOT = "gpu-spot/g5.xlarge/us-east-1a"
 ON_DEMAND = "gpu-on-demand/g5.xlarge/us-east-1a"
@@ -191,11 +192,6 @@ GROUP = "gpu-spot-a-group"
 NAME = "gpu-spot-a/g5.xlarge/us-east-1a"
 
 
-class Store(FakeStore):
-    def list(self, state, limit, **kw):
-        return [j for j in self.jobs.values() if j.state is state][:limit]
-
-
 def _waiting(launched: datetime):
     """A job whose task waits for an instance in the spot pool, launched at `launched`."""
     attempt = Attempt(
@@ -212,14 +208,14 @@ def _waiting(launched: datetime):
 
 def _service(*jobs):
     """JobService on fakes, with the real PoolService over an in-memory ledger (it folds facts)."""
-    ledger = Ledger(record("gpu-spot-a", "spot"), record("gpu-od", "on-demand"))
-    store = Store()
+    ledger = FakePools(record("gpu-spot-a", "spot"), record("gpu-od", "on-demand"))
+    store = FakeJobs()
     store.jobs.update({j.job_id: j for j in jobs})
     ecs = FakeEcs()
     engine, _, _ = _engine(store, ecs)
     engine.clock = lambda: NOW
     book = PoolService(None, ledger, "us-east-1")  # type: ignore[arg-type]
-    engine.placement = CapacityAdvisor(book, NoCheckpoints(), lambda: NOW, clusters=("gpu-spot",))
+    engine.placement = CapacityAdvisor(book, FakeJobs(), lambda: NOW, clusters=("gpu-spot",))
     return JobService(engine, hosts=None, claims=None), ledger, ecs  # type: ignore[arg-type]
 
 

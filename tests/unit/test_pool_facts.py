@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from spotguard.domain.pools import HostPlacement, PoolRecord, fold
+from spotguard.domain.pools import HostPlacement, PoolRecord
 from spotguard.domain.tasks import ContainerInstanceRef
 from spotguard.usecases.pools import HostPoolFacts
+from tests.fakes import FakePools
 
 T0 = datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
 REF = ContainerInstanceRef(
@@ -33,26 +34,6 @@ def record(provider: str, market: str, zone: str = "us-east-1a") -> PoolRecord:
     )
 
 
-class Ledger:
-    """PoolStore's contract in memory: pools by name, `record` folds (None for a pool not known)."""
-
-    def __init__(self, *pools: PoolRecord) -> None:
-        self.by_name = {p.name: p for p in pools}
-        self.calls: list[str] = []
-
-    def pools(self, cluster, include_gone=False):
-        self.calls.append("query")
-        return [p for p in self.by_name.values() if p.cluster == cluster]
-
-    def record(self, cluster, name, fact):
-        self.calls.append(f"record {name}")
-        pool = self.by_name.get(name)
-        if pool is None or pool.cluster != cluster:
-            return None
-        self.by_name[name] = fold(pool, fact)
-        return self.by_name[name]
-
-
 class Hosts:
     def __init__(self, placement: HostPlacement | None) -> None:
         self.placement_ = placement
@@ -69,7 +50,7 @@ POOLS = (
 
 
 def test_ecs_names_the_provider_the_pool_is_read_and_written_by_name():
-    ledger = Ledger(*POOLS)
+    ledger = FakePools(*POOLS)
     where = HostPlacement(
         cluster="gpu-spot",
         capacity_provider="gpu-spot-a",
@@ -87,7 +68,7 @@ def test_ecs_names_the_provider_the_pool_is_read_and_written_by_name():
 
 
 def test_without_a_provider_the_one_spot_pool_of_the_type_and_zone():
-    ledger = Ledger(*POOLS)
+    ledger = FakePools(*POOLS)
     where = HostPlacement(cluster="gpu-spot", instance_type="g5.xlarge", availability_zone="us-east-1a")
     assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == [
         "gpu-spot-a/g5.xlarge/us-east-1a"
@@ -106,6 +87,6 @@ def test_a_host_in_no_pool_keeps_no_fact():
         ),
         HostPlacement(cluster="gpu-spot", instance_type="g6.xlarge", availability_zone="us-east-1a"),
     ):
-        ledger = Ledger(*POOLS)
+        ledger = FakePools(*POOLS)
         assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == []
         assert all(not p.observations for p in ledger.by_name.values())
