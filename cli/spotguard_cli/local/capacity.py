@@ -242,7 +242,7 @@ def decision_line(d: dict[str, Any], start: datetime) -> str:
 
 def spend_line(spend: dict[str, Any]) -> str:
     """What the job spent, in words, and what its dollars are worth here."""
-    from spotguard_cli.jobs import spend_text
+    from spotguard_cli.jobs.render import spend_text
 
     note = f", {PRICES_NOTE}" if spend.get("dollars") is not None else ""
     return f"{spend_text(spend)}{note}"
