@@ -50,6 +50,29 @@ class Situation:
 
 
 @dataclass(frozen=True, slots=True)
+class JobNeeds:
+    """What the capacity policy is told about a job (`domain.jobs.placement.job_needs` makes it from the
+    job and its checkpoints; the capacity advisor adds what the job holds now)."""
+
+    gpus: int
+    work_left_hours: float  # from the newest checkpoint's progress, at the job's rate
+    restart_hours: float  # measured: launch to the first step after a restore
+    time_left_hours: float | None  # to the deadline; None: no deadline
+    placement: Placement = Placement.NONE
+    pool: str | None = None  # the spot pool it runs in, on spot
+    overhead_left_hours: float = 0.0
+    waited_hours: float = 0.0  # since it last ran
+    max_wait_hours: float = 1.0  # without a deadline: how long to wait for spot before on-demand
+    time_value_per_hour: float | None = None  # $ per hour unfinished; None: TIME_VALUE_SHARE of on-demand
+    # where the figures above come from (job_needs): the newest checkpoint's progress, the rate of progress
+    # per hour of running, and whether the rate and the restart were measured or are defaults
+    progress: float = 0.0
+    rate_per_hour: float | None = None
+    rate_measured: bool = False
+    restart_measured: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Choice:
     placement: Placement
     pool: int | None = None

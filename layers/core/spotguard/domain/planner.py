@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spotguard.domain.capacity import EPS, Choice, Placement, Situation, on_demand_needed
+from spotguard.domain.capacity import EPS, Choice, JobNeeds, Placement, Situation, on_demand_needed
 from spotguard.domain.capacity_model import AvailabilityHistory, coarse_hazards, joint_state
 from spotguard.domain.plans import JointPlan, Plan, plan_grid
 
@@ -288,20 +288,6 @@ class PoolOption:
     available: bool  # spot can be had there now (the latest launch or capacity answer)
     history: AvailabilityHistory | None = None  # SpotGuard's own record of the pool
     placement_score: int | None = None  # EC2 spot placement score, 1 (unlikely) to 10 (likely)
-
-
-@dataclass(frozen=True, slots=True)
-class JobNeeds:
-    gpus: int
-    work_left_hours: float  # from the newest checkpoint's progress
-    restart_hours: float  # measured: launch to the first step after a restore
-    time_left_hours: float | None  # to the deadline; None: no deadline
-    placement: Placement = Placement.NONE
-    pool: str | None = None  # the spot pool it runs in, on spot
-    overhead_left_hours: float = 0.0
-    waited_hours: float = 0.0  # since it last ran
-    max_wait_hours: float = 1.0  # without a deadline: how long to wait for spot before on-demand
-    time_value_per_hour: float | None = None  # $ per hour unfinished; None: TIME_VALUE_SHARE of on-demand
 
 
 @dataclass(frozen=True, slots=True)

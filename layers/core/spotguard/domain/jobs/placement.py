@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from spotguard.domain.capacity import JobNeeds
 from spotguard.domain.checkpoints import CheckpointRef
 
 DEFAULT_RESTART_HOURS = 0.2  # until measured: a GPU instance boots, pulls and restores in ~10-15 min
@@ -88,20 +89,6 @@ class Move(BaseModel):
     stop_requested_at: datetime | None = None
 
 
-class Needs(BaseModel):
-    """What the policy is told about a job (see the module's docstring for where each comes from)."""
-
-    model_config = ConfigDict(frozen=True)
-    gpus: int
-    progress: float
-    rate_per_hour: float
-    rate_measured: bool
-    work_left_hours: float
-    restart_hours: float
-    restart_measured: bool
-    time_left_hours: float | None
-
-
 def progress_rate(refs: Sequence[CheckpointRef]) -> float | None:
     """Progress per hour of running, from consecutive checkpoints of the same attempt (None: not yet
     measurable)."""
@@ -150,9 +137,9 @@ def job_needs(
     submitted_at: datetime,
     deadline: datetime | None,
     now: datetime,
-) -> Needs:
+) -> JobNeeds:
     """What the policy is told about the job now (the module's docstring says where each figure comes
-    from)."""
+    from); what it holds now is the capacity advisor's to add."""
     newest = max(refs, key=lambda r: r.sequence, default=None)
     progress = min(1.0, max(0.0, newest.progress)) if newest is not None else 0.0
     time_left = (deadline - now).total_seconds() / 3600 if deadline is not None else None
@@ -166,15 +153,15 @@ def job_needs(
     else:
         rate = 1.0 / DEFAULT_WORK_HOURS
     overheads = restart_overheads(launches, refs, rate)
-    return Needs(
+    return JobNeeds(
         gpus=gpus,
+        work_left_hours=max((1.0 - progress) / rate, 1 / 60),
+        restart_hours=statistics.median(overheads) if overheads else DEFAULT_RESTART_HOURS,
+        time_left_hours=time_left,
         progress=progress,
         rate_per_hour=rate,
         rate_measured=measured is not None,
-        work_left_hours=max((1.0 - progress) / rate, 1 / 60),
-        restart_hours=statistics.median(overheads) if overheads else DEFAULT_RESTART_HOURS,
         restart_measured=bool(overheads),
-        time_left_hours=time_left,
     )
 
 

@@ -103,7 +103,7 @@ class CapacityAdvisor(Placement):
             pool = by_name(pools).get(carried.pool or "")
             if pool is not None and pool.available_at(now):
                 return carried  # the move's own decision, for the launch it stopped the task for
-        from spotguard.domain.planner import JobNeeds, choose_capacity  # numpy, at the first decision
+        from spotguard.domain.planner import choose_capacity  # numpy, at the first decision
 
         live = job.live_attempt if trigger != "launch" else None
         needs = job_needs(
@@ -124,11 +124,8 @@ class CapacityAdvisor(Placement):
             else o
             for o in pool_options(pools, now, TICK_HOURS)
         ]
-        asked = JobNeeds(
-            gpus=job.gpus,
-            work_left_hours=needs.work_left_hours,
-            restart_hours=needs.restart_hours,
-            time_left_hours=needs.time_left_hours,
+        asked = replace(
+            needs,
             placement=held,
             pool=here,
             overhead_left_hours=_overhead_left(live, needs.restart_hours, now),
