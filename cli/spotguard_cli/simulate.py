@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spotguard.domain.capacity import (
     CapacityPolicy,
@@ -32,17 +32,9 @@ from spotguard_cli.arguments import one_line_errors, picture_file
 from spotguard_cli.arguments import positive as _positive
 from spotguard_cli.arguments import seed as _seed
 from spotguard_cli.progress import Bar, NoBar, progress
-from spotguard_cli.simulator import (
-    Job,
-    Prices,
-    RunResult,
-    Trace,
-    TraceError,
-    check_job,
-    load_trace,
-    omniscient,
-    simulate,
-)
+
+if TYPE_CHECKING:  # the simulator loads numpy: imported where a run needs it, not to build the CLI's parser
+    from spotguard_cli.simulator import Job, Prices, RunResult, Trace
 
 POLICIES = ("on-demand", "greedy", "uniform-progress", "spotguard", "omniscient")
 
@@ -79,6 +71,8 @@ def draw_starts(
 ) -> list[Run]:
     """N start times per trace (or once for all pools), each leaving room for the whole deadline, none
     before `earliest_hours` (the trace before that is only history: a benchmark on a later stretch)."""
+    from spotguard_cli.simulator import TraceError, check_job
+
     check_job(job, traces)
     gap = traces[0].gap_hours
     ticks = math.ceil(job.deadline_hours / gap - 1e-9)
@@ -100,6 +94,8 @@ def draw_starts(
 
 
 def run_one(policy: str, traces: Sequence[Trace], run: Run, job: Job, prices: Prices) -> RunResult:
+    from spotguard_cli.simulator import omniscient, simulate
+
     pools = [traces[i] for i in run.pools]
     if policy == "omniscient":
         return omniscient(pools, run.start, job, prices)
@@ -181,7 +177,7 @@ def summarise(
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-# the argument types are spotguard_cli.arguments' (imported from here by `spotguard local replay` too)
+# the argument types are spotguard_cli.arguments'
 
 
 def add_parser(sub: Any) -> None:
@@ -201,10 +197,9 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--samples", type=_count, required=True, metavar="N", help="start times per trace")
     p.add_argument("--seed", type=_seed, required=True, metavar="S")
-    p.add_argument("--spot-price", type=_positive("--spot-price"), default=Prices.spot, metavar="P")
-    p.add_argument(
-        "--ondemand-price", type=_positive("--ondemand-price"), default=Prices.on_demand, metavar="Q"
-    )
+    # default: the simulator's Prices, filled in when it runs
+    p.add_argument("--spot-price", type=_positive("--spot-price"), metavar="P")
+    p.add_argument("--ondemand-price", type=_positive("--ondemand-price"), metavar="Q")
     p.add_argument("--json", action="store_true", help="one JSON object (a list for several policies)")
     p.add_argument(
         "--plot",
@@ -219,17 +214,21 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
-    except (TraceError, ValueError) as exc:
+    except ValueError as exc:  # a TraceError is one
         print(f"spotguard simulate: {exc}", file=sys.stderr)
         return 2
 
 
 def _run(args: argparse.Namespace) -> int:
+    from spotguard_cli.simulator import Job, Prices, load_trace
+
     traces = [load_trace(path) for path in args.trace]
-    if args.spot_price > args.ondemand_price:
+    spot = Prices.spot if args.spot_price is None else args.spot_price
+    on_demand = Prices.on_demand if args.ondemand_price is None else args.ondemand_price
+    if spot > on_demand:
         raise ValueError("--spot-price is above --ondemand-price")
     job = Job(args.job_hours, args.deadline_hours, args.restart_hours)
-    prices = Prices(args.spot_price, args.ondemand_price)
+    prices = Prices(spot, on_demand)
     policies = list(dict.fromkeys(args.policy))
     runs = draw_starts(traces, job, args.samples, args.seed, args.multi_pool)
     show = not args.json  # progress on stderr, on a terminal only (progress() checks)
@@ -287,6 +286,8 @@ def plot(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from spotguard_cli.simulator import Job
 
     deadlines = deadline_points(job, traces)
     starts = {
