@@ -1,2 +1,2 @@
-"""The `spotguard` command line: main.py and one module per command; emulator/ and simulator/ are what
-`spotguard local` and `spotguard simulate` run."""
+"""The `spotguard` command line: main.py and a module or package per command (explain.py, jobs/, local/,
+simulate.py); emulator/ and simulator/ are what `spotguard local` and `spotguard simulate` run."""
