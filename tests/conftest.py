@@ -46,6 +46,33 @@ def _loopback_only(self: socket.socket, address: Any) -> Any:
 socket.socket.connect = _loopback_only  # type: ignore[method-assign]
 
 
+# ------------------------------------------------------------------------------------ the 2 s rule
+# A test not marked slow runs in `make check`, the loop people wait on: its call (the test body, not its
+# fixtures) may take at most this long, or it fails and says so. SPOTGUARD_FAST_TEST_SECONDS sets another
+# bound (a loaded machine, a profiler); 0 turns the rule off.
+FAST_TEST_SECONDS = float(os.environ.get("SPOTGUARD_FAST_TEST_SECONDS", "2"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if (
+        call.when != "call"
+        or not report.passed
+        or FAST_TEST_SECONDS <= 0
+        or call.duration <= FAST_TEST_SECONDS
+        or item.get_closest_marker("slow") is not None
+    ):
+        return
+    report.outcome = "failed"
+    report.longrepr = (
+        f"took {call.duration:.2f} s, over the {FAST_TEST_SECONDS:g} s a test not marked slow may take: "
+        f"{item.nodeid}\nMark it @pytest.mark.slow or make it faster (make check runs every test not marked "
+        "slow). On a loaded machine, SPOTGUARD_FAST_TEST_SECONDS=<seconds> sets the bound (0: none)."
+    )
+
+
 def load_event(name: str) -> dict[str, Any]:
     return dict(json.loads((EVENTS / name).read_text()))
 

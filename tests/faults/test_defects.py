@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from moto.ecs.models import ecs_backends
@@ -13,6 +14,8 @@ from moto.ecs.models import ecs_backends
 from spotguard.adapters import clients
 from spotguard_cli.emulator.inject import make_event
 from tests.integration.conftest import fresh_aws, make_world
+
+pytestmark = pytest.mark.slow  # each case deploys the stack into moto
 
 
 def test_a_lifecycle_action_waits_for_every_task_its_notice_stopped():

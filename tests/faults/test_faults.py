@@ -6,8 +6,12 @@ task stopped exactly once."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.faults.injector import MAX_ATTEMPTS, Fault
 from tests.faults.system import PATHS, FaultWorld, run_case
+
+pytestmark = pytest.mark.slow  # the package's world deploys the stack into moto; each case runs a path
 
 
 def test_the_end_state_survives_the_fault(fw: FaultWorld, fault_case: tuple[str, str, str]):

@@ -13,6 +13,8 @@ from spotguard_cli.main import main
 from tests.property.harness import PropertyWorld
 from tests.property.strategies import dumps
 
+pytestmark = pytest.mark.slow  # the package's system deploys the stack into moto
+
 
 def _one(system: PropertyWorld, queue: str, event: dict) -> tuple[bool, str | None]:
     system.restore()

@@ -16,6 +16,7 @@ import os
 import tempfile
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,8 @@ from spotguard_cli.main import main
 from tests.conftest import REPO
 from tests.property.harness import PropertyWorld, mutating
 from tests.property.strategies import SQS_TEXT, dumps, json_values, mutated
+
+pytestmark = pytest.mark.slow  # hypothesis runs each property over many examples against the stack in moto
 
 JOB_SAMPLES = {p.stem: json.loads(p.read_text()) for p in sorted((REPO / "events" / "jobs").glob("*.json"))}
 REFUSALS = {"BadRequest", "NotFound", "Conflict", "Unreadable"}

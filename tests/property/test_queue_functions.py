@@ -26,6 +26,8 @@ from spotguard_cli.main import main
 from tests.property.harness import Outcome, PropertyWorld
 from tests.property.strategies import SQS_TEXT, dumps, json_values, malformed, mutated
 
+pytestmark = pytest.mark.slow  # hypothesis runs each property over many examples against the stack in moto
+
 MAX_EVENT_BYTES = 256 * 1024  # EventBridge's largest event (PutEvents entry)
 QUEUES = {
     "interruptions": [
