@@ -48,10 +48,12 @@ test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # A test is marked @pytest.mark.slow (and left out here) when it starts a moto server, deploys the stack
-# into moto, runs a training or the agent as a process against moto, or takes more than ~2 s; a test file
-# whose every test is slow says so once (pytestmark). tests/e2e is slow throughout; a new test directory
-# joins FAST_TESTS once its slow tests carry the mark.
-FAST_TESTS := tests/unit tests/template tests/agent tests/integration
+# into moto, runs a training or the agent as a process against moto, or takes more than 2 s (tests/conftest.py
+# fails a test not marked slow whose call takes longer; SPOTGUARD_FAST_TEST_SECONDS sets another bound); a
+# test file whose every test is slow says so once (pytestmark). tests/e2e, tests/property, tests/faults and
+# tests/packaging are slow throughout; a new test directory joins FAST_TESTS once its slow tests carry the
+# mark. tests/contract holds the ledger adapters' contract tests (moto in-process, only the table).
+FAST_TESTS := tests/unit tests/template tests/agent tests/integration tests/contract
 check: lint
 	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" $(FAST_TESTS)
 
