@@ -33,6 +33,7 @@ def _of_type(cfn, kind):
     return {k: v for k, v in cfn["Resources"].items() if v["Type"] == kind}
 
 
+@pytest.mark.slow  # about 1.8 s of CPU: too near the 2 s a fast test may take (make test runs it)
 def test_cfn_lint_is_clean():
     from cfnlint.api import lint_file
 
