@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from spotguard.domain.jobs.model import TERMINAL  # a job's states once it has ended
+
 COLOURS = {"spot": "#2b8cbe", "on-demand": "#f03b20", None: "#999999"}
 
 
@@ -96,14 +98,11 @@ def bars_of(job: dict[str, Any], now: datetime | None = None) -> list[Bar]:
     return bars
 
 
-ENDED = ("succeeded", "failed", "cancelled", "gave-up")
-
-
 def _title(job: dict[str, Any], prices_note: str | None = None) -> str:
     """'job J: running - $1.20 so far'; for a job that has ended, what it spent ('- spent $3.40');
     `prices_note` says what the dollars are worth (the local stack's placeholder prices)."""
     title = f"job {job.get('job_id', '?')}: {job.get('state', '?')}"
-    ended = job.get("state") in ENDED
+    ended = job.get("state") in TERMINAL
     spend = job.get("spend") or {}
     if spend.get("dollars") is not None:
         lost = spend.get("dollars_lost")

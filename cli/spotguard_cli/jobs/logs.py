@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from spotguard.domain.jobs.model import TERMINAL  # a job's states once it has ended
 from spotguard_cli.clock import Clock
 
 ClientFactory = Callable[[str, "str | None"], Any]  # (service, region or None) -> a boto3 client
@@ -32,7 +33,6 @@ Fetch = Callable[[], dict[str, Any]]  # the jobs function's status answer
 LOOKBACK_MS = 10_000  # a poll reads again this far before the newest event seen (late ingestion)
 FINAL_GRACE_S = 2.0  # the job ended: read once more after this (the log driver's last flush)
 MAX_POLL_FAILURES = 5  # status or log reads failing this many polls in a row: give up (exit 1)
-TERMINAL = {"succeeded", "failed", "cancelled", "gave-up"}
 
 
 class Fatal(Exception):

@@ -29,9 +29,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from spotguard.domain.jobs.model import TERMINAL
 from spotguard_cli.emulator.timeline import Timeline
 from spotguard_cli.local.shared import (
-    TERMINAL,
     picture,
     print_end,
     reference_run,

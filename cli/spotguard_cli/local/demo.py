@@ -18,13 +18,13 @@ import signal
 import sys
 from typing import Any
 
+from spotguard.domain.jobs.model import TERMINAL
 from spotguard.domain.prices import PAPER_ON_DEMAND_PRICE, PAPER_SPOT_PRICE, on_demand_price
 from spotguard_cli.arguments import number, whole
 from spotguard_cli.emulator.timeline import Timeline
 from spotguard_cli.local import capacity
 from spotguard_cli.local.shared import (
     STATE_DIR,
-    TERMINAL,
     picture,
     print_end,
     reference_run,

@@ -16,7 +16,6 @@ STATE_FILE = STATE_DIR / "up.json"  # written by a running `up`, read by `inject
 SHORTAGE = "capacity-shortage"
 SHORTAGES = STATE_DIR / "shortages"  # `inject capacity-shortage` asks the running `up` through files here
 TRAIN = REPO / "examples" / "train.py"
-TERMINAL = ("succeeded", "failed", "gave-up", "cancelled")  # a job's states once it has ended
 PLACEHOLDER_PRICES = "moto's placeholder prices"
 
 

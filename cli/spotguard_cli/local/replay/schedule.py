@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spotguard_cli.local.shared import TERMINAL
+from spotguard.domain.jobs.model import TERMINAL
 
 if TYPE_CHECKING:
     from spotguard_cli.simulator import Job, Prices, Trace
