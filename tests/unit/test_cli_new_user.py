@@ -213,12 +213,12 @@ def test_a_whole_payload_given_as_the_request_says_what_to_give(capsys):
         (
             ["submit", "--cluster", "c", "--task-definition", "t", "--deadline", "tomorrow"],
             "spotguard jobs submit: --deadline (options.deadline): expected an ISO 8601 time with a time "
-            "zone, e.g. 2026-12-01T18:00:00Z, not 'tomorrow'",
+            "zone, e.g. 2027-06-01T18:00:00Z, not 'tomorrow'",
         ),
         (
             ["submit", "--cluster", "c", "--task-definition", "t", "--deadline", "2026-12-01T18:00"],
             "spotguard jobs submit: --deadline (options.deadline): expected an ISO 8601 time with a time "
-            "zone, e.g. 2026-12-01T18:00:00Z, not '2026-12-01T18:00'",
+            "zone, e.g. 2027-06-01T18:00:00Z, not '2026-12-01T18:00'",
         ),
         (
             ["list", "--limit", "0"],

@@ -47,7 +47,7 @@ def test_a_bad_time_shows_an_example():
         }
     )
     assert said == (
-        "options.deadline: expected an ISO 8601 time with a time zone, e.g. 2026-12-01T18:00:00Z, "
+        "options.deadline: expected an ISO 8601 time with a time zone, e.g. 2027-06-01T18:00:00Z, "
         "not 'tomorrow'"
     )
 

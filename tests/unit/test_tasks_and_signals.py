@@ -159,3 +159,30 @@ def test_anything_that_is_not_a_plain_id_is_refused(bad):
 def test_unknown_signals_are_refused():
     with pytest.raises(ValueError):
         signal_document_parameters([_task()], "SIGKILL")
+
+
+@pytest.mark.parametrize(
+    ("started_by", "ref"),
+    [
+        ("spotguard/job-1/2", ("job-1", 2)),
+        ("spotguard/job-1/2\n", None),  # `$` let a trailing newline through
+        ("spotguard/job-1/2/x", None),
+    ],
+)
+def test_a_task_is_spotguards_only_when_started_by_says_so_whole(started_by, ref):
+    from spotguard.domain.tasks import TaskEvent
+
+    task = TaskEvent(
+        task_arn="arn:aws:ecs:us-east-1:123456789012:task/c/t",
+        cluster_arn="c",
+        last_status="RUNNING",
+        started_by=started_by,
+    )
+    assert task.job_ref == ref
+
+
+def test_only_a_manifest_key_whole_is_a_checkpoint():
+    from spotguard.domain.checkpoints import manifest_location
+
+    assert manifest_location("b", "run/checkpoints/3/MANIFEST.json") == ("s3://b/run/", 3)
+    assert manifest_location("b", "run/checkpoints/3/MANIFEST.json\n") is None

@@ -61,7 +61,7 @@ class ManifestEvent(BaseModel):
 
 def manifest_location(bucket: str, key: str) -> tuple[str, int] | None:
     """(the job's checkpoint prefix URI, the sequence) when `key` is a checkpoint's manifest."""
-    m = _MANIFEST_KEY.match(key)
+    m = _MANIFEST_KEY.fullmatch(key)  # whole: `$` would let a trailing newline through
     if not m:
         return None
     return f"s3://{bucket}/{m['prefix']}", int(m["seq"])

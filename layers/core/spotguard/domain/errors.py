@@ -15,7 +15,7 @@ _TYPE_NAMES = frozenset(
     # names no JSON field of SpotGuard's inputs has ('time', 'url', 'model' are left to the brackets)
     ("str", "int", "float", "bool", "bytes", "decimal", "uuid", "BaseModel", "constrained-str")
 )
-TIME_EXAMPLE = "2026-12-01T18:00:00Z"
+TIME_EXAMPLE = "2027-06-01T18:00:00Z"
 MAX_NAMED = 8  # more errors than this in one input: the rest are counted, not named
 
 

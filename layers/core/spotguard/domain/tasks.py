@@ -121,7 +121,7 @@ class TaskEvent(BaseModel):
     @property
     def job_ref(self) -> tuple[str, int] | None:
         """(job id, attempt) when SpotGuard started this task."""
-        m = _STARTED_BY.match(self.started_by)
+        m = _STARTED_BY.fullmatch(self.started_by)  # whole: `$` lets a trailing newline through
         return (m["job"], int(m["attempt"])) if m else None
 
     @property

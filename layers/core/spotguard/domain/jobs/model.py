@@ -260,7 +260,7 @@ class Job(BaseModel):
     @field_validator("job_id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if not JOB_ID.match(v):
+        if not JOB_ID.fullmatch(v):
             raise ValueError("job ids are 1-64 letters, digits, - and _, starting with a letter or digit")
         return v
 
