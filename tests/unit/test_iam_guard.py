@@ -78,6 +78,50 @@ def test_an_operation_needs_the_action_iam_authorises_it_under(service, operatio
     assert actions_of(_model(service, operation), params) == actions
 
 
+@pytest.mark.parametrize(
+    ("service", "operation", "params", "also"),
+    [
+        ("ecs", "RunTask", {"tags": [{"key": "spotguard:job-id", "value": "j"}]}, ["ecs:TagResource"]),
+        ("ecs", "RunTask", {"overrides": {"taskRoleArn": "arn:aws:iam::1:role/r"}}, ["iam:PassRole"]),
+        (
+            "ecs",
+            "RunTask",
+            {
+                "volumeConfigurations": [
+                    {"name": "ckpt", "managedEBSVolume": {"roleArn": "arn:aws:iam::1:role/e"}}
+                ]
+            },
+            ["iam:PassRole"],
+        ),
+        ("ec2", "CreateSnapshot", {"TagSpecifications": [{"ResourceType": "snapshot"}]}, ["ec2:CreateTags"]),
+        ("sns", "Publish", {}, ["kms:GenerateDataKey", "kms:Decrypt"]),
+    ],
+)
+def test_a_call_needs_the_actions_its_parameters_add(service, operation, params, also):
+    needed = actions_of(_model(service, operation), params, encrypted_topics=True)
+    assert needed == [f"{service}:{operation}", *also]
+
+
+def test_the_stack_s_topic_is_encrypted_so_a_publish_needs_kms(guard: RoleGuard):
+    assert guard.encrypted_topics
+    for action in ("sns:Publish", "kms:GenerateDataKey", "kms:Decrypt", "ecs:TagResource", "iam:PassRole"):
+        assert guard.allows("JobsFunction", action), action
+
+
+def test_without_tagging_at_launch_a_job_s_run_task_is_refused():
+    """What the guard is for: a statement taken from a role makes the call that needs it fail locally,
+    as it would on AWS (here the jobs policy's TagJobTasksAtLaunch, which RunTask's tags need)."""
+    cfn = translate(parameters=PARAMS)
+    statements = cfn["Resources"]["JobsPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    cfn["Resources"]["JobsPolicy"]["Properties"]["PolicyDocument"]["Statement"] = [
+        s for s in statements if s.get("Sid") != "TagJobTasksAtLaunch"
+    ]
+    narrowed = RoleGuard.of(cfn, PARAMS, PSEUDO)
+    needed = actions_of(_model("ecs", "RunTask"), {"tags": [{"key": "k", "value": "v"}]})
+    assert not all(narrowed.allows("JobsFunction", a) for a in needed)
+    assert not narrowed.allows("JobsFunction", "ecs:TagResource")
+
+
 def test_a_call_the_role_lacks_is_refused_as_aws_would_and_kept(guard: RoleGuard, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")

@@ -76,15 +76,32 @@ _TRANSACT_WRITE = {
 _PREFIX_OF = {"monitoring": "cloudwatch"}  # signing names that are not the IAM prefix
 
 
-def actions_of(model: Any, params: dict[str, Any]) -> list[str]:
-    """The IAM actions one API call needs."""
+def actions_of(model: Any, params: dict[str, Any], encrypted_topics: bool = False) -> list[str]:
+    """The IAM actions one API call needs: its own, and those its parameters add (tags given at creation,
+    roles passed, KMS for a topic encrypted with a customer key: `encrypted_topics`)."""
     prefix = model.service_model.signing_name
     prefix = _PREFIX_OF.get(prefix, prefix)
     name = f"{prefix}:{model.name}"
     if name == "dynamodb:TransactWriteItems":
         kinds = {k for item in params.get("TransactItems", []) for k in item}
         return sorted(f"dynamodb:{_TRANSACT_WRITE[k]}" for k in kinds if k in _TRANSACT_WRITE)
-    return _ACTION_OF.get(name, [name])
+    actions = list(_ACTION_OF.get(name, [name]))
+    if name == "ecs:RunTask":
+        if params.get("tags"):
+            actions.append("ecs:TagResource")  # tags at launch are authorised as TagResource
+        overrides = params.get("overrides") or {}
+        volumes = params.get("volumeConfigurations") or []
+        if (
+            overrides.get("taskRoleArn")
+            or overrides.get("executionRoleArn")
+            or any((v.get("managedEBSVolume") or {}).get("roleArn") for v in volumes)
+        ):
+            actions.append("iam:PassRole")
+    if name == "ec2:CreateSnapshot" and params.get("TagSpecifications"):
+        actions.append("ec2:CreateTags")
+    if name == "sns:Publish" and encrypted_topics:
+        actions += ["kms:GenerateDataKey", "kms:Decrypt"]
+    return actions
 
 
 @dataclass(frozen=True)
@@ -103,6 +120,7 @@ class RoleGuard:
 
     allowed: dict[str, list[str]]  # function logical id -> action patterns its role allows
     refused: dict[str, list[str]] = field(default_factory=dict)  # -> patterns denied on every resource
+    encrypted_topics: bool = False  # the stack's topics use a customer key: Publish needs KMS too
     denied: list[Denial] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -134,7 +152,11 @@ class RoleGuard:
                         allow += acts
                     elif s.get("Resource") == "*":  # a Deny scoped to resources does not deny the action
                         deny += acts
-        return cls(allowed=allowed, refused=refused)
+        encrypted = any(
+            r["Type"] == "AWS::SNS::Topic" and "KmsMasterKeyId" in r.get("Properties", {})
+            for r in resources.values()
+        )
+        return cls(allowed=allowed, refused=refused, encrypted_topics=encrypted)
 
     def allows(self, function: str, action: str) -> bool:
         def matches(patterns: list[str]) -> bool:
@@ -150,7 +172,7 @@ class RoleGuard:
         function = RUNNING.get()
         if function is None or function not in self.allowed:  # not a function's call: the test's own
             return
-        for action in actions_of(model, params):
+        for action in actions_of(model, params, self.encrypted_topics):
             if not self.allows(function, action):
                 with self._lock:
                     self.denied.append(Denial(function, action, model.name))
