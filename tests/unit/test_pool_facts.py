@@ -4,7 +4,9 @@ start loads of the pools (nothing)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from spotguard.domain.pools import HostPlacement, PoolRecord
 from spotguard.domain.tasks import ContainerInstanceRef
@@ -90,3 +92,22 @@ def test_a_host_in_no_pool_keeps_no_fact():
         ledger = FakePools(*POOLS)
         assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == []
         assert all(not p.observations for p in ledger.by_name.values())
+
+
+@pytest.mark.parametrize("ahead", [timedelta(days=1), timedelta(days=365 * 4)])
+def test_a_rebalance_dated_ahead_of_the_clock_is_kept_on_no_pool(ahead):
+    """Kept, a rebalance dated 2030 would leave the pool's rebalance count undecayed until then; the
+    time bound of Auto Scaling's events holds for it too."""
+    ledger = FakePools(*POOLS)
+    where = HostPlacement(
+        cluster="gpu-spot",
+        capacity_provider="gpu-spot-a",
+        instance_type="g5.xlarge",
+        availability_zone="us-east-1a",
+    )
+    facts = HostPoolFacts(Hosts(where), ledger, clock=lambda: T0)
+    assert facts.record_rebalance(REF, REF.instance_id, T0 + ahead) == []
+    assert all(not p.observations for p in ledger.pools("gpu-spot"))
+    assert facts.record_rebalance(REF, REF.instance_id, T0 + timedelta(minutes=1)) == [  # clock skew: kept
+        "gpu-spot-a/g5.xlarge/us-east-1a"
+    ]

@@ -92,7 +92,7 @@ class LazyPoolFacts:
                 from spotguard.adapters.pool_store import PoolStore
                 from spotguard.usecases.pools import HostPoolFacts
 
-                self._facts = HostPoolFacts(self.ecs, PoolStore(self.dynamodb, self.table))
+                self._facts = HostPoolFacts(self.ecs, PoolStore(self.dynamodb, self.table), utcnow)
             facts = self._facts
         return facts.record_rebalance(ref, instance_id, at)
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +36,7 @@ from spotguard.domain.pools import (
     Refreshed,
     ScoreQuote,
     SpotQuote,
+    ahead_of_clock,
     host_pools,
     matching_pools,
     pool_name,
@@ -208,17 +210,30 @@ class HostPoolFacts:
     provider, type and zone); when it names the provider, that is the pool's name, and the fact is folded
     into it (a read and a write); when it does not, the cluster's pools are read (one Query) and
     `domain.pools.host_pools` picks the one spot pool of that type and zone. A host in no discovered
-    pool keeps no fact. Safe to repeat: `fold` keeps a fact once."""
+    pool keeps no fact, and neither does a fact dated ahead of the clock (`ahead_of_clock`: kept, a
+    rebalance dated 2030 would hold the pool's count undecayed until then). Safe to repeat: `fold` keeps a
+    fact once."""
 
-    def __init__(self, hosts: HostPlacements, ledger: PoolLedger) -> None:
+    def __init__(
+        self,
+        hosts: HostPlacements,
+        ledger: PoolLedger,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self.hosts = hosts
         self.ledger = ledger
+        self.clock = clock
 
     def record_rebalance(self, ref: ContainerInstanceRef, instance_id: str, at: datetime) -> list[str]:
         return self.record(ref, rebalance_fact(at, instance_id))
 
     def record(self, ref: ContainerInstanceRef, fact: Observation) -> list[str]:
-        """Fold a fact into the host's pool; the pools' names that kept it (none: no pool known)."""
+        """Fold a fact into the host's pool; the pools' names that kept it (none: no pool known, or the
+        fact is dated ahead of the clock)."""
+        refused = ahead_of_clock(fact.at, self.clock())
+        if refused is not None:
+            log.warning("%s fact not kept: %s", fact.source, refused)
+            return []
         where = self.hosts.placement(ref)
         if where is None:
             log.info("%s fact not kept: ECS no longer describes %s", fact.source, ref.container_instance_arn)
