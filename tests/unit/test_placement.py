@@ -32,7 +32,7 @@ from spotguard.domain.jobs.transitions import (
 from spotguard.domain.pools import Observation, PoolRecord, Refreshed, fold
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
-from spotguard.usecases.jobs.engine import Placement
+from spotguard.usecases.jobs.engine import LaunchPlacement
 from tests.fakes import FakeJobs
 from tests.unit.test_job_engine import TASK, FakeEcs, _engine, _job
 
@@ -226,7 +226,7 @@ def test_a_task_without_an_instance_is_stopped_to_launch_elsewhere():
 
 
 # ------------------------------------------------------------------------------------------ the engine
-class ScriptedPlacement(Placement):
+class ScriptedPlacement(LaunchPlacement):
     def __init__(self, *decisions: PlacementDecision | None) -> None:
         self.decisions = list(decisions)
         self.failed: list[str] = []
@@ -436,3 +436,29 @@ def test_a_refused_provider_backs_off_every_pool_of_it_but_is_no_spot_history():
         T0 + timedelta(hours=1)
     )
     assert marked.history_facts == () and marked.capacity_facts == (book.facts[0][1],)
+
+
+class FakeSignaller:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list, str]] = []
+
+    def signal(self, instance_id, tasks, signal):
+        self.sent.append((instance_id, list(tasks), signal))
+        return "sent"
+
+
+def test_a_move_asks_for_its_checkpoint_through_the_engine_s_signaller():
+    """The move's SIGUSR1 is an effect the engine carries out through the Signaller port (SSM), not a
+    call into the capacity advisor."""
+    store = FakeJobs()
+    store.jobs["j1"] = _running()
+    engine, _, _ = _engine(store, FakeEcs())
+    engine.signaller = signaller = FakeSignaller()
+    to = spot_decision(placement="on-demand", pool="gpu-od/g5.xlarge/us-east-1a", trigger="reconcile")
+    job, _ = engine.run("j1", lambda j: request_move(j, to, T0), drive=False)
+    assert job.move is not None
+    ((instance, (task,), signal),) = signaller.sent
+    assert (instance, signal, task.task_arn) == ("i-0123456789abcdef0", "SIGUSR1", TASK + "a" * 32)
+    engine.signaller = None  # none configured: the move waits (logged), nothing raises
+    store.jobs["j2"] = _running(job_id="j2")
+    engine.run("j2", lambda j: request_move(j, to, T0), drive=False)

@@ -108,6 +108,8 @@ def test_a_cluster_whose_discovery_fails_is_logged_and_counted_and_stops_no_othe
 
 def test_reconcile_counts_every_discovery_failure_and_no_job_failure():
     engine, _, _ = _engine(FakeJobs(), FakeEcs())
-    engine.placement = CapacityAdvisor(Book(), FakeJobs(), lambda: NOW, clusters=("broken", "gpu-spot"))
-    counts = Reconciler(JobService(engine, hosts=None, claims=None)).reconcile()  # type: ignore[arg-type]
+    advisor = CapacityAdvisor(Book(), FakeJobs(), lambda: NOW, clusters=("broken", "gpu-spot"))
+    engine.placement = advisor
+    jobs = JobService(engine, None, None, placement=advisor, pool_facts=advisor, retries=engine.retries)  # type: ignore[arg-type]
+    counts = Reconciler(jobs, pool_facts=advisor).reconcile()
     assert (counts["pools"], counts["discovery_errors"], counts["failed"]) == (7, 2, 0)

@@ -215,8 +215,10 @@ def _service(*jobs):
     engine, _, _ = _engine(store, ecs)
     engine.clock = lambda: NOW
     book = PoolService(None, ledger, "us-east-1")  # type: ignore[arg-type]
-    engine.placement = CapacityAdvisor(book, FakeJobs(), lambda: NOW, clusters=("gpu-spot",))
-    return JobService(engine, hosts=None, claims=None), ledger, ecs  # type: ignore[arg-type]
+    advisor = CapacityAdvisor(book, FakeJobs(), lambda: NOW, clusters=("gpu-spot",))
+    engine.placement = advisor
+    service = JobService(engine, None, None, placement=advisor, pool_facts=advisor, retries=engine.retries)  # type: ignore[arg-type]
+    return service, ledger, ecs
 
 
 def _event(at: datetime, available: bool) -> PoolEvent:

@@ -55,7 +55,9 @@ class JobsRuntime:
             PoolStore(dynamodb, env.ledger_table),
             region=dynamodb.meta.region_name,
         )
-        signals = SsmSignaller(LazyClient("ssm"), env.signal_document) if env.signal_document else None
+        signaller = SsmSignaller(LazyClient("ssm"), env.signal_document) if env.signal_document else None
+        advisor = CapacityAdvisor(self.pools, store, self.now, env.clusters)  # both capacity ports
+        retries = RetryQueue(sqs, env.retry_queue_url)
         engine = JobEngine(
             config=JobsConfig(
                 settings=env.settings,
@@ -72,10 +74,11 @@ class JobsRuntime:
             ecs=JobsEcsAdapter(ecs),
             checkpoints=CheckpointService(S3Checkpoints(LazyClient("s3")), ledger),
             notifier=MeteredNotifications(Notifier(LazyClient("sns"), LazyClient("events"), env.topic_arn)),
-            retries=RetryQueue(sqs, env.retry_queue_url),
+            retries=retries,
             clock=self.now,
             volumes=volumes,
-            placement=CapacityAdvisor(self.pools, store, self.now, env.clusters, signals),
+            placement=advisor,
+            signaller=signaller,
         )
         self.service = JobService(
             engine,
@@ -84,8 +87,11 @@ class JobsRuntime:
             index=ledger,
             volumes=volumes,
             meter=SpendMeter(store),
+            placement=advisor,
+            pool_facts=advisor,
+            retries=retries,
         )
-        self.reconciler = Reconciler(self.service)
+        self.reconciler = Reconciler(self.service, pool_facts=advisor)
         self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
         self.idempotency = IdempotencyConfig(expires_after_seconds=SUBMIT_IDEMPOTENCY_SECONDS)
         store = DynamoDBPersistenceLayer(table_name=env.idempotency_table, boto3_client=dynamodb)

@@ -43,12 +43,11 @@ from spotguard.domain.pools import (
     pool_options,
 )
 from spotguard.domain.task_events import PoolEvent
-from spotguard.domain.tasks import TaskInfo
 
 if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not at a cold start
     from spotguard.domain.planner import CapacityDecision, PoolOption
 from spotguard.ports import JobStore
-from spotguard.usecases.jobs.engine import Placement, PoolMarks, PoolsRefreshed
+from spotguard.usecases.jobs.engine import LaunchPlacement, PoolFacts, PoolMarks, PoolsRefreshed
 from spotguard.usecases.pools import failure_reason
 
 TICK_HOURS = 1 / 6  # the policy's tick: 10 minutes, the resolution of the traces it was built on
@@ -68,22 +67,20 @@ class PoolBook(Protocol):
     def refresh(self, cluster: str, now: datetime) -> Refreshed: ...
 
 
-class Signals(Protocol):
-    def signal(self, instance_id: str, tasks: Sequence[TaskInfo], signal: str) -> str: ...
+class CapacityAdvisor(LaunchPlacement, PoolFacts):
+    """Both capacity ports over the cluster's pools: where each launch goes (the engine's
+    `LaunchPlacement`), and what the jobs path learns of the pools and their discovery (`PoolFacts`, for
+    JobService and Reconciler)."""
 
-
-class CapacityAdvisor(Placement):
     def __init__(
         self,
         book: PoolBook,
         store: JobStore,
         clock: Callable[[], datetime],
         clusters: Sequence[str] = (),
-        signals: Signals | None = None,
     ) -> None:
         self.book, self.store, self.clock = book, store, clock
         self.clusters = tuple(clusters)
-        self.signals = signals
 
     # ------------------------------------------------------------------------------------ decisions
     def decide(self, job: Job, trigger: str) -> PlacementDecision | None:
@@ -260,24 +257,6 @@ class CapacityAdvisor(Placement):
             found += len(refreshed.pools)
             errors += refreshed.errors
         return PoolsRefreshed(pools=found, errors=tuple(errors))
-
-    def checkpoint(self, job: Job, attempt: int) -> None:
-        """SIGUSR1 to the attempt's checkpoint container (a move asks for a checkpoint first)."""
-        live = next((a for a in job.attempts if a.number == attempt), None)
-        if self.signals is None or live is None or not live.instance_id:
-            log.warning(
-                "job %s: cannot signal attempt %s (no instance known); the move waits", job.job_id, attempt
-            )
-            return
-        container = job.options.checkpoint_container or (job.containers[0] if job.containers else None)
-        task = TaskInfo(
-            task_arn=live.task_arn,
-            cluster_arn=job.request.cluster,
-            task_definition_arn=job.request.taskDefinition,
-            container_instance_arn=live.container_instance_arn,
-            containers=((container, None),) if container else (),
-        )  # no runtime id: the signal document finds the container by the task's labels
-        self.signals.signal(live.instance_id, [task], "SIGUSR1")
 
     def _record(
         self,

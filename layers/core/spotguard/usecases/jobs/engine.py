@@ -14,6 +14,7 @@ Nothing here calls back into `run`: effects only ever return transitions for the
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -47,12 +48,13 @@ from spotguard.domain.jobs.transitions import (
 )
 from spotguard.domain.run_errors import pool_refused
 from spotguard.domain.settings import Settings
-from spotguard.domain.tasks import ManageMode
-from spotguard.ports import JobEcs, JobStore, LaunchRetries, NewestCheckpoint, Notifications
+from spotguard.domain.tasks import ManageMode, TaskInfo
+from spotguard.ports import JobEcs, JobStore, LaunchRetries, NewestCheckpoint, Notifications, Signaller
 
 if TYPE_CHECKING:
     from spotguard.domain.task_events import PoolEvent
 
+log = logging.getLogger(__name__)
 MAX_WRITE_TRIES = 8  # compare-and-set conflicts (concurrent events for one job) before giving up
 MAX_DRIVE_STEPS = 6  # launches begun in one run (each RunTask answer is applied before the next)
 
@@ -108,9 +110,9 @@ class PoolsRefreshed(NamedTuple):
     errors: tuple[str, ...] = ()
 
 
-class Placement:
-    """Where each launch goes (usecases.jobs.capacity.CapacityAdvisor): this default places every
-    launch as its request says, and has nothing to learn from a failed one."""
+class LaunchPlacement:
+    """Where each launch goes: the engine's one question about capacity, and what a failed launch taught
+    (usecases.jobs.capacity.CapacityAdvisor). This default places every launch as its request says."""
 
     def decide(self, job: Job, trigger: str) -> PlacementDecision | None:
         return None
@@ -122,8 +124,10 @@ class Placement:
         """ECS refused the decision's capacity provider (`domain.run_errors.pool_refused`): mark its
         pools unavailable."""
 
-    def checkpoint(self, job: Job, attempt: int) -> None:
-        raise RuntimeError("a move without a signaller")
+
+class PoolFacts:
+    """What the jobs path learns about the pools, and their discovery (usecases.jobs.capacity.
+    CapacityAdvisor); JobService and Reconciler are given it. This default keeps nothing."""
 
     def pool_event(self, ev: PoolEvent) -> PoolMarks:
         """Record a pool event; the pools that kept it, and those it holds for now."""
@@ -155,7 +159,8 @@ class JobEngine:
         retries: LaunchRetries,
         clock: Callable[[], datetime],
         volumes: VolumeEffects | None = None,
-        placement: Placement | None = None,
+        placement: LaunchPlacement | None = None,
+        signaller: Signaller | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -165,7 +170,8 @@ class JobEngine:
         self.retries = retries
         self.clock = clock
         self.volumes = volumes or VolumeEffects()
-        self.placement = placement or Placement()
+        self.placement = placement or LaunchPlacement()
+        self.signaller = signaller  # a move's SIGUSR1 to the job's checkpoint container (SSM)
 
     def get(self, job_id: str) -> Job:
         job = self.store.get(job_id)  # UnreadableJob: the caller says which job, and why, in one line
@@ -292,8 +298,28 @@ class JobEngine:
         elif isinstance(effect, Cleanup):
             return self.volumes.cleanup(job, effect)
         elif isinstance(effect, Checkpoint):
-            self.placement.checkpoint(job, effect.attempt)
+            self._signal_checkpoint(job, effect.attempt)
         return []
+
+    def _signal_checkpoint(self, job: Job, attempt: int) -> None:
+        """SIGUSR1 to the attempt's checkpoint container (a move asks for a checkpoint first)."""
+        live = next((a for a in job.attempts if a.number == attempt), None)
+        if self.signaller is None or live is None or not live.instance_id:
+            log.warning(
+                "job %s: cannot signal attempt %s (no signaller, or no instance known); the move waits",
+                job.job_id,
+                attempt,
+            )
+            return
+        container = job.options.checkpoint_container or (job.containers[0] if job.containers else None)
+        task = TaskInfo(
+            task_arn=live.task_arn,
+            cluster_arn=job.request.cluster,
+            task_definition_arn=job.request.taskDefinition,
+            container_instance_arn=live.container_instance_arn,
+            containers=((container, None),) if container else (),
+        )  # no runtime id: the signal document finds the container by the task's labels
+        self.signaller.signal(live.instance_id, [task], "SIGUSR1")
 
     def _launch(self, job: Job, launch: Launch) -> Transition:
         """RunTask for the attempt (the same client token returns the same task when repeated); the

@@ -31,10 +31,10 @@ from spotguard.domain.jobs.transitions import (
 from spotguard.domain.prices import task_share
 from spotguard.domain.task_events import PoolEvent, indexed_info, pool_event_refused
 from spotguard.domain.tasks import TaskEvent
-from spotguard.ports import Hosts, JobEcs, JobStore, StopClaims, TaskIndex
+from spotguard.ports import Hosts, JobEcs, JobStore, LaunchRetries, StopClaims, TaskIndex
 from spotguard.usecases.jobs.adoption import Adoption
 from spotguard.usecases.jobs.ebs import EbsVolumes, ebs_checkpointing
-from spotguard.usecases.jobs.engine import JobEngine, JobsConfig, Transition
+from spotguard.usecases.jobs.engine import JobEngine, JobsConfig, LaunchPlacement, PoolFacts, Transition
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,17 @@ class JobService:
         index: TaskIndex | None = None,
         volumes: EbsVolumes | None = None,
         meter: Callable[[Job | None, Job], None] | None = None,
+        placement: LaunchPlacement | None = None,
+        pool_facts: PoolFacts | None = None,
+        *,
+        retries: LaunchRetries,
     ) -> None:
         self.engine = engine
+        # the capacity ports, given to the service directly (the composition root passes the advisor
+        # for both): where a move would go, and what the pools taught
+        self.placement = placement or LaunchPlacement()
+        self.pool_facts = pool_facts or PoolFacts()
+        self.retries = retries
         self.config: JobsConfig = engine.config
         self.store: JobStore = engine.store
         self.ecs: JobEcs = engine.ecs
@@ -183,7 +192,7 @@ class JobService:
             )
         after, note = self.engine.run(job_id, self._task_event(ev), current=job)
         try:
-            self.engine.placement.task_seen(job, after)
+            self.pool_facts.task_seen(job, after)
         except Exception:  # a pool fact lost costs a little knowledge, never the job's event
             log.exception("job %s: could not record what its task taught about its pool", job_id)
         if self.meter is not None:
@@ -203,7 +212,7 @@ class JobService:
         now = self.clock()
         if job.retry_at is not None and now < job.retry_at:
             wait = max(1, int((job.retry_at - now).total_seconds() + 0.999))
-            self.engine.retries.schedule(job_id, launch_try, wait)
+            self.retries.schedule(job_id, launch_try, wait)
             return f"not due yet: checking again in {wait} s"
         self.engine.drive(job_id, job)
         return "launched"
@@ -234,7 +243,7 @@ class JobService:
         if refused:
             log.warning("pool event refused: %s", refused)
             return f"refused: {refused}"
-        marks = self.engine.placement.pool_event(ev)
+        marks = self.pool_facts.pool_event(ev)
         if not marks.kept:
             return f"group {ev.group} is no pool of a watched cluster"
         if not marks.in_effect:
@@ -282,7 +291,7 @@ class JobService:
             or (now - attempt.launched_at).total_seconds() < options.min_move_interval_seconds
         ):
             return False
-        decision = self.engine.placement.decide(job, trigger)
+        decision = self.placement.decide(job, trigger)
         if decision is None or decision.placement in ("none", attempt.market):
             return False
         self.engine.run(job.job_id, lambda j: request_move(j, decision, now), current=job, drive=False)
