@@ -110,6 +110,8 @@ def test_reconcile_counts_every_discovery_failure_and_no_job_failure():
     engine, _, _ = _engine(FakeJobs(), FakeEcs())
     advisor = CapacityAdvisor(Book(), FakeJobs(), lambda: NOW, clusters=("broken", "gpu-spot"))
     engine.placement = advisor
-    jobs = JobService(engine, None, None, placement=advisor, pool_facts=advisor, retries=engine.retries)  # type: ignore[arg-type]
-    counts = Reconciler(jobs, pool_facts=advisor).reconcile()
+    jobs = JobService(
+        engine, None, None, placement=advisor, pool_observations=advisor, retries=engine.retries
+    )  # type: ignore[arg-type]
+    counts = Reconciler(jobs, pool_observations=advisor).reconcile()
     assert (counts["pools"], counts["discovery_errors"], counts["failed"]) == (7, 2, 0)

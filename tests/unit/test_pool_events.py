@@ -217,7 +217,9 @@ def _service(*jobs):
     book = PoolService(None, ledger, "us-east-1")  # type: ignore[arg-type]
     advisor = CapacityAdvisor(book, FakeJobs(), lambda: NOW, clusters=("gpu-spot",))
     engine.placement = advisor
-    service = JobService(engine, None, None, placement=advisor, pool_facts=advisor, retries=engine.retries)  # type: ignore[arg-type]
+    service = JobService(
+        engine, None, None, placement=advisor, pool_observations=advisor, retries=engine.retries
+    )  # type: ignore[arg-type]
     return service, ledger, ecs
 
 

@@ -88,10 +88,10 @@ class JobsRuntime:
             volumes=volumes,
             meter=SpendMeter(store),
             placement=advisor,
-            pool_facts=advisor,
+            pool_observations=advisor,
             retries=retries,
         )
-        self.reconciler = Reconciler(self.service, pool_facts=advisor)
+        self.reconciler = Reconciler(self.service, pool_observations=advisor)
         self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
         self.idempotency = IdempotencyConfig(expires_after_seconds=SUBMIT_IDEMPOTENCY_SECONDS)
         store = DynamoDBPersistenceLayer(table_name=env.idempotency_table, boto3_client=dynamodb)

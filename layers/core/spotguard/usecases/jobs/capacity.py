@@ -47,7 +47,7 @@ from spotguard.domain.task_events import PoolEvent
 if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not at a cold start
     from spotguard.domain.planner import CapacityDecision, PoolOption
 from spotguard.ports import JobStore
-from spotguard.usecases.jobs.engine import LaunchPlacement, PoolFacts, PoolMarks, PoolsRefreshed
+from spotguard.usecases.jobs.engine import LaunchPlacement, PoolMarks, PoolObservations, PoolsRefreshed
 from spotguard.usecases.pools import failure_reason
 
 TICK_HOURS = 1 / 6  # the policy's tick: 10 minutes, the resolution of the traces it was built on
@@ -67,10 +67,10 @@ class PoolBook(Protocol):
     def refresh(self, cluster: str, now: datetime) -> Refreshed: ...
 
 
-class CapacityAdvisor(LaunchPlacement, PoolFacts):
+class CapacityAdvisor(LaunchPlacement, PoolObservations):
     """Both capacity ports over the cluster's pools: where each launch goes (the engine's
-    `LaunchPlacement`), and what the jobs path learns of the pools and their discovery (`PoolFacts`, for
-    JobService and Reconciler)."""
+    `LaunchPlacement`), and what the jobs path learns of the pools and their discovery
+    (`PoolObservations`, for JobService and Reconciler)."""
 
     def __init__(
         self,

@@ -125,7 +125,7 @@ class LaunchPlacement:
         pools unavailable."""
 
 
-class PoolFacts:
+class PoolObservations:
     """What the jobs path learns about the pools, and their discovery (usecases.jobs.capacity.
     CapacityAdvisor); JobService and Reconciler are given it. This default keeps nothing."""
 

@@ -38,7 +38,7 @@ from spotguard.domain.jobs.transitions import (
 )
 from spotguard.domain.stops import VANISHED_REASON
 from spotguard.domain.tasks import TaskEvent
-from spotguard.usecases.jobs.engine import PoolFacts
+from spotguard.usecases.jobs.engine import PoolObservations
 from spotguard.usecases.jobs.service import JobService
 
 STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
@@ -67,18 +67,19 @@ COUNTS = (
 
 
 class Reconciler:
-    def __init__(self, jobs: JobService, pool_facts: PoolFacts | None = None) -> None:
+    def __init__(self, jobs: JobService, pool_observations: PoolObservations | None = None) -> None:
         self.jobs = jobs
         self.engine = jobs.engine
         self.store = jobs.store
-        self.pool_facts = pool_facts or PoolFacts()  # the pools' discovery and facts (the advisor)
+        # the pools' discovery and what the jobs taught of them (the capacity advisor)
+        self.pool_observations = pool_observations or PoolObservations()
 
     def reconcile(self, limit: int = 500) -> dict[str, int]:
         now = self.jobs.clock()
         counts = dict.fromkeys(COUNTS, 0)
-        pool_facts = self.pool_facts
+        pool_observations = self.pool_observations
         try:
-            refreshed = pool_facts.refresh(self.jobs.config.settings.clusters)
+            refreshed = pool_observations.refresh(self.jobs.config.settings.clusters)
             counts["pools"], counts["discovery_errors"] = refreshed.pools, len(refreshed.errors)
         except Exception:  # discovery failing stops no sweep: jobs are placed on the pools known
             log.exception("reconcile could not refresh the pools; the sweep goes on")
@@ -148,7 +149,7 @@ class Reconciler:
     def _capacity(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> bool:
         """A running job's capacity: a task stuck waiting for an instance, a move under way, or a move
         its plan now asks for. True when it stopped the job's task."""
-        pool_facts, options = self.pool_facts, job.options
+        pool_observations, options = self.pool_observations, job.options
         if job.move is not None:
             if job.move.stop_requested_at is not None:
                 # stopped before: the STOPPED event relaunches it (and a lost one is found by the
@@ -169,11 +170,11 @@ class Reconciler:
                 self.engine.run(job.job_id, lambda j: move_abandoned(j, now, why), current=job, drive=False)
                 counts["moves_abandoned"] += 1
             return False
-        pool_facts.still_running(job)
+        pool_observations.still_running(job)
         waited = (now - attempt.launched_at).total_seconds()
         if attempt.last_status in ("PROVISIONING", "PENDING"):
             if attempt.pool is not None and waited > options.provisioning_timeout_seconds:
-                pool_facts.provisioning_timed_out(job)
+                pool_observations.provisioning_timed_out(job)
                 why = f"still {attempt.last_status.lower()} after {int(waited)} s"
                 self.engine.run(job.job_id, lambda j: abandon_provisioning(j, why), current=job, drive=False)
                 counts["provisioning_abandoned"] += 1

@@ -34,7 +34,13 @@ from spotguard.domain.tasks import TaskEvent
 from spotguard.ports import Hosts, JobEcs, JobStore, LaunchRetries, StopClaims, TaskIndex
 from spotguard.usecases.jobs.adoption import Adoption
 from spotguard.usecases.jobs.ebs import EbsVolumes, ebs_checkpointing
-from spotguard.usecases.jobs.engine import JobEngine, JobsConfig, LaunchPlacement, PoolFacts, Transition
+from spotguard.usecases.jobs.engine import (
+    JobEngine,
+    JobsConfig,
+    LaunchPlacement,
+    PoolObservations,
+    Transition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ class JobService:
         volumes: EbsVolumes | None = None,
         meter: Callable[[Job | None, Job], None] | None = None,
         placement: LaunchPlacement | None = None,
-        pool_facts: PoolFacts | None = None,
+        pool_observations: PoolObservations | None = None,
         *,
         retries: LaunchRetries,
     ) -> None:
@@ -57,7 +63,7 @@ class JobService:
         # the capacity ports, given to the service directly (the composition root passes the advisor
         # for both): where a move would go, and what the pools taught
         self.placement = placement or LaunchPlacement()
-        self.pool_facts = pool_facts or PoolFacts()
+        self.pool_observations = pool_observations or PoolObservations()
         self.retries = retries
         self.config: JobsConfig = engine.config
         self.store: JobStore = engine.store
@@ -192,7 +198,7 @@ class JobService:
             )
         after, note = self.engine.run(job_id, self._task_event(ev), current=job)
         try:
-            self.pool_facts.task_seen(job, after)
+            self.pool_observations.task_seen(job, after)
         except Exception:  # a pool fact lost costs a little knowledge, never the job's event
             log.exception("job %s: could not record what its task taught about its pool", job_id)
         if self.meter is not None:
@@ -243,7 +249,7 @@ class JobService:
         if refused:
             log.warning("pool event refused: %s", refused)
             return f"refused: {refused}"
-        marks = self.pool_facts.pool_event(ev)
+        marks = self.pool_observations.pool_event(ev)
         if not marks.kept:
             return f"group {ev.group} is no pool of a watched cluster"
         if not marks.in_effect:
