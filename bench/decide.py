@@ -44,7 +44,7 @@ from types import ModuleType
 from typing import Any
 
 from spotguard.domain import planner
-from spotguard.domain.capacity import Placement, slack_grid
+from spotguard.domain.capacity import Market, slack_grid
 from spotguard.domain.jobs.model import MAX_DEADLINE_HOURS
 from spotguard.domain.jobs.placement import job_needs
 from spotguard_cli.progress import Bar, NoBar, progress
@@ -109,11 +109,11 @@ def draw(rng: random.Random) -> dict[str, Any]:
                 "score": rng.choice((None, None, 3, 7, 9)),
             }
         )
-    placement = rng.choice((Placement.NONE, Placement.NONE, Placement.SPOT, Placement.ON_DEMAND))
+    placement = rng.choice((Market.NONE, Market.NONE, Market.SPOT, Market.ON_DEMAND))
     up = [p["name"] for p in pools if p["available"]]
-    pool = rng.choice(up) if placement is Placement.SPOT and up else None
-    if placement is Placement.SPOT and pool is None:
-        placement = Placement.NONE
+    pool = rng.choice(up) if placement is Market.SPOT and up else None
+    if placement is Market.SPOT and pool is None:
+        placement = Market.NONE
     return {
         "work": work,
         "restart": restart,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from spotguard.domain.capacity import Placement
+from spotguard.domain.capacity import Market
 from spotguard.domain.planner import JobNeeds, PoolOption, choose_capacity
 
 
@@ -19,17 +19,17 @@ def test_slack_below_a_restart_keeps_the_spot_instance_it_holds():
         work_left_hours=4.7,
         restart_hours=0.2,
         time_left_hours=4.8,
-        placement=Placement.SPOT,
+        placement=Market.SPOT,
         pool="a",
     )
     d = choose_capacity(job, _pools())
-    assert (d.placement, d.pool) == (Placement.SPOT, "a") and "holds" in d.reason
+    assert (d.placement, d.pool) == (Market.SPOT, "a") and "holds" in d.reason
 
 
 def test_slack_below_a_restart_without_an_instance_cannot_be_met():
     job = JobNeeds(gpus=1, work_left_hours=4.7, restart_hours=0.2, time_left_hours=4.8)
     d = choose_capacity(job, _pools())
-    assert d.placement is Placement.ON_DEMAND and "cannot be met" in d.reason
+    assert d.placement is Market.ON_DEMAND and "cannot be met" in d.reason
 
 
 def test_past_even_the_held_instance_on_demand_finishes_soonest():
@@ -38,7 +38,7 @@ def test_past_even_the_held_instance_on_demand_finishes_soonest():
         work_left_hours=5.0,
         restart_hours=0.2,
         time_left_hours=4.8,
-        placement=Placement.SPOT,
+        placement=Market.SPOT,
         pool="a",
     )
     assert "cannot be met" in choose_capacity(job, _pools()).reason

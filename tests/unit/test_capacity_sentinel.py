@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from spotguard.domain.capacity import Placement
+from spotguard.domain.capacity import Market
 from spotguard.domain.capacity_model import NB
 from spotguard.domain.jobs.placement import PlacementDecision
 from spotguard.domain.planner import JobNeeds, PoolOption, choose_capacity
@@ -28,9 +28,9 @@ def test_the_sentinel_for_a_miss_never_reaches_a_reason_as_a_cost(b_has_spot):
         PoolOption("a", 1, 12.62, 18.04, True),
         PoolOption("b", 1, 2.89, 12.31, b_has_spot),
     ]
-    job = JobNeeds(1, 3.1476, 1.1492, 4.3, placement=Placement.SPOT, pool="a")
+    job = JobNeeds(1, 3.1476, 1.1492, 4.3, placement=Market.SPOT, pool="a")
     d = choose_capacity(job, pools)
-    assert (d.placement, d.pool) == (Placement.SPOT, "a")
+    assert (d.placement, d.pool) == (Market.SPOT, "a")
     assert d.expected_cost is None
     assert d.reason == (
         "the deadline cannot be met for certain any more: keep spot in a, the likeliest way to meet it"

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from spotguard.domain.capacity import Placement, Situation
+from spotguard.domain.capacity import Market, Situation
 from spotguard.domain.capacity_model import NB, NC, AvailabilityHistory, age_bin
 from spotguard.domain.planner import (
     RECHECK_MAX_SECONDS,
@@ -135,7 +135,7 @@ def test_with_two_pools_it_takes_the_one_that_lasts():
     policy = SpotGuardPolicy(1.0, 3.0)
     policy.remember([choppy.available[:20], steady.available[:20]])
     r = simulate(policy, [choppy, steady], 20, Job(4.0, 8.0, 0.5), PRICES)
-    assert {pool for placement, pool in r.placements if placement is Placement.SPOT} == {1}
+    assert {pool for placement, pool in r.placements if placement is Market.SPOT} == {1}
 
 
 def test_pick_two_holds_on_then_takes_the_cheapest():
@@ -158,7 +158,7 @@ def test_with_three_pools_it_takes_spot_outside_the_planned_pair():
     policy.remember([t.available[:before] for t in pools])
     r = simulate(policy, pools, before, Job(6.0, 12.0, 0.5), PRICES)
     assert not r.missed and r.spot_hours > 0
-    assert {pool for placement, pool in r.placements if placement is Placement.SPOT} == {2}
+    assert {pool for placement, pool in r.placements if placement is Market.SPOT} == {2}
 
 
 def test_judging_a_pool_leaves_its_history_as_it_was():
@@ -188,9 +188,9 @@ def test_the_joint_plan_takes_the_pool_that_has_spot():
 
 def test_the_joint_plan_keeps_the_pool_it_holds_rather_than_pay_a_restart():
     plan = joint_for([(0.5, 0.05), (0.5, 0.05)], ticks=10, slack_units=10)
-    held = plan.holding(Placement.SPOT, 0, 0.0, 0.5)
+    held = plan.holding(Market.SPOT, 0, 0.0, 0.5)
     assert plan.choose(10, held, [state(1), state(1)], 10) == 2
-    held = plan.holding(Placement.SPOT, 1, 0.0, 0.5)
+    held = plan.holding(Market.SPOT, 1, 0.0, 0.5)
     assert plan.choose(10, held, [state(1), state(1)], 10) == 3
 
 
@@ -203,7 +203,7 @@ def test_the_joint_plan_prefers_the_pool_whose_runs_last():
 def test_the_joint_plan_moves_from_on_demand_to_spot_that_lasts_but_not_to_a_blip():
     # Pool 0's spot lasts a tick; pool 1's outages and runs both last.
     plan = joint_for([(0.5, 0.98), (0.01, 0.01)], ticks=12, slack_units=6)
-    on_demand = plan.holding(Placement.ON_DEMAND, None, 0.0, 0.5)
+    on_demand = plan.holding(Market.ON_DEMAND, None, 0.0, 0.5)
     assert plan.choose(12, on_demand, [state(1), state(0)], 6) == 1
     assert plan.choose(12, on_demand, [state(0), state(1)], 6) == 3
 
@@ -222,14 +222,14 @@ def test_the_safety_net_has_the_last_word():
         elapsed_hours=0.0,
         work_left_hours=4.0,
         time_left_hours=5.0,
-        placement=Placement.NONE,
+        placement=Market.NONE,
         pool=None,
         overhead_left_hours=0.0,
         spot_available=(False,),
         tick_hours=1.0,
         restart_hours=0.5,
     )
-    assert policy.decide(s).placement is Placement.ON_DEMAND
+    assert policy.decide(s).placement is Market.ON_DEMAND
 
 
 # ------------------------------------------------------------------ one decision, as the Lambdas will ask
@@ -252,7 +252,7 @@ def test_without_deadline_the_cheapest_spot_per_hour_of_work():
     job = JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=None)
     d = choose_capacity(job, [pool("choppy", True, CHOPPY, spot_price=0.8), pool("steady", True, STEADY)])
     # the choppy pool is cheaper per hour but pays a restart every 20 minutes
-    assert (d.placement, d.pool) == (Placement.SPOT, "steady")
+    assert (d.placement, d.pool) == (Market.SPOT, "steady")
 
 
 def test_without_deadline_a_bounded_wait_then_on_demand():
@@ -262,18 +262,18 @@ def test_without_deadline_a_bounded_wait_then_on_demand():
     ]
     job = JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=None, max_wait_hours=1.0)
     waiting = choose_capacity(job, pools)
-    assert waiting.placement is Placement.NONE and "0 of 1 h" in waiting.reason
+    assert waiting.placement is Market.NONE and "0 of 1 h" in waiting.reason
     late = choose_capacity(
         JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=None, waited_hours=1.0), pools
     )
-    assert (late.placement, late.instance_pool) == (Placement.ON_DEMAND, "big")  # 2.5 $ per GPU-hour
+    assert (late.placement, late.instance_pool) == (Market.ON_DEMAND, "big")  # 2.5 $ per GPU-hour
 
 
 @pytest.mark.parametrize("time_left", [None, 3.0])
 def test_a_job_no_pool_fits_is_not_servable(time_left):
     job = JobNeeds(gpus=4, work_left_hours=1, restart_hours=0.1, time_left_hours=time_left)
     d = choose_capacity(job, [pool("a", True), pool("b", False)])
-    assert (d.placement, d.pool, d.servable) == (Placement.NONE, None, False)
+    assert (d.placement, d.pool, d.servable) == (Market.NONE, None, False)
     assert d.reason == "no pool has 4 GPUs per instance" and d.expected_cost is None
     assert choose_capacity(job, []).servable is False
 
@@ -281,16 +281,16 @@ def test_a_job_no_pool_fits_is_not_servable(time_left):
 def test_with_a_deadline_spot_that_lasts():
     job = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
     d = choose_capacity(job, [pool("steady", True, STEADY)])
-    assert (d.placement, d.pool) == (Placement.SPOT, "steady")
+    assert (d.placement, d.pool) == (Market.SPOT, "steady")
 
 
 def test_with_a_deadline_wait_out_a_short_outage_but_not_the_deadline():
     short_outages = [1] * 30 + ([0] * 2 + [1] * 30) * 20 + [0]
     job = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
-    assert choose_capacity(job, [pool("a", False, short_outages)]).placement is Placement.NONE
+    assert choose_capacity(job, [pool("a", False, short_outages)]).placement is Market.NONE
     tight = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=6.3)
     d = choose_capacity(tight, [pool("a", False, short_outages)])
-    assert d.placement is Placement.ON_DEMAND and "deadline" in d.reason
+    assert d.placement is Market.ON_DEMAND and "deadline" in d.reason
     late = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=5)
     assert "cannot be met" in choose_capacity(late, [pool("a", True)]).reason
 
@@ -302,16 +302,16 @@ def test_with_a_deadline_and_two_pools_the_joint_plan_picks_the_pool_that_lasts(
     job = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
     pools = [pool("choppy", True, CHOPPY, spot_price=0.8), pool("steady", True, STEADY)]
     d = choose_capacity(job, pools)
-    assert (d.placement, d.pool) == (Placement.SPOT, "steady")
+    assert (d.placement, d.pool) == (Market.SPOT, "steady")
     assert "choppy" in d.reason and "steady" in d.reason
 
 
 def test_with_a_deadline_and_two_pools_down_wait_or_on_demand():
     pools = [pool("a", False, SHORT_OUTAGES), pool("b", False, SHORT_OUTAGES)]
     roomy = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
-    assert choose_capacity(roomy, pools).placement is Placement.NONE
+    assert choose_capacity(roomy, pools).placement is Market.NONE
     tight = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=6.3)
-    assert choose_capacity(tight, pools).placement is Placement.ON_DEMAND
+    assert choose_capacity(tight, pools).placement is Market.ON_DEMAND
 
 
 def test_with_a_deadline_the_job_moves_pools_only_when_the_restart_pays():
@@ -326,17 +326,17 @@ def test_with_a_deadline_the_job_moves_pools_only_when_the_restart_pays():
             work_left_hours=6,
             restart_hours=0.2,
             time_left_hours=9,
-            placement=Placement.SPOT,
+            placement=Market.SPOT,
             pool="held",
         )
         return choose_capacity(job, pools)
 
     # 0.01 $/h less for 6 hours does not pay a 0.2 h restart; 0.7 $/h less does
     stay = decide(1.19)
-    assert (stay.placement, stay.pool) == (Placement.SPOT, "held")
+    assert (stay.placement, stay.pool) == (Market.SPOT, "held")
     assert "cheap" in stay.reason and "dear" not in stay.reason
     move = decide(0.5)
-    assert (move.placement, move.pool) == (Placement.SPOT, "cheap")
+    assert (move.placement, move.pool) == (Market.SPOT, "cheap")
 
 
 # ------------------------------------------ what users expect, and a decision cheap enough for a Lambda
@@ -351,7 +351,7 @@ def test_spot_available_now_runs_now_whatever_the_deadline(work, deadline, n_poo
     pools = [PoolOption(name, available=True, **G5) for name in ("a", "b")][:n_pools]
     job = JobNeeds(gpus=1, work_left_hours=work, restart_hours=0.2, time_left_hours=deadline)
     d = choose_capacity(job, pools)
-    assert d.placement is Placement.SPOT and d.servable
+    assert d.placement is Market.SPOT and d.servable
     # money (about the spot price per hour of work) plus the time value of the hours to the end
     assert d.expected_cost is not None and 0.45 * work < d.expected_cost < 1.006 * (work + 0.2) * 1.5
     assert d.recheck_seconds == RECHECK_MAX_SECONDS
@@ -362,28 +362,28 @@ def test_without_time_value_a_loose_deadline_may_wait_for_older_spot():
     pools = [PoolOption(name, available=True, **G5) for name in ("a", "b")]
     free = JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=60, time_value_per_hour=0)
     valued = JobNeeds(gpus=1, work_left_hours=10, restart_hours=0.2, time_left_hours=60)
-    assert choose_capacity(valued, pools).placement is Placement.SPOT
+    assert choose_capacity(valued, pools).placement is Market.SPOT
     waiting = choose_capacity(free, pools)
-    if waiting.placement is Placement.NONE:
+    if waiting.placement is Market.NONE:
         assert RECHECK_MIN_SECONDS <= waiting.recheck_seconds <= RECHECK_MAX_SECONDS
 
 
 def test_without_deadline_no_plan_and_a_bounded_recheck():
     job = JobNeeds(gpus=1, work_left_hours=5, restart_hours=0.2, time_left_hours=None, waited_hours=0.95)
     d = choose_capacity(job, [pool("a", False), pool("b", False)])
-    assert d.placement is Placement.NONE and d.expected_cost is None
+    assert d.placement is Market.NONE and d.expected_cost is None
     assert d.recheck_seconds == 180  # what is left of the hour's wait
     nearly = JobNeeds(gpus=1, work_left_hours=5, restart_hours=0.2, time_left_hours=None, waited_hours=0.999)
     assert choose_capacity(nearly, [pool("a", False)]).recheck_seconds == RECHECK_MIN_SECONDS
     run = choose_capacity(job, [pool("a", True)])
-    assert run.placement is Placement.SPOT and run.expected_cost is None
+    assert run.placement is Market.SPOT and run.expected_cost is None
 
 
 def test_waiting_with_a_deadline_rechecks_within_a_tick():
     pools = [pool("a", False, SHORT_OUTAGES), pool("b", False, SHORT_OUTAGES)]
     roomy = JobNeeds(gpus=1, work_left_hours=6, restart_hours=0.2, time_left_hours=9)
     d = choose_capacity(roomy, pools)
-    assert d.placement is Placement.NONE and d.recheck_seconds == 600 and d.expected_cost is not None
+    assert d.placement is Market.NONE and d.recheck_seconds == 600 and d.expected_cost is not None
 
 
 @pytest.mark.parametrize("joint", [False, True])

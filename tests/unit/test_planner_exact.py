@@ -17,7 +17,7 @@ import pytest
 from spotguard.domain.capacity import (
     Choice,
     GreedyPolicy,
-    Placement,
+    Market,
     Situation,
     UniformProgressPolicy,
     slack_grid,
@@ -56,10 +56,10 @@ class Follow:
         slack = math.floor((s.time_left_hours - s.work_left_hours) / self.unit + 1e-6)
         action = self.choose(i, self.ticks - i, s, slack)
         if action == 0:
-            return Choice(Placement.NONE, None, "wait")
+            return Choice(Market.NONE, None, "wait")
         if action == 1:
-            return Choice(Placement.ON_DEMAND, None, "on-demand")
-        return Choice(Placement.SPOT, action - 2, "spot")
+            return Choice(Market.ON_DEMAND, None, "on-demand")
+        return Choice(Market.SPOT, action - 2, "spot")
 
 
 def check(costs: list[float], planned: float, baselines: dict[str, list[float]]) -> None:
@@ -148,7 +148,7 @@ def test_the_joint_plan_costs_what_it_expects(first_states):
         pools = [Trace(n, TICK, tuple(s >= NC for s in path)) for n, path in zip("ab", states, strict=True)]
 
         def choose(i: int, left: int, s: Situation, sl: int, states=states) -> int:
-            held = s.pool if s.placement is Placement.SPOT else None
+            held = s.pool if s.placement is Market.SPOT else None
             cls = plan.holding(s.placement, held, s.overhead_left_hours, unit)
             return plan.choose(left, cls, [states[0][i], states[1][i]], sl)
 

@@ -11,8 +11,8 @@ import pytest
 from spotguard.domain.capacity import (
     Choice,
     GreedyPolicy,
+    Market,
     OnDemandPolicy,
-    Placement,
     UniformProgressPolicy,
 )
 from spotguard_cli.simulator import Job, Prices, Trace, TraceError, load_trace, omniscient, simulate
@@ -42,10 +42,10 @@ def test_greedy_waits_then_the_deadline_forces_on_demand():
     # Waiting at tick 0 leaves 3 h for 2 h + 0.5 h overhead; waiting again would not: on-demand from tick 1,
     # and it stays there even when spot comes back.
     assert [p for p, _ in r.placements] == [
-        Placement.NONE,
-        Placement.ON_DEMAND,
-        Placement.ON_DEMAND,
-        Placement.ON_DEMAND,
+        Market.NONE,
+        Market.ON_DEMAND,
+        Market.ON_DEMAND,
+        Market.ON_DEMAND,
     ]
     assert (r.ondemand_hours, r.cost, r.finished_hours) == (2.0, 7.5, 3.5)
 
@@ -60,9 +60,9 @@ def test_uniform_progress_goes_on_demand_when_behind_and_back_to_spot_on_the_lin
     job = Job(hours=2.0, deadline_hours=8.0, restart_hours=0.5)  # the line: 0.25 h of work per hour
     r = simulate(UniformProgressPolicy(), [trace(0, 0, 0, 1, 1, 1, 1, 1)], 0, job, PRICES)
     kinds = [p for p, _ in r.placements]
-    assert kinds[0] is Placement.NONE  # on the line at t=0: wait
-    assert kinds[1] is Placement.ON_DEMAND  # behind at t=1: catch up
-    assert Placement.SPOT in kinds and not r.missed
+    assert kinds[0] is Market.NONE  # on the line at t=0: wait
+    assert kinds[1] is Market.ON_DEMAND  # behind at t=1: catch up
+    assert Market.SPOT in kinds and not r.missed
 
 
 def test_omniscient_finds_the_cheapest_mix():
@@ -78,7 +78,7 @@ def test_omniscient_picks_the_better_pool():
     pools = [trace(1, 0, 1, 0, 1, 0), trace(1, 1, 1, 1, 1, 1)]
     r = omniscient(pools, 0, Job(3.0, 6.0, 0.5), PRICES)
     assert r.cost == pytest.approx(3.5) and r.launches == 1
-    assert {p for k, p in r.placements if k is Placement.SPOT} == {1}
+    assert {p for k, p in r.placements if k is Market.SPOT} == {1}
 
 
 def test_omniscient_handles_overheads_that_are_not_whole_ticks():
@@ -127,7 +127,7 @@ def test_a_policy_that_takes_unavailable_spot_is_caught():
             pass
 
         def decide(self, s):
-            return Choice(Placement.SPOT, 0)
+            return Choice(Market.SPOT, 0)
 
     with pytest.raises(RuntimeError, match="not available"):
         simulate(Cheater(), [trace(0, 0, 0, 0)], 0, JOB)

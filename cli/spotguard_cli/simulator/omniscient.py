@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spotguard.domain.capacity import EPS, Placement, slack_grid
+from spotguard.domain.capacity import EPS, Market, slack_grid
 from spotguard_cli.simulator.policy_run import Job, Prices, RunResult, check_job
 from spotguard_cli.simulator.traces import Trace, TraceError
 
@@ -33,11 +33,7 @@ def omniscient(
         raise TraceError(f"start {start} + {ticks} ticks runs past the end of the trace")
     # Overhead left at a tick boundary: d - j*k for j >= 1 while positive, else 0.
     overheads = sorted({max(0, d - j * k) for j in range(1, d // k + 2)} | {0})
-    kinds = (
-        [(Placement.NONE, None)]
-        + [(Placement.ON_DEMAND, None)]
-        + [(Placement.SPOT, p) for p in range(len(pools))]
-    )
+    kinds = [(Market.NONE, None)] + [(Market.ON_DEMAND, None)] + [(Market.SPOT, p) for p in range(len(pools))]
     states = [(kinds[0], 0)] + [(kd, o) for kd in kinds[1:] for o in overheads]
     index = {s: i for i, s in enumerate(states)}
     inf = np.inf
@@ -52,13 +48,13 @@ def omniscient(
         new[:, 0] = 0.0
         act = np.zeros((len(states), work + 1), dtype=np.int8)
         for (kind, ov), si in index.items():
-            held = kind if not (kind[0] is Placement.SPOT and not avail[kind[1]]) else kinds[0]
+            held = kind if not (kind[0] is Market.SPOT and not avail[kind[1]]) else kinds[0]
             best = np.full(work + 1, inf)
             best_a = np.zeros(work + 1, dtype=np.int8)
             for a, target in enumerate(kinds):
-                if target[0] is Placement.SPOT and not avail[target[1]]:
+                if target[0] is Market.SPOT and not avail[target[1]]:
                     continue
-                if target[0] is Placement.NONE:
+                if target[0] is Market.NONE:
                     cand = value[index[(kinds[0], 0)]].copy()
                 else:
                     o = ov if target == held else d
@@ -67,7 +63,7 @@ def omniscient(
                     progress = span - paid
                     after = np.maximum(left - progress, 0)
                     billed = (paid + np.minimum(progress, left)) * unit
-                    price = prices.spot if target[0] is Placement.SPOT else prices.on_demand
+                    price = prices.spot if target[0] is Market.SPOT else prices.on_demand
                     cand = price * billed + value[index[(target, rest if rest in overheads else 0)]][after]
                 better = cand < best - 1e-12
                 best = np.where(better, cand, best)
@@ -82,8 +78,8 @@ def omniscient(
 
 def _replay(
     policy: list[np.ndarray],
-    kinds: list[tuple[Placement, int | None]],
-    index: dict[tuple[tuple[Placement, int | None], int], int],
+    kinds: list[tuple[Market, int | None]],
+    index: dict[tuple[tuple[Market, int | None], int], int],
     overheads: list[int],
     pools: Sequence[Trace],
     start: int,
@@ -102,11 +98,11 @@ def _replay(
         if left <= 0:
             break
         avail = [t.available[start + i] for t in pools]
-        if state[0] is Placement.SPOT and not avail[state[1]]:
+        if state[0] is Market.SPOT and not avail[state[1]]:
             state, ov = kinds[0], 0
         target = kinds[int(act[index[(state, ov)], left])]
         res.placements.append(target)
-        if target[0] is Placement.NONE:
+        if target[0] is Market.NONE:
             state, ov = kinds[0], 0
             continue
         span = min(k, round((job.deadline_hours - i * gap) / unit))
@@ -117,7 +113,7 @@ def _replay(
         progress = min(span - paid, left)
         billed = (paid + progress) * unit
         left -= progress
-        if target[0] is Placement.SPOT:
+        if target[0] is Market.SPOT:
             res.cost += prices.spot * billed
             res.spot_hours += progress * unit
             res.spot_billed_hours += billed

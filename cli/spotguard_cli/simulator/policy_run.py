@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from spotguard.domain.capacity import EPS, CapacityPolicy, Placement, Situation
+from spotguard.domain.capacity import EPS, CapacityPolicy, Market, Situation
 from spotguard_cli.simulator.traces import Trace, TraceError
 
 
@@ -39,7 +39,7 @@ class RunResult:
     launches: int = 0
     finished_hours: float | None = None
     missed: bool = False
-    placements: list[tuple[Placement, int | None]] = field(default_factory=list)
+    placements: list[tuple[Market, int | None]] = field(default_factory=list)
 
 
 def check_job(job: Job, pools: Sequence[Trace]) -> None:
@@ -68,14 +68,14 @@ def simulate(
         raise TraceError(f"start {start} + {ticks} ticks runs past the end of the trace")
     policy.reset(job.hours, job.deadline_hours, job.restart_hours)
     res = RunResult()
-    placement, pool, overhead, done = Placement.NONE, None, 0.0, 0.0
+    placement, pool, overhead, done = Market.NONE, None, 0.0, 0.0
     for i in range(ticks):
         elapsed = i * gap
         if done >= job.hours - EPS:
             break
         avail = tuple(t.available[start + i] for t in pools)
-        if placement is Placement.SPOT and pool is not None and not avail[pool]:
-            placement, pool = Placement.NONE, None  # preempted at the tick boundary
+        if placement is Market.SPOT and pool is not None and not avail[pool]:
+            placement, pool = Market.NONE, None  # preempted at the tick boundary
         s = Situation(
             elapsed_hours=elapsed,
             work_left_hours=job.hours - done,
@@ -88,14 +88,14 @@ def simulate(
             restart_hours=job.restart_hours,
         )
         choice = policy.decide(s)
-        if choice.placement is Placement.SPOT and (choice.pool is None or not avail[choice.pool]):
+        if choice.placement is Market.SPOT and (choice.pool is None or not avail[choice.pool]):
             raise RuntimeError(f"{policy.name} chose spot in pool {choice.pool}, which is not available")
-        new_pool = choice.pool if choice.placement is Placement.SPOT else None
-        if choice.placement is not Placement.NONE and (choice.placement, new_pool) != (placement, pool):
+        new_pool = choice.pool if choice.placement is Market.SPOT else None
+        if choice.placement is not Market.NONE and (choice.placement, new_pool) != (placement, pool):
             overhead, res.launches = job.restart_hours, res.launches + 1
         placement, pool = choice.placement, new_pool
         res.placements.append((placement, pool))
-        if placement is Placement.NONE:
+        if placement is Market.NONE:
             continue
         dt = min(gap, job.deadline_hours - elapsed)
         paid_overhead = min(overhead, dt)
@@ -103,7 +103,7 @@ def simulate(
         work = min(dt - paid_overhead, job.hours - done)
         billed = paid_overhead + work if work < dt - paid_overhead - EPS else dt
         done += work
-        if placement is Placement.SPOT:
+        if placement is Market.SPOT:
             res.cost += prices.spot * billed
             res.spot_hours += work
             res.spot_billed_hours += billed

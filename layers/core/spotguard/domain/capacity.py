@@ -17,7 +17,7 @@ from typing import Protocol
 EPS = 1e-9
 
 
-class Placement(StrEnum):
+class Market(StrEnum):
     NONE = "none"
     SPOT = "spot"
     ON_DEMAND = "on-demand"
@@ -30,7 +30,7 @@ class Situation:
     elapsed_hours: float
     work_left_hours: float
     time_left_hours: float
-    placement: Placement  # what the job runs on now (NONE after a preemption)
+    placement: Market  # what the job runs on now (NONE after a preemption)
     pool: int | None  # the spot pool it runs on, when on spot
     overhead_left_hours: float  # restart overhead still to pay on the current instance
     spot_available: Sequence[bool]  # per pool, for this tick
@@ -44,7 +44,7 @@ class Situation:
         """Progress this tick if the job runs on spot in `pool` (known: availability is for this tick)."""
         if not self.spot_available[pool]:
             return 0.0
-        staying = self.placement is Placement.SPOT and self.pool == pool
+        staying = self.placement is Market.SPOT and self.pool == pool
         overhead = self.overhead_left_hours if staying else self.restart_hours
         return max(0.0, self.tick_hours - overhead)
 
@@ -58,7 +58,7 @@ class JobNeeds:
     work_left_hours: float  # from the newest checkpoint's progress, at the job's rate
     restart_hours: float  # measured: launch to the first step after a restore
     time_left_hours: float | None  # to the deadline; None: no deadline
-    placement: Placement = Placement.NONE
+    placement: Market = Market.NONE
     pool: str | None = None  # the spot pool it runs in, on spot
     overhead_left_hours: float = 0.0
     waited_hours: float = 0.0  # since it last ran
@@ -74,7 +74,7 @@ class JobNeeds:
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    placement: Placement
+    placement: Market
     pool: int | None = None
     reason: str = ""
 
@@ -105,10 +105,10 @@ class CapacityPolicy(Protocol):
 
 def _stay_or_first_spot(s: Situation, reason: str) -> Choice | None:
     """Keep the spot instance the job holds; else take the first pool with spot; else None."""
-    if s.placement is Placement.SPOT and s.pool is not None and s.spot_available[s.pool]:
-        return Choice(Placement.SPOT, s.pool, reason)
+    if s.placement is Market.SPOT and s.pool is not None and s.spot_available[s.pool]:
+        return Choice(Market.SPOT, s.pool, reason)
     pool = s.first_available()
-    return None if pool is None else Choice(Placement.SPOT, pool, reason)
+    return None if pool is None else Choice(Market.SPOT, pool, reason)
 
 
 class OnDemandPolicy:
@@ -120,7 +120,7 @@ class OnDemandPolicy:
         pass
 
     def decide(self, s: Situation) -> Choice:
-        return Choice(Placement.ON_DEMAND, None, "always on-demand")
+        return Choice(Market.ON_DEMAND, None, "always on-demand")
 
 
 class GreedyPolicy:
@@ -134,8 +134,8 @@ class GreedyPolicy:
     def decide(self, s: Situation) -> Choice:
         if self.committed or on_demand_needed(s):
             self.committed = True
-            return Choice(Placement.ON_DEMAND, None, "the deadline needs on-demand from here on")
-        return _stay_or_first_spot(s, "spot is available") or Choice(Placement.NONE, None, "wait for spot")
+            return Choice(Market.ON_DEMAND, None, "the deadline needs on-demand from here on")
+        return _stay_or_first_spot(s, "spot is available") or Choice(Market.NONE, None, "wait for spot")
 
 
 class UniformProgressPolicy:
@@ -158,19 +158,19 @@ class UniformProgressPolicy:
     def decide(self, s: Situation) -> Choice:
         if self.committed or on_demand_needed(s):
             self.committed = True
-            return Choice(Placement.ON_DEMAND, None, "the deadline needs on-demand from here on")
+            return Choice(Market.ON_DEMAND, None, "the deadline needs on-demand from here on")
         done = self.job - s.work_left_hours
         behind = done < self._expected(s.elapsed_hours) - EPS
         spot = _stay_or_first_spot(s, "spot is available")
-        if s.placement is Placement.SPOT and spot is not None and spot.pool == s.pool:
+        if s.placement is Market.SPOT and spot is not None and spot.pool == s.pool:
             return spot
-        if s.placement is Placement.ON_DEMAND:
+        if s.placement is Market.ON_DEMAND:
             if spot is not None and not behind:
                 return spot
             if done < self._expected(s.elapsed_hours + 2 * s.restart_hours) - EPS:
-                return Choice(Placement.ON_DEMAND, None, "hysteresis: catching up on on-demand")
+                return Choice(Market.ON_DEMAND, None, "hysteresis: catching up on on-demand")
         if spot is not None:
             return spot
         if behind:
-            return Choice(Placement.ON_DEMAND, None, "behind uniform progress")
-        return Choice(Placement.NONE, None, "ahead of uniform progress: wait for spot")
+            return Choice(Market.ON_DEMAND, None, "behind uniform progress")
+        return Choice(Market.NONE, None, "ahead of uniform progress: wait for spot")

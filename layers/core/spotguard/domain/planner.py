@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spotguard.domain.capacity import EPS, Choice, JobNeeds, Placement, Situation, on_demand_needed
+from spotguard.domain.capacity import EPS, Choice, JobNeeds, Market, Situation, on_demand_needed
 from spotguard.domain.capacity_model import AvailabilityHistory, coarse_hazards, joint_state
 from spotguard.domain.plans import JointPlan, Plan, plan_grid
 
@@ -201,7 +201,7 @@ class SpotGuardPolicy:
             hist.observe(a)
         if self.committed or on_demand_needed(s):
             self.committed = True
-            return Choice(Placement.ON_DEMAND, None, "the deadline needs on-demand from here on")
+            return Choice(Market.ON_DEMAND, None, "the deadline needs on-demand from here on")
         grid = Grid.of(s.time_left_hours, s.work_left_hours, s.tick_hours, s.restart_hours)
         if len(self.pools) >= 2:
             return self._decide_joint(s, grid)
@@ -229,17 +229,17 @@ class SpotGuardPolicy:
     def _choice(s: Situation, action: int, pool: int | None) -> Choice:
         """A plan's action (0 wait, 1 on-demand, else spot in `pool`) as the policy's choice."""
         if action == 0:
-            return Choice(Placement.NONE, None, "wait: spot is expected back in time")
+            return Choice(Market.NONE, None, "wait: spot is expected back in time")
         if action == 1:
             return Choice(
-                Placement.ON_DEMAND, None, "on-demand: the plan expects spot too scarce for the deadline"
+                Market.ON_DEMAND, None, "on-demand: the plan expects spot too scarce for the deadline"
             )
-        if s.placement is Placement.SPOT and s.pool == pool:
-            return Choice(Placement.SPOT, pool, "keep spot: the plan expects it to pay")
-        return Choice(Placement.SPOT, pool, "spot: expected to last long enough to pay its restart")
+        if s.placement is Market.SPOT and s.pool == pool:
+            return Choice(Market.SPOT, pool, "keep spot: the plan expects it to pay")
+        return Choice(Market.SPOT, pool, "spot: expected to last long enough to pay its restart")
 
     def _decide_joint(self, s: Situation, grid: Grid) -> Choice:
-        held = s.pool if s.placement is Placement.SPOT and s.pool is not None else None
+        held = s.pool if s.placement is Market.SPOT and s.pool is not None else None
         # With more than two pools, a pool outside the pair that has spot while the pair has none (and
         # the job holds no spot) is worth a new plan now rather than at the next replan.
         idle_elsewhere = (
@@ -301,7 +301,7 @@ class CapacityDecision:
     without asking; asking again only weighs a move). `servable`: False when no pool has the job's GPUs
     per instance (then placement NONE)."""
 
-    placement: Placement
+    placement: Market
     pool: str | None  # the spot pool, on spot
     instance_pool: str  # the pool whose instance type to use (for on-demand too)
     reason: str
@@ -328,7 +328,7 @@ def choose_capacity(
     fits = [p for p in pools if p.gpus_per_instance >= job.gpus]
     if not fits:
         return CapacityDecision(
-            Placement.NONE,
+            Market.NONE,
             None,
             "",
             f"no pool has {job.gpus} GPUs per instance",
@@ -350,25 +350,25 @@ def choose_capacity(
         (p for p in fits if p.available),
         key=lambda p: (per_work_hour[p], -(p.placement_score or 0), p.name),
     )
-    held = next((p for p in spot if job.placement is Placement.SPOT and p.name == job.pool), None)
+    held = next((p for p in spot if job.placement is Market.SPOT and p.name == job.pool), None)
     best = held or (spot[0] if spot else None)
 
     def run_spot(pool: PoolOption, reason: str, cost: float | None = None) -> CapacityDecision:
-        return CapacityDecision(Placement.SPOT, pool.name, pool.name, reason, cost, RECHECK_MAX_SECONDS)
+        return CapacityDecision(Market.SPOT, pool.name, pool.name, reason, cost, RECHECK_MAX_SECONDS)
 
     def run_on_demand(reason: str, cost: float | None = None, recheck: float = tick) -> CapacityDecision:
-        return CapacityDecision(Placement.ON_DEMAND, None, on_demand.name, reason, cost, _recheck(recheck))
+        return CapacityDecision(Market.ON_DEMAND, None, on_demand.name, reason, cost, _recheck(recheck))
 
     if job.time_left_hours is None:
         if best is not None and (
-            job.placement is not Placement.ON_DEMAND or per_work_hour[best] < on_demand.on_demand_price
+            job.placement is not Market.ON_DEMAND or per_work_hour[best] < on_demand.on_demand_price
         ):
             return run_spot(best, f"no deadline: spot in {best.name} is the cheapest now")
-        if job.placement is Placement.ON_DEMAND:
+        if job.placement is Market.ON_DEMAND:
             return run_on_demand("no deadline: on-demand until spot is worth its restart")
         if job.waited_hours < job.max_wait_hours - EPS:
             return CapacityDecision(
-                Placement.NONE,
+                Market.NONE,
                 None,
                 on_demand.name,
                 f"no deadline: wait for spot ({job.waited_hours:g} of {job.max_wait_hours:g} h waited)",
@@ -407,9 +407,9 @@ def choose_capacity(
         return run_on_demand("the deadline needs on-demand from here on", recheck=RECHECK_MAX_SECONDS)
     grid = Grid.of(job.time_left_hours, job.work_left_hours, tick_hours, job.restart_hours)
     ticks, slack, unit = grid.ticks, grid.slack, grid.unit_hours
-    holds = Placement.SPOT if held is not None else Placement.NONE
-    if job.placement is Placement.ON_DEMAND:
-        holds = Placement.ON_DEMAND
+    holds = Market.SPOT if held is not None else Market.NONE
+    if job.placement is Market.ON_DEMAND:
+        holds = Market.ON_DEMAND
     if len(fits) >= 2:
         # The joint plan over the two pools that matter most (the rule the simulated policy follows).
         ranked = sorted(fits, key=lambda p: p.name)
@@ -456,7 +456,7 @@ def choose_capacity(
         if action == 1:
             return run_on_demand(f"{missed}: on-demand, the likeliest way to meet it")
         return CapacityDecision(
-            Placement.NONE,
+            Market.NONE,
             None,
             on_demand.name,
             f"{missed}: wait for spot, the likeliest way to meet it",
@@ -467,5 +467,5 @@ def choose_capacity(
     if action == 1:
         return run_on_demand("on-demand: the plan expects spot too scarce for the deadline", cost)
     return CapacityDecision(
-        Placement.NONE, None, on_demand.name, "wait: spot is expected back in time", cost, _recheck(tick)
+        Market.NONE, None, on_demand.name, "wait: spot is expected back in time", cost, _recheck(tick)
     )

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from spotguard.domain.capacity import Placement
+from spotguard.domain.capacity import Market
 from spotguard.domain.capacity_model import (
     ADVANCE,
     NB,
@@ -574,12 +574,12 @@ class Plan(_Planned):
             size - 1,
         )
 
-    def holding(self, placement: Placement, overhead_left_hours: float, unit_hours: float) -> int:
+    def holding(self, placement: Market, overhead_left_hours: float, unit_hours: float) -> int:
         """The plan's class for what the job holds now (on spot only while that spot is available)."""
         rest = round(overhead_left_hours / unit_hours)
-        if placement is Placement.SPOT:
+        if placement is Market.SPOT:
             return self.spot_class.get(rest, self.spot_class[0])
-        if placement is Placement.ON_DEMAND:
+        if placement is Market.ON_DEMAND:
             return self.od_class.get(rest, self.od_class[0])
         return 0
 
@@ -649,12 +649,12 @@ class JointPlan(_Planned):
         self.keep = keep
 
     def holding(
-        self, placement: Placement, pool: int | None, overhead_left_hours: float, unit_hours: float
+        self, placement: Market, pool: int | None, overhead_left_hours: float, unit_hours: float
     ) -> int:
         i = self.rest_index.get(round(overhead_left_hours / unit_hours), self.rest_index[0])
-        if placement is Placement.SPOT and pool is not None:
+        if placement is Market.SPOT and pool is not None:
             return 1 + self.nr + pool * self.nr + i
-        if placement is Placement.ON_DEMAND:
+        if placement is Market.ON_DEMAND:
             return 1 + i
         return 0
 

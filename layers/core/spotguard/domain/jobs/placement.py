@@ -41,7 +41,7 @@ UNKNOWN_WORK_SHARE = 0.5  # with a deadline and no estimate: the work fills half
 MIN_RATE_SPAN_HOURS = 1 / 60  # checkpoints closer than this in total do not measure a rate
 MAX_DECISIONS = 20
 
-Market = Literal["spot", "on-demand", "none"]
+Where = Literal["spot", "on-demand", "none"]  # a decision: where the job is to run, or "none" (wait)
 
 
 class PlacementDecision(BaseModel):
@@ -51,7 +51,7 @@ class PlacementDecision(BaseModel):
     model_config = ConfigDict(frozen=True)
     at: datetime
     trigger: Literal["launch", "reconcile", "pool-event", "move"] = "launch"
-    placement: Market
+    placement: Where
     pool: str | None = None
     capacity_provider: str | None = None
     instance_type: str | None = None

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from spotguard.domain.pools.facts import without_facts_ahead
-from spotguard.domain.pools.records import Frozen, Market, PoolRecord
+from spotguard.domain.pools.records import Frozen, PoolMarket, PoolRecord
 from spotguard.domain.prices import ON_DEMAND_PRICES, gpus_of
 
 IGNORE_TAG = "spotguard:pool"  # value "ignore" leaves the capacity provider out
@@ -203,7 +203,7 @@ class Refreshed(Frozen):
 
 
 # ======================================================================================== discovery
-def group_market(group: AutoScalingGroup, template: TemplateData | None) -> Market:
+def group_market(group: AutoScalingGroup, template: TemplateData | None) -> PoolMarket:
     """Spot or on-demand, from the group as Auto Scaling describes it:
     - a MixedInstancesPolicy whose InstancesDistribution has OnDemandBaseCapacity 0 and
       OnDemandPercentageAboveBaseCapacity 0 is spot; any other distribution (100 %, or a mix of both
@@ -333,7 +333,7 @@ def discover_pools(described: ClusterDescription, now: datetime) -> Discovery:
 
 def _types_and_market(
     group: AutoScalingGroup, versions: Sequence[TemplateVersion]
-) -> tuple[list[str], Market, str | None]:
+) -> tuple[list[str], PoolMarket, str | None]:
     """(the group's instance types in its order, its market, why it cannot be a pool or None)."""
     if group.mixed is not None:
         overrides = group.mixed.launch_template.overrides

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-Market = Literal["spot", "on-demand"]
+PoolMarket = Literal["spot", "on-demand"]
 Source = Literal[
     "launch",  # a task of SpotGuard's started in the pool
     "launch-success",  # Auto Scaling launched an instance for the pool's group in its zone
@@ -125,7 +125,7 @@ class PoolRecord(Frozen):
     cluster: str  # the cluster's name
     capacity_provider: str
     auto_scaling_group: str
-    market: Market
+    market: PoolMarket
     instance_type: str
     availability_zone: str
     availability_zone_id: str | None = None  # e.g. use1-az4: what placement scores are given for

@@ -30,7 +30,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spotguard.domain.capacity import Placement as Market
+from spotguard.domain.capacity import Market
 from spotguard.domain.jobs.model import Attempt, Job, JobState
 from spotguard.domain.jobs.placement import PlacementDecision, job_needs
 from spotguard.domain.pools import (
