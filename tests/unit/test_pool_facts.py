@@ -49,16 +49,18 @@ POOLS = (
     record("gpu-spot-b", "spot", "us-east-1b"),
     record("gpu-od", "on-demand"),
 )
+# a host that ECS says is in gpu-spot-a's g5.xlarge in us-east-1a
+IN_SPOT_A = HostPlacement(
+    cluster="gpu-spot",
+    capacity_provider="gpu-spot-a",
+    instance_type="g5.xlarge",
+    availability_zone="us-east-1a",
+)
 
 
 def test_ecs_names_the_provider_the_pool_is_read_and_written_by_name():
     ledger = FakePools(*POOLS)
-    where = HostPlacement(
-        cluster="gpu-spot",
-        capacity_provider="gpu-spot-a",
-        instance_type="g5.xlarge",
-        availability_zone="us-east-1a",
-    )
+    where = IN_SPOT_A
     facts = HostPoolFacts(Hosts(where), ledger)
     assert facts.record_rebalance(REF, REF.instance_id, T0) == ["gpu-spot-a/g5.xlarge/us-east-1a"]
     assert facts.record_rebalance(REF, REF.instance_id, T0) == ["gpu-spot-a/g5.xlarge/us-east-1a"]
@@ -99,12 +101,7 @@ def test_a_rebalance_dated_ahead_of_the_clock_is_kept_on_no_pool(ahead):
     """Kept, a rebalance dated 2030 would leave the pool's rebalance count undecayed until then; the
     time bound of Auto Scaling's events holds for it too."""
     ledger = FakePools(*POOLS)
-    where = HostPlacement(
-        cluster="gpu-spot",
-        capacity_provider="gpu-spot-a",
-        instance_type="g5.xlarge",
-        availability_zone="us-east-1a",
-    )
+    where = IN_SPOT_A
     facts = HostPoolFacts(Hosts(where), ledger, clock=lambda: T0)
     assert facts.record_rebalance(REF, REF.instance_id, T0 + ahead) == []
     assert all(not p.observations for p in ledger.pools("gpu-spot"))
