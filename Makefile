@@ -2,7 +2,7 @@
 #   make demo    the README's main command: the local stack (moto server on 127.0.0.1) runs a training job
 #                that is interrupted, checkpointed, resubmitted elsewhere and finished
 #   make demo-capacity  the capacity scenario: spot pools running dry, on-demand, and back to spot
-#   make check   the fast loop while you work, under a minute: lint + every test not marked slow
+#   make check   the fast loop while you work, about 30 s: lint + every test not marked slow, on every core
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   benchmarks that print figures (the interruption path, the job path; checkpoint stall and
 #                commit time); make bench-load: the local stack with 200 (and 1,000) instances warned at once
@@ -55,7 +55,7 @@ test: lint
 # mark. tests/contract holds the ledger adapters' contract tests (moto in-process, only the table).
 FAST_TESTS := tests/unit tests/template tests/agent tests/integration tests/contract
 check: lint
-	$(BIN)/pytest -q -p no:cacheprovider -m "not slow" $(FAST_TESTS)
+	$(BIN)/pytest -q -p no:cacheprovider -n auto -m "not slow" $(FAST_TESTS)
 
 # The Lambda runtime is python3.13: run the suite on it too (the .venv is 3.11, which the code must also run on).
 test-py313:
