@@ -25,10 +25,10 @@ from spotguard.domain.commands import (
     Submit,
     parse_command,
 )
+from spotguard.domain.jobs.answers import JobSummary
 from spotguard.domain.jobs.model import UnreadableJob
 from spotguard.observability import tracer
 from spotguard.runtime.jobs import JobsRuntime
-from spotguard.usecases.jobs.service import summary
 
 warnings.filterwarnings("ignore", "No application metrics to publish")
 logger = Logger()
@@ -45,9 +45,9 @@ def handle(payload: Any) -> Answer:
         metrics.add_metric(name="JobsSubmitted", unit=MetricUnit.Count, value=1)
         return Answer(ok=True, action=cmd.action, job=job)
     if isinstance(cmd, Resubmit):
-        return Answer(ok=True, action=cmd.action, job=summary(service.resubmit(cmd)))
+        return Answer(ok=True, action=cmd.action, job=JobSummary.of(service.resubmit(cmd)))
     if isinstance(cmd, Cancel):
-        return Answer(ok=True, action=cmd.action, job=summary(service.cancel(cmd)))
+        return Answer(ok=True, action=cmd.action, job=JobSummary.of(service.cancel(cmd)))
     if isinstance(cmd, Status):
         return Answer(ok=True, action=cmd.action, job=service.status(cmd))
     assert isinstance(cmd, ListJobs)
@@ -77,7 +77,7 @@ def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
             ),
         )
     logger.info("answered", extra={"action": action, "ok": answer.ok})
-    return answer.model_dump(mode="json", exclude_none=True)
+    return answer.wire()
 
 
 if _tracer is not None:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
+from spotguard.domain.jobs.answers import JobStatus, JobSummary
 from spotguard.domain.jobs.model import JobOptions, JobState, RunTaskRequest
 from spotguard.domain.tasks import JOB_ID
 
@@ -98,6 +99,11 @@ class Answer(BaseModel):
 
     ok: bool
     action: str | None = None
-    job: dict[str, Any] | None = None
-    jobs: list[dict[str, Any]] | None = None
+    job: JobStatus | JobSummary | None = None
+    jobs: list[JobSummary] | None = None
     error: ErrorBody | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The answer as the function returns it: what is not there is left out at the top, while a job's
+        fields that have no value are null (the CLI and users read them so)."""
+        return {k: v for k, v in self.model_dump(mode="json").items() if v is not None}

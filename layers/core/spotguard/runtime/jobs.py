@@ -25,6 +25,7 @@ from spotguard.adapters.s3 import S3Checkpoints
 from spotguard.adapters.ssm import SsmSignaller
 from spotguard.config import JobsEnv
 from spotguard.domain.commands import Submit
+from spotguard.domain.jobs.answers import JobSummary
 from spotguard.job_metrics import MeteredNotifications, SpendMeter
 from spotguard.runtime import utcnow
 from spotguard.usecases.checkpoints import CheckpointService
@@ -32,7 +33,7 @@ from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.ebs import EbsVolumes
 from spotguard.usecases.jobs.engine import JobEngine, JobsConfig
 from spotguard.usecases.jobs.reconcile import Reconciler
-from spotguard.usecases.jobs.service import JobService, summary
+from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService
 
 SUBMIT_IDEMPOTENCY_SECONDS = 600  # the same submit payload again within 10 minutes: the same job
@@ -104,7 +105,8 @@ class JobsRuntime:
         return self.clock()
 
     def _submit(self, cmd: Submit) -> dict[str, Any]:
-        return summary(self.service.submit(cmd))
+        # the idempotency layer keeps the answer as JSON: the summary's wire form
+        return JobSummary.of(self.service.submit(cmd)).model_dump(mode="json")
 
     def register_context(self, context: Any) -> None:
         self.idempotency.register_lambda_context(context)

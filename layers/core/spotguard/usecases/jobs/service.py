@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
+from spotguard.domain.jobs.answers import JobStatus, JobSummary
 from spotguard.domain.jobs.effects import Launch, Step
-from spotguard.domain.jobs.model import TERMINAL, Job, JobState, adopted_job_id, client_token, revised
+from spotguard.domain.jobs.model import Job, JobState, adopted_job_id, client_token, revised
 from spotguard.domain.jobs.request import deadline_refused, not_permitted, run_task_params
-from spotguard.domain.jobs.spend import spend
 from spotguard.domain.jobs.transitions import (
     abandon_provisioning,
     on_task_event,
@@ -154,34 +154,12 @@ class JobService:
             cmd.job_id, lambda j: request_cancel(j, self.clock(), cmd.reason), current=job, drive=False
         )[0]
 
-    def status(self, cmd: Status) -> dict[str, Any]:
+    def status(self, cmd: Status) -> JobStatus:
         job = self.engine.flush(self.engine.get(cmd.job_id))
-        refs = self.store.checkpoints(job.checkpoint_uri)
-        by_attempt: dict[int, list[datetime]] = {}
-        for r in refs:
-            if r.created_at is not None:
-                by_attempt.setdefault(r.attempt, []).append(r.created_at)
-        now = self.clock()
-        return {
-            **summary(job),
-            "request": job.request.model_dump(mode="json", exclude_none=True),
-            "options": job.options.model_dump(mode="json"),
-            "attempts": [a.model_dump(mode="json", exclude_none=True) for a in job.attempts],
-            "checkpoints": [r.model_dump(mode="json", exclude_none=True) for r in refs],
-            "snapshots": job.snapshots,  # EBS mode: the volumes' snapshots, oldest first
-            "spend": spend(job, by_attempt, now).model_dump(mode="json"),
-            # capacity: every decision (newest last), and a move under way
-            "decisions": [d.model_dump(mode="json", exclude_none=True) for d in job.decisions],
-            "move": job.move.model_dump(mode="json", exclude_none=True) if job.move else None,
-            "moves_made": job.moves_made,
-            "avoiding": {
-                "instances": job.avoid_instances,
-                "pools": [p.model_dump(mode="json") for p in job.avoid_pools if p.until > now],
-            },
-        }
+        return JobStatus.of(job, self.store.checkpoints(job.checkpoint_uri), self.clock())
 
-    def list(self, cmd: ListJobs) -> list[dict[str, Any]]:
-        return [summary(j) for j in self.store.list(cmd.state, cmd.limit)]
+    def list(self, cmd: ListJobs) -> list[JobSummary]:
+        return [JobSummary.of(j) for j in self.store.list(cmd.state, cmd.limit)]
 
     # =============================================================================== event handling
     def on_task_event(self, ev: TaskEvent) -> str:
@@ -359,27 +337,6 @@ class JobService:
             price_per_hour=price,
         )
         return revised(job, attempts=[updated if a.number == attempt.number else a for a in job.attempts])
-
-
-def summary(job: Job) -> dict[str, Any]:
-    live = job.live_attempt
-    shown = live or (job.attempts[-1] if job.attempts else None)
-    return {
-        "job_id": job.job_id,
-        "state": str(job.state),
-        "origin": job.origin,
-        "gpus": job.gpus,
-        "attempts": len(job.attempts),
-        "task_arn": shown.task_arn if shown else None,
-        "instance_type": shown.instance_type if shown else None,
-        "checkpoint_uri": job.checkpoint_uri,
-        "created_at": job.created_at.isoformat(),
-        "updated_at": job.updated_at.isoformat(),
-        "retry_at": job.retry_at.isoformat() if job.retry_at else None,
-        "finished": job.state in TERMINAL,
-        "last_reason": job.last_reason,
-        "decision": job.decisions[-1].summary() if job.decisions else None,
-    }
 
 
 def _same_submit(job: Job, cmd: Submit) -> Job:
