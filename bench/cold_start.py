@@ -108,6 +108,10 @@ def main() -> int:
     ratio = statistics.median(times["interruptions"]) / base
     floor = statistics.median(times["its libraries only"]) / base
     print(f"the interruption function's libraries alone (boto3, 2 clients, Powertools): {floor:.2f}x")
+    own = statistics.median(times["interruptions"]) - statistics.median(times["its libraries only"])
+    print(f"SpotGuard's own share of the interruption function's cold import: {own * 1000:.0f} ms")
+    if floor > 1.3:
+        print("the libraries alone are above 1.30x here: that floor, not SpotGuard's code, bounds the ratio")
     verdict = "met" if ratio <= 1.3 else "NOT met"
     print(f"goal: the interruption function at most 1.30x the baseline: {verdict} ({ratio:.2f}x)")
     return 0
