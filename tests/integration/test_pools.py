@@ -24,7 +24,7 @@ from botocore.stub import Stubber
 from spotguard.adapters import clients
 from spotguard.adapters.pool_store import GONE_RETENTION_DAYS, PoolStore
 from spotguard.adapters.pools import PoolDiscovery
-from spotguard.domain.pools import Observation, ScoreQuote, SpotQuote
+from spotguard.domain.pools import Observation, ScoreQuote, SpotQuote, pool_options
 from spotguard.usecases.pools import PoolService, PoolSettings
 from spotguard_cli.emulator import template
 
@@ -359,7 +359,9 @@ def test_refresh_discovers_prices_scores_and_caches(world):
     name = "gpu-spot-gpu1-spot/g6.xlarge/us-east-1a"
     failure = Observation(at=NOW + timedelta(hours=1), available=False, source="launch-failure", detail="ICE")
     assert service.record_fact(CLUSTER, name, failure) is not None
-    options = {o.name: o for o in service.options(CLUSTER, NOW + timedelta(hours=1, minutes=5))}
+    options = {
+        o.name: o for o in pool_options(service.pools(CLUSTER), NOW + timedelta(hours=1, minutes=5), 1 / 6)
+    }
     assert sorted(options) == sorted(p.name for p in spot)
     assert not options[name].available and options[name].history is not None
     assert all(o.available and o.placement_score == 7 for n, o in options.items() if n != name)

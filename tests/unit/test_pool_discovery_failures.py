@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from spotguard.domain.pools import PoolRecord, SpotQuote, discover_pools
+from spotguard.domain.pools import PoolRecord, SpotQuote, discover_pools, pool_options
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.engine import PoolsRefreshed
 from spotguard.usecases.jobs.reconcile import Reconciler
@@ -75,7 +75,7 @@ def test_a_new_pool_whose_price_cannot_be_read_has_no_price_and_is_not_available
     refreshed = PoolService(Finder(refuse="g6.xlarge"), ledger, "us-east-1").refresh("gpu-spot", NOW)
     assert len(refreshed.errors) == 1
     assert all(p.spot_price is None and p.spot_priced_at is None for p in _spot(ledger, "g6.xlarge"))
-    options = PoolService(Finder(), ledger, "us-east-1").options("gpu-spot", NOW)
+    options = pool_options(PoolService(Finder(), ledger, "us-east-1").pools("gpu-spot"), NOW, 1 / 6)
     assert {o.name: o.available for o in options if "g6.xlarge" in o.name} == {
         "gpu-spot-gpu1-spot/g6.xlarge/us-east-1a": False,
         "gpu-spot-gpu1-spot/g6.xlarge/us-east-1b": False,

@@ -9,7 +9,8 @@ capacity policy.
   a price request that fails is asked again one type at a time, and a type whose price still cannot be
   read keeps the price its pools had (a new pool's is unknown: not available to the policy) until the
   next sweep asks again. What failed comes back in `Refreshed.errors`, one line each, and is logged.
-- `options(cluster, now)`: the jobs path calls it before each launch: one Query, no AWS call besides.
+- `pools(cluster)`: the capacity advisor reads them before each decision (one Query, no AWS call
+  besides) and makes the policy's candidates of them (`domain.pools.pool_options`).
 - `record_fact` / `record_group_fact`: what happened in a pool (a launch, an interruption, a failure, an
   instance Auto Scaling launched or could not launch for the pool's group).
 - `HostPoolFacts.record_rebalance`: the interruption function's rebalance recommendation for a host, on
@@ -40,7 +41,6 @@ from spotguard.domain.pools import (
     host_pools,
     matching_pools,
     pool_name,
-    pool_options,
     rebalance_fact,
     with_score,
     with_spot_price,
@@ -48,7 +48,6 @@ from spotguard.domain.pools import (
 from spotguard.ports import HostPlacements, PoolFinder, PoolLedger
 
 if TYPE_CHECKING:
-    from spotguard.domain.planner import PoolOption
     from spotguard.domain.tasks import ContainerInstanceRef
 
 log = logging.getLogger(__name__)
@@ -61,9 +60,6 @@ class PoolSettings(BaseModel):
 
     price_ttl_hours: float = Field(1.0, gt=0)  # spot prices move slowly: read them hourly
     score_ttl_hours: float = Field(6.0, gt=0)  # placement scores are rate limited: every 6 h
-    tick_hours: float = Field(1 / 6, gt=0)  # the planner's tick (choose_capacity's default)
-    half_life_hours: float = Field(168.0, gt=0)  # how fast a pool's past counts less
-    hold_hours: float = Field(2.0, gt=0)  # how long an observation holds in the history
 
 
 class PoolService:
@@ -169,11 +165,6 @@ class PoolService:
         for quote in quotes:
             found = [with_score(p, quote) for p in found]
         return found
-
-    def options(self, cluster: str, now: datetime) -> list[PoolOption]:
-        """The capacity policy's candidates for a launch now (domain.pools.pool_options): one Query."""
-        s = self.settings
-        return pool_options(self.ledger.pools(cluster), now, s.tick_hours, s.half_life_hours, s.hold_hours)
 
     def pools(self, cluster: str) -> list[PoolRecord]:
         return self.ledger.pools(cluster)
