@@ -42,7 +42,7 @@ class InterruptionEnv(EnvModel):
     rebalance: RebalanceMode = Field(default=RebalanceMode.CHECKPOINT, alias="SPOTGUARD_REBALANCE")
     manage: ManageMode = Field(default=ManageMode.TAGGED, alias="SPOTGUARD_MANAGE")
     ledger_table: str = Field(alias="SPOTGUARD_LEDGER_TABLE", min_length=3)
-    idempotency_table: str = Field(alias="SPOTGUARD_IDEMPOTENCY_TABLE", min_length=3)
+    # no idempotency table: the ledger makes a notice's handling safe to repeat (runtime/interruption.py)
     queue_url: str = Field(alias="SPOTGUARD_INTERRUPTIONS_QUEUE_URL", min_length=1)
     dead_letter_url: str = Field(alias="SPOTGUARD_INTERRUPTIONS_DLQ_URL", min_length=1)
     signal_document: str = Field(alias="SPOTGUARD_SIGNAL_DOCUMENT", min_length=3)  # SpotGuard's SSM document
