@@ -62,7 +62,7 @@ class InterruptionLedger(Protocol):
     def indexed_tasks(self, container_instance_arn: str) -> dict[str, TaskInfo]: ...
 
 
-class PoolFacts(Protocol):
+class RebalanceFacts(Protocol):
     """What the interruption path tells the pools: a rebalance recommendation for a host, as a fact on the
     pool it is in (usecases.pools.HostPoolFacts). The pools' names that kept it."""
 

@@ -12,7 +12,7 @@ retried (NoticeInProgress); a second notice for the same host (the warning, then
 the host claimed, by the first query, and stops nothing again. ECS drains are idempotent; tasks already
 asked to stop are no longer listed as desired-RUNNING, so a retry never stops a task twice.
 
-A rebalance recommendation also becomes a "rebalance" fact on the pool the host is in (`PoolFacts`),
+A rebalance recommendation also becomes a "rebalance" fact on the pool the host is in (`RebalanceFacts`),
 after its signals (a spot warning has no such step, so its path is as above). The fact carries the
 event's time and the instance, so a redelivery folds in nothing new; a failure to keep it is logged and
 named in the outcome (`pool_fact_error`, counted as a metric), and fails nothing.
@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from spotguard.domain.notices import Action, ContainerInstanceUpdate, Notice, actions
 from spotguard.domain.settings import Settings
 from spotguard.domain.tasks import ContainerInstanceRef, ManageMode, TaskInfo, managed_tasks
-from spotguard.ports import Ecs, FollowUps, InterruptionLedger, Lifecycle, PoolFacts, Signaller
+from spotguard.ports import Ecs, FollowUps, InterruptionLedger, Lifecycle, RebalanceFacts, Signaller
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class InterruptionService:
         follow_ups: FollowUps,
         ledger: InterruptionLedger,
         clock: Callable[[], datetime],
-        pool_facts: PoolFacts | None = None,
+        pool_facts: RebalanceFacts | None = None,
     ) -> None:
         self.config = config
         self.pool_facts = pool_facts

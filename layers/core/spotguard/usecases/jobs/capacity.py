@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from spotguard.domain.capacity import Market
 from spotguard.domain.jobs.model import Attempt, Job, JobState
@@ -36,7 +36,6 @@ from spotguard.domain.jobs.placement import PlacementDecision, job_needs
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,
-    Refreshed,
     Source,
     by_name,
     on_demand_pool,
@@ -48,23 +47,12 @@ if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not 
     from spotguard.domain.planner import CapacityDecision, PoolOption
 from spotguard.ports import JobStore
 from spotguard.usecases.jobs.engine import LaunchPlacement, PoolMarks, PoolObservations, PoolsRefreshed
-from spotguard.usecases.pools import failure_reason
+from spotguard.usecases.pools import PoolService, failure_reason
 
 TICK_HOURS = 1 / 6  # the policy's tick: 10 minutes, the resolution of the traces it was built on
 MOVE_DECISION_SECONDS = 1800  # a move's decision is followed by the launch after it this long at most
 NO_POOL_RECHECK_SECONDS = 900  # a job no pool can serve asks again this often (pools may be added)
 log = logging.getLogger(__name__)
-
-
-class PoolBook(Protocol):
-    """The pools of the watched clusters, as the ledger keeps them (usecases.pools.PoolService)."""
-
-    def pools(self, cluster: str) -> list[PoolRecord]: ...
-    def record_fact(self, cluster: str, pool_name: str, fact: Observation) -> PoolRecord | None: ...
-    def record_group_fact(
-        self, cluster: str, auto_scaling_group: str, fact: Observation, availability_zone: str | None = None
-    ) -> list[PoolRecord]: ...
-    def refresh(self, cluster: str, now: datetime) -> Refreshed: ...
 
 
 class CapacityAdvisor(LaunchPlacement, PoolObservations):
@@ -74,7 +62,7 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
 
     def __init__(
         self,
-        book: PoolBook,
+        book: PoolService,
         store: JobStore,
         clock: Callable[[], datetime],
         clusters: Sequence[str] = (),
