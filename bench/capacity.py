@@ -38,6 +38,7 @@ import traces as trace_files  # bench/traces.py: the fetcher and its lock
 from spotguard.domain.planner import SpotGuardPolicy
 from spotguard_cli.progress import echo, progress
 from spotguard_cli.simulate import draw_starts, summarise
+from spotguard_cli.simulate import hours_cell as hours
 from spotguard_cli.simulator import Job, Prices, Trace, load_trace, simulate
 
 TRACES = trace_files.DEST
@@ -68,6 +69,7 @@ def table(samples: int, seed: int, holdout: bool = False) -> None:
         print(f"## Table 3: 8 traces x {samples} starts, C=48 R=60 d=0.2 (seed {seed})")
     print(
         f"{'policy':18} {'OD h':>6} {'spot h':>6} {'cost $':>8} {'misses':>6} {'launches':>8} {'seconds':>8}"
+        f" {'done h':>6} {'idle h':>6}"
     )
     res = {}
     with progress(len(POLICIES) * len(runs), "held out" if holdout else "table", unit="run") as bar:
@@ -75,7 +77,8 @@ def table(samples: int, seed: int, holdout: bool = False) -> None:
             r = res[p] = summarise(p, traces, runs, job, PRICES, bar=bar)
             echo(
                 f"{p:18} {r['mean_ondemand_hours']:6.2f} {r['mean_spot_hours']:6.2f} {r['mean_cost']:8.2f} "
-                f"{r['deadline_misses']:6d} {r['mean_launches']:8.1f} {r['seconds']:8.1f}",
+                f"{r['deadline_misses']:6d} {r['mean_launches']:8.1f} {r['seconds']:8.1f}"
+                f" {hours(r['mean_hours_to_finish'])} {r['mean_idle_with_spot_hours']:6.2f}",
                 flush=True,
             )
     up, omni, sg = (res[p]["mean_cost"] for p in ("uniform-progress", "omniscient", "spotguard"))
@@ -121,7 +124,8 @@ def multi(samples: int, seed: int, names: tuple[str, ...], holdout: bool = False
         for p, r in res.items():
             echo(
                 f"{p + ' (any pool)':30} cost {r['mean_cost']:7.2f}  OD h {r['mean_ondemand_hours']:5.2f}"
-                f"  misses {r['deadline_misses']}"
+                f"  misses {r['deadline_misses']}  done h {hours(r['mean_hours_to_finish'])}"
+                f"  idle h {r['mean_idle_with_spot_hours']:.2f}"
             )
         singles = []
         for i, t in enumerate(traces):

@@ -106,12 +106,21 @@ def run_one(policy: str, traces: Sequence[Trace], run: Run, job: Job, prices: Pr
     return simulate(p, pools, run.start, job, prices)
 
 
-Row = tuple[float, float, float, int, bool]  # cost, on-demand hours, spot hours, launches, missed
+# cost, on-demand hours, spot hours, launches, missed, hours to finish (None: missed), idle with spot
+Row = tuple[float, float, float, int, bool, float | None, float]
 
 
 def _worker(args: tuple[str, Sequence[Trace], Run, Job, Prices]) -> Row:
     r = run_one(*args)
-    return r.cost, r.ondemand_hours, r.spot_hours, r.launches, r.missed
+    return (
+        r.cost,
+        r.ondemand_hours,
+        r.spot_hours,
+        r.launches,
+        r.missed,
+        r.finished_hours,
+        r.idle_with_spot_hours,
+    )
 
 
 def _chunk_worker(chunk: Sequence[tuple[str, Sequence[Trace], Run, Job, Prices]]) -> list[Row]:
@@ -153,6 +162,7 @@ def summarise(
     def figures(rows: Sequence[Row]) -> dict[str, Any]:
         n = len(rows)
         cost = sum(r[0] for r in rows) / n
+        finished = [r[5] for r in rows if r[5] is not None]
         return {
             "runs": n,
             "deadline_misses": sum(1 for r in rows if r[4]),
@@ -161,6 +171,10 @@ def summarise(
             "mean_spot_hours": round(sum(r[2] for r in rows) / n, 4),
             "mean_launches": round(sum(r[3] for r in rows) / n, 3),
             "cost_vs_ondemand": round(cost / all_on_demand, 4),
+            # time, which the cost does not see: hours to finish (runs that finished), and hours the job
+            # ran on nothing while some pool had spot
+            "mean_hours_to_finish": round(sum(finished) / len(finished), 4) if finished else None,
+            "mean_idle_with_spot_hours": round(sum(r[6] for r in rows) / n, 4),
         }
 
     by_pools: dict[tuple[int, ...], list[Row]] = {}
@@ -251,14 +265,22 @@ def render_table(results: Sequence[dict[str, Any]], job: Job, multi_pool: bool) 
     )
     lines = [
         head,
-        f"{'policy':18} {'runs':>5} {'misses':>6} {'cost $':>8} {'OD h':>6} {'spot h':>6} {'vs OD':>6}",
+        f"{'policy':18} {'runs':>5} {'misses':>6} {'cost $':>8} {'OD h':>6} {'spot h':>6} {'vs OD':>6} "
+        f"{'done h':>6} {'idle h':>6}",
     ]
     for r in results:
         lines.append(
             f"{r['policy']:18} {r['runs']:5d} {r['deadline_misses']:6d} {r['mean_cost']:8.2f} "
-            f"{r['mean_ondemand_hours']:6.2f} {r['mean_spot_hours']:6.2f} {r['cost_vs_ondemand']:6.3f}"
+            f"{r['mean_ondemand_hours']:6.2f} {r['mean_spot_hours']:6.2f} {r['cost_vs_ondemand']:6.3f} "
+            f"{hours_cell(r['mean_hours_to_finish'])} {r['mean_idle_with_spot_hours']:6.2f}"
         )
+    lines.append("done h: mean hours to finish; idle h: mean hours idle while some pool had spot")
     return "\n".join(lines)
+
+
+def hours_cell(value: float | None) -> str:
+    """A mean of hours in a 6-wide column; '-' when no run finished."""
+    return f"{value:6.2f}" if value is not None else f"{'-':>6}"
 
 
 def deadline_points(job: Job, traces: Sequence[Trace]) -> list[float]:

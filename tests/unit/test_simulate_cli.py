@@ -49,8 +49,11 @@ def test_json_has_the_contract_fields(traces, capsys):
         "mean_ondemand_hours",
         "mean_spot_hours",
         "cost_vs_ondemand",
+        "mean_hours_to_finish",
+        "mean_idle_with_spot_hours",
     } <= out.keys()
     assert out["policy"] == "spotguard" and out["runs"] == 5 and out["deadline_misses"] == 0
+    assert out["mean_hours_to_finish"] >= 4.0 and out["mean_idle_with_spot_hours"] >= 0.0
     assert out["mean_ondemand_hours"] + out["mean_spot_hours"] == pytest.approx(4.0)
 
 

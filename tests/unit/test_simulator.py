@@ -169,3 +169,36 @@ def test_trace_values_above_one_count_as_available(tmp_path):
     assert t.available == (False, True, True, False) and t.gap_hours == pytest.approx(1 / 6)
     with pytest.raises(TraceError, match="cannot read"):
         load_trace(tmp_path / "missing.json")
+
+
+class WaitFirst:
+    """Waits the first `waits` ticks whatever spot does, then is greedy."""
+
+    name = "wait-first"
+
+    def __init__(self, waits: int) -> None:
+        self.waits = waits
+
+    def reset(self, job_hours, deadline_hours, restart_hours):
+        self.greedy = GreedyPolicy()
+        self.greedy.reset(job_hours, deadline_hours, restart_hours)
+
+    def decide(self, s):
+        if s.elapsed_hours < self.waits:
+            return Choice(Market.NONE, None, "wait")
+        return self.greedy.decide(s)
+
+
+def test_time_is_judged_beside_money_idle_hours_while_spot_was_there_are_counted():
+    job = Job(hours=2.0, deadline_hours=8.0, restart_hours=0.5)
+    lazy = simulate(WaitFirst(2), [trace(1, 1, 1, 1, 1, 1, 1, 1)], 0, job, PRICES)
+    assert lazy.idle_with_spot_hours == 2.0 and lazy.finished_hours == 4.5  # same cost, two hours later
+    eager = simulate(GreedyPolicy(), [trace(1, 1, 1, 1, 1, 1, 1, 1)], 0, job, PRICES)
+    assert eager.idle_with_spot_hours == 0.0 and eager.finished_hours == 2.5 and eager.cost == lazy.cost
+    # waiting while no pool has spot is no idle time beside free spot
+    no_spot = simulate(GreedyPolicy(), [trace(0, 0, 1, 1, 1, 1, 1, 1)], 0, job, PRICES)
+    assert no_spot.idle_with_spot_hours == 0.0
+    # the bound counts it the same way: spot only from tick 2 on, and the bound, for money alone, may wait
+    bound = omniscient([trace(0, 1, 1, 1, 1, 1, 1, 1)], 0, job, PRICES)
+    waited = sum(1 for p, _ in bound.placements if p is Market.NONE)
+    assert bound.idle_with_spot_hours == waited - 1  # the first tick had no spot

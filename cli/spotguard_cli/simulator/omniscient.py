@@ -104,6 +104,7 @@ def _replay(
         res.placements.append(target)
         if target[0] is Market.NONE:
             state, ov = kinds[0], 0
+            res.idle_with_spot_hours += gap if any(avail) else 0.0
             continue
         span = min(k, round((job.deadline_hours - i * gap) / unit))
         o = ov if target == state else d

@@ -3,7 +3,8 @@
 Bookkeeping per run: cost is price x billed hours on each instance (restart overhead included, the last
 tick billed only up to completion); `spot_hours` and `ondemand_hours` are the hours of *work* done on
 each, so that they add up to the job's hours (the measure of the paper's Table 3); the billed hours are
-reported beside them.
+reported beside them. Time is judged too: the hours to finish, and the hours the job ran on nothing while
+some pool it may use had spot (`idle_with_spot_hours`), which money alone does not see.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class RunResult:
     spot_billed_hours: float = 0.0
     ondemand_billed_hours: float = 0.0
     launches: int = 0
-    finished_hours: float | None = None
+    finished_hours: float | None = None  # from the start to the end of the work (None: not finished)
+    idle_with_spot_hours: float = 0.0  # ticks the job ran on nothing while some pool had spot
     missed: bool = False
     placements: list[tuple[Market, int | None]] = field(default_factory=list)
 
@@ -96,6 +98,7 @@ def simulate(
         placement, pool = choice.placement, new_pool
         res.placements.append((placement, pool))
         if placement is Market.NONE:
+            res.idle_with_spot_hours += gap if any(avail) else 0.0
             continue
         dt = min(gap, job.deadline_hours - elapsed)
         paid_overhead = min(overhead, dt)
