@@ -68,7 +68,7 @@ def make_world(parameters: dict[str, str] | None = None, env: dict[str, str] | N
     a = cluster.add_host("g5.xlarge", "us-east-1a")
     b = cluster.add_host("g5.12xlarge", "us-east-1b")
     clients.reset()
-    iam.RoleGuard.of(stack.template, stack.parameters, stack.pseudo).install()
+    iam.RoleGuard.installed_for(stack)
     host = FunctionHost(stack, fn)
     calls: list[str] = []
     clients.on_every_call(lambda model, **_: calls.append(model.name))

@@ -53,8 +53,7 @@ def assemble(
         fn.environment.update(environment or {})
     cluster = GpuCluster(stack.client("ecs"), stack.client("ec2"), CLUSTER)
     clients.reset()  # SpotGuard's clients and hooks from an earlier system in this process
-    guard = RoleGuard.of(stack.template, stack.parameters, stack.pseudo)
-    guard.install()  # each function held to its role, as AWS would and moto does not
+    guard = RoleGuard.installed_for(stack)  # each function held to its role, as AWS would and moto does not
     scheduler = GpuScheduler(cluster)
     scheduler.install()
     functions = {name: FunctionHost(stack, fn, log=log) for name, fn in stack.functions.items()}

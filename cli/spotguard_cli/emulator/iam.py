@@ -18,12 +18,15 @@ import fnmatch
 import threading
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from spotguard.adapters import clients
 from spotguard_cli.emulator.template import resolve
+
+if TYPE_CHECKING:
+    from spotguard_cli.emulator.stack import DeployedStack
 
 # The function whose handler is running in this thread or task (FunctionHost.invoke sets it): what a call
 # is put down to. Records handled side by side run in copies of their invocation's context.
@@ -157,6 +160,13 @@ class RoleGuard:
             for r in resources.values()
         )
         return cls(allowed=allowed, refused=refused, encrypted_topics=encrypted)
+
+    @classmethod
+    def installed_for(cls, stack: DeployedStack) -> RoleGuard:
+        """The roles of a deployed stack, for the parameters it was deployed with, held to every call."""
+        guard = cls.of(stack.template, stack.parameters, stack.pseudo)
+        guard.install()
+        return guard
 
     def allows(self, function: str, action: str) -> bool:
         def matches(patterns: list[str]) -> bool:
