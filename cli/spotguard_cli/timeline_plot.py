@@ -1,7 +1,7 @@
 """A job's timeline as a picture, from the jobs function's `status` answer alone (its JSON).
 
     from spotguard_cli.timeline_plot import plot_job
-    plot_job(answer, "job.png")      # the whole answer {"ok": ..., "job": {...}}, or its "job"
+    plot_job(answer, "job.png")      # the whole answer {"ok": ..., "job": {...}}, its "job", or that read
 
 One horizontal bar per attempt, from its task's start (its launch, while it had not started) to its stop
 (or `now` while it runs), coloured by market (spot, on-demand, unknown) and labelled by pool; a thin
@@ -15,11 +15,13 @@ long-running caller (the local demo) can draw as often as it likes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from spotguard.domain.jobs.model import TERMINAL  # a job's states once it has ended
+from spotguard_cli.answers import AttemptView, StatusView, read_status
 
 COLOURS = {"spot": "#2b8cbe", "on-demand": "#f03b20", None: "#999999"}
 
@@ -46,83 +48,71 @@ class Timeline:
     checkpoints: list[datetime] = field(default_factory=list)
 
 
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
-
-
-def _job(status: dict[str, Any]) -> dict[str, Any]:
-    job = status.get("job") if isinstance(status.get("job"), dict) else status
-    if not isinstance(job, dict) or not isinstance(job.get("attempts"), list):
-        raise ValueError("not a jobs status answer: no job with a list of attempts")
-    return job
-
-
-def _latest(job: dict[str, Any]) -> datetime | None:
+def _latest(job: StatusView) -> datetime | None:
     """The newest time the answer mentions: where a running attempt's bar ends without `now`."""
-    times = [_time(job.get("updated_at"))]
-    for a in job["attempts"]:
-        times += [_time(a.get(k)) for k in ("launched_at", "started_at", "stopped_at")]
-    times += [_time(c.get("created_at")) for c in job.get("checkpoints") or []]
-    times += [_time(d.get("at")) for d in job.get("decisions") or []]
+    times = [job.updated_at]
+    for a in job.attempts:
+        times += [a.launched_at, a.started_at, a.stopped_at]
+    times += [c.created_at for c in job.checkpoints]
+    times += [d.at for d in job.decisions]
     known = [t for t in times if t is not None]
     return max(known) if known else None
 
 
-def _market(a: dict[str, Any]) -> str | None:
-    market = a.get("market") or a.get("lifecycle")
+def _market(a: AttemptView) -> str | None:
+    market = a.market or a.lifecycle
     return market if market in ("spot", "on-demand") else None
 
 
-def _label(a: dict[str, Any]) -> str:
-    pool = a.get("pool") or " ".join(x for x in (a.get("instance_type"), a.get("availability_zone")) if x)
-    return f"#{a['number']} {pool}".strip()
+def _label(a: AttemptView) -> str:
+    pool = a.pool or " ".join(x for x in (a.instance_type, a.availability_zone) if x)
+    return f"#{a.number} {pool}".strip()
 
 
-def bars_of(job: dict[str, Any], now: datetime | None = None) -> list[Bar]:
+def bars_of(job: StatusView, now: datetime | None = None) -> list[Bar]:
     end_of_live = now or _latest(job)
     bars = []
-    for a in job["attempts"]:
-        launched = _time(a.get("launched_at"))
-        start = _time(a.get("started_at")) or launched
+    for a in job.attempts:
+        start = a.started_at or a.launched_at
         if start is None:
             continue
-        stopped = _time(a.get("stopped_at"))
-        end = stopped or end_of_live or start
-        bars.append(Bar(int(a["number"]), start, max(end, start), _market(a), _label(a), stopped is None))
+        end = a.stopped_at or end_of_live or start
+        bars.append(Bar(a.number, start, max(end, start), _market(a), _label(a), a.stopped_at is None))
     return bars
 
 
-def _title(job: dict[str, Any], prices_note: str | None = None) -> str:
+def _title(job: StatusView, prices_note: str | None = None) -> str:
     """'job J: running - $1.20 so far'; for a job that has ended, what it spent ('- spent $3.40');
     `prices_note` says what the dollars are worth (the local stack's placeholder prices)."""
-    title = f"job {job.get('job_id', '?')}: {job.get('state', '?')}"
-    ended = job.get("state") in TERMINAL
-    spend = job.get("spend") or {}
-    if spend.get("dollars") is not None:
-        lost = spend.get("dollars_lost")
-        money = f"${spend['dollars']:,.2f}"
+    title = f"job {job.job_id or '?'}: {job.state or '?'}"
+    ended = job.state in TERMINAL
+    spend = job.spend
+    if spend is None:
+        return title
+    if spend.dollars is not None:
+        lost = spend.dollars_lost
+        money = f"${spend.dollars:,.2f}"
         title += f" - spent {money}" if ended else f" - {money} so far"
         title += f" (${lost:,.2f} lost)" if lost else ""
         if prices_note:
             title += f" at {prices_note}"
-    elif spend.get("gpu_hours") is not None:
-        hours = f"{spend['gpu_hours']:,.2f} GPU-hours"
+    else:
+        hours = f"{spend.gpu_hours:,.2f} GPU-hours"
         title += f" - spent {hours}" if ended else f" - {hours} so far"
     return title
 
 
 def plot_job(
-    status: dict[str, Any], path: str, *, now: datetime | None = None, prices_note: str | None = None
+    status: StatusView | Mapping[str, Any],
+    path: str,
+    *,
+    now: datetime | None = None,
+    prices_note: str | None = None,
 ) -> Timeline:
     """Draw the job's timeline to `path` (png, svg or pdf, by its suffix). `now` ends a running attempt's
     bar (default: the newest time in the answer); `prices_note` follows the dollars in the title (the
-    local stack: "moto's placeholder prices"). Returns what it drew; callers may ignore it."""
+    local stack: "moto's placeholder prices"). Returns what it drew; callers may ignore it. An answer that
+    is no status is an AnswerError (a ValueError), in one line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,7 +122,7 @@ def plot_job(
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    job = _job(status)
+    job = read_status(status)
     bars = bars_of(job, now)
     rows = {b.attempt: i for i, b in enumerate(bars)}
     fig = Figure(figsize=(10, 1.6 + 0.55 * max(len(bars), 1)))
@@ -148,34 +138,34 @@ def plot_job(
             y, width, left=left, height=0.5, color=COLOURS.get(b.market, COLOURS[None]),
             hatch="//" if b.running else None, edgecolor="white" if b.running else None,
         )  # fmt: skip
-    for a in job["attempts"]:
-        if a.get("number") not in rows:
+    for a in job.attempts:
+        if a.number not in rows:
             continue
-        y = rows[a["number"]]
-        launched, started = _time(a.get("launched_at")), _time(a.get("started_at"))
+        y = rows[a.number]
+        launched, started = a.launched_at, a.started_at
         if launched and started and started > launched:  # waiting for an instance
             ax.hlines(y, mdates.date2num(launched), mdates.date2num(started), colors="#555555", lw=1)
-        stopped = _time(a.get("stopped_at"))
+        stopped = a.stopped_at
         if stopped is None:
             continue
-        if str(a.get("outcome_reason") or "").startswith("moved: "):
+        if (a.outcome_reason or "").startswith("moved: "):
             drawn.moves.append(stopped)
             ax.plot(mdates.date2num(stopped), y, marker=">", color="black", ms=10, zorder=3)
-        elif a.get("interrupted_by"):
+        elif a.interrupted_by:
             drawn.interruptions.append(stopped)
             ax.plot(mdates.date2num(stopped), y, marker="X", color="#d7191c", ms=11, mec="black", zorder=3)
-    for c in job.get("checkpoints") or []:
-        at = _time(c.get("created_at"))
-        if at is None or c.get("attempt") not in rows:
+    for c in job.checkpoints:
+        at = c.created_at
+        if at is None or c.attempt not in rows:
             continue
         drawn.checkpoints.append(at)
-        ax.plot(mdates.date2num(at), rows[c["attempt"]], marker="|", color="black", ms=14, mew=1.5, zorder=3)
-    move = job.get("move") or {}
-    asked = _time(move.get("requested_at"))
-    if asked is not None and move.get("attempt") in rows:  # a move under way: asked to checkpoint
-        drawn.moves.append(asked)
-        ax.plot(mdates.date2num(asked), rows[move["attempt"]], marker=">", color="black", mfc="white", ms=10)
-    deadline = _time((job.get("options") or {}).get("deadline"))
+        ax.plot(mdates.date2num(at), rows[c.attempt], marker="|", color="black", ms=14, mew=1.5, zorder=3)
+    move = job.move  # a move under way: asked to checkpoint
+    if move is not None and move.requested_at is not None and move.attempt in rows:
+        drawn.moves.append(move.requested_at)
+        at, y = mdates.date2num(move.requested_at), rows[move.attempt]
+        ax.plot(at, y, marker=">", color="black", mfc="white", ms=10)
+    deadline = job.options.deadline
     if deadline is not None:
         ax.axvline(mdates.date2num(deadline), color="black", ls="--", lw=1)
 

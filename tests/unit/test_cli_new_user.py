@@ -343,15 +343,16 @@ def test_the_interruption_demos_savings_speak_of_the_type_the_job_ran_on():
 
 
 def test_the_timeline_picture_of_a_finished_job_says_spent_at_placeholder_prices():
+    from spotguard_cli.answers import StatusView
     from spotguard_cli.timeline_plot import _title
 
     job = {"job_id": "demo", "state": "succeeded", "spend": {"gpu_hours": 0.01, "dollars": 0.0}}
     assert (
-        _title(job, shared.PLACEHOLDER_PRICES)
+        _title(StatusView.model_validate(job), shared.PLACEHOLDER_PRICES)
         == "job demo: succeeded - spent $0.00 at moto's placeholder prices"
     )
     running = {**job, "state": "running"}
-    assert _title(running) == "job demo: running - $0.00 so far"
+    assert _title(StatusView.model_validate(running)) == "job demo: running - $0.00 so far"
 
 
 # ------------------------------------------------------------------------------------ jobs answers
@@ -384,6 +385,7 @@ def test_a_cancel_under_way_reads_as_one_not_as_a_job_still_running():
 def test_an_attempts_duration_is_never_zero_minutes(seconds, said):
     from datetime import UTC, datetime, timedelta
 
+    from spotguard_cli.answers import AttemptView
     from spotguard_cli.jobs.logs import between_line, duration_text
 
     assert duration_text(seconds) == said
@@ -397,7 +399,8 @@ def test_an_attempts_duration_is_never_zero_minutes(seconds, said):
         "outcome_reason": "spot",
     }
     after = {"number": 2, "task_arn": "arn:aws:ecs:us-east-1:1:task/c/bbbb"}
-    assert f" after {said}: " in between_line(before, after, [])
+    read = AttemptView.model_validate
+    assert f" after {said}: " in between_line(read(before), read(after), [])
 
 
 # --------------------------------------------------------------------------------------- local stack

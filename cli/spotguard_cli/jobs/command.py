@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from spotguard.domain.commands import CommandError, parse_command
 from spotguard.domain.jobs.model import JobState
+from spotguard_cli.answers import AnswerError, read_answer
 from spotguard_cli.arguments import number, whole
 from spotguard_cli.clock import Clock, SystemClock
 from spotguard_cli.jobs.invoke import Invoke, aws_clients, lambda_invoker
@@ -151,14 +152,17 @@ def run(
         return 1
     if args.json:
         print(json.dumps(answer, indent=2, sort_keys=True), file=out)
-    elif not answer.get("ok"):
-        err = answer.get("error") or {}
-        print(
-            f"spotguard jobs {args.action}: {err.get('type', 'Error')}: {err.get('message', '')}",
-            file=sys.stderr,
-        )
-    else:
-        print(render(answer), file=out)
-    if answer.get("ok") and args.action == "status" and args.plot:
-        return 0 if plot(args.plot, answer, clock) else 1
-    return 0 if answer.get("ok") else 1
+    try:
+        read = read_answer(answer)
+    except AnswerError as exc:
+        print(f"spotguard jobs {args.action}: {exc}", file=sys.stderr)
+        return 1
+    if not read.ok:
+        if not args.json:
+            print(f"spotguard jobs {args.action}: {read.error_line()}", file=sys.stderr)
+        return 1
+    if not args.json:
+        print(render(read), file=out)
+    if args.action == "status" and args.plot:
+        return 0 if plot(args.plot, read, clock) else 1
+    return 0

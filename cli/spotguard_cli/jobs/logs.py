@@ -25,6 +25,14 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from spotguard.domain.jobs.model import TERMINAL  # a job's states once it has ended
+from spotguard_cli.answers import (
+    AnswerError,
+    AttemptView,
+    CheckpointView,
+    RequestView,
+    StatusView,
+    read_answer,
+)
 from spotguard_cli.clock import Clock
 
 ClientFactory = Callable[[str, "str | None"], Any]  # (service, region or None) -> a boto3 client
@@ -96,10 +104,10 @@ class Resolver:
     """Finds the streams of a job's attempts: DescribeTasks (batched, cached), DescribeTaskDefinition
     (cached per revision)."""
 
-    def __init__(self, aws: ClientFactory, request: dict[str, Any]) -> None:
+    def __init__(self, aws: ClientFactory, request: RequestView) -> None:
         self.aws = aws
-        self.cluster = str(request.get("cluster") or "default")
-        self.request_td = str(request.get("taskDefinition") or "")
+        self.cluster = request.cluster or "default"
+        self.request_td = request.taskDefinition
         self._tasks: dict[str, dict[str, Any]] = {}
         self._described: set[str] = set()
         self._tds: dict[str, dict[str, Any]] = {}
@@ -125,10 +133,10 @@ class Resolver:
             self._tds[ref] = ecs.describe_task_definition(taskDefinition=ref)["taskDefinition"]
         return self._tds[ref]
 
-    def resolve(self, attempt: dict[str, Any]) -> AttemptLogs:
-        n, arn = int(attempt["number"]), str(attempt["task_arn"])
+    def resolve(self, attempt: AttemptView) -> AttemptLogs:
+        n, arn = attempt.number, attempt.task_arn
         found = AttemptLogs(number=n, task_arn=arn)
-        self.describe([arn], again=attempt_is_live(attempt))
+        self.describe([arn], again=attempt.live)
         task = self._tasks.get(arn)
         ref = str(task["taskDefinitionArn"]) if task else self.request_td
         region = _arn_region(arn)
@@ -173,17 +181,13 @@ class Resolver:
                 f"CloudWatch Logs with awslogs ({', '.join(elsewhere)}): nothing to show for "
                 f"{'it' if len(elsewhere) == 1 else 'them'}"
             )
-        if found.pending and not attempt_is_live(attempt):
+        if found.pending and not attempt.live:
             found.notes.append(
                 f"attempt {n}: {', '.join(unnamed)}: awslogs without a stream prefix, and ECS no longer "
                 "knows the container ids that name those streams"
             )
             found.pending = False
         return found
-
-
-def attempt_is_live(attempt: dict[str, Any]) -> bool:
-    return not attempt.get("outcome") and attempt.get("last_status") != "STOPPED"
 
 
 # ------------------------------------------------------------------------------------------- events
@@ -245,21 +249,12 @@ def format_event(ev: dict[str, Any], several: bool, timestamps: bool) -> str:
 
 
 # ----------------------------------------------------------------------------------- between lines
-def _when(iso: str | None) -> str:
-    return iso[:19].replace("T", " ") if iso else "?"
+def _when(at: datetime | None) -> str:
+    return f"{at:%Y-%m-%d %H:%M:%S}" if at else "?"
 
 
-def _parse(iso: str | None) -> datetime | None:
-    if not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-
-
-def _duration(a: dict[str, Any]) -> str:
-    start, end = _parse(a.get("started_at")), _parse(a.get("stopped_at"))
+def _duration(a: AttemptView) -> str:
+    start, end = a.started_at, a.stopped_at
     if start is None or end is None:
         return ""
     return f" after {duration_text((end - start).total_seconds())}"
@@ -276,11 +271,11 @@ def duration_text(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
 
 
-def why_stopped(a: dict[str, Any]) -> str:
+def why_stopped(a: AttemptView) -> str:
     """Why an attempt stopped, in a phrase: a move, an interruption (its kind), an error, a cancel."""
-    reason = str(a.get("outcome_reason") or "")
-    outcome = a.get("outcome")
-    by = str(a.get("interrupted_by") or "")
+    reason = a.outcome_reason or ""
+    outcome = a.outcome
+    by = a.interrupted_by or ""
     if reason.startswith("moved: "):
         what = f"moved by SpotGuard ({reason.removeprefix('moved: ')})"
     elif by:
@@ -296,68 +291,57 @@ def why_stopped(a: dict[str, Any]) -> str:
         what = "succeeded"
     elif outcome == "resubmit":
         what = f"stopped: {reason}"
-    elif a.get("last_status") == "STOPPED":
-        what = f"stopped: {a.get('stopped_reason') or a.get('stop_code') or 'no reason given'}"
+    elif a.last_status == "STOPPED":
+        what = f"stopped: {a.stopped_reason or a.stop_code or 'no reason given'}"
     else:
-        what = f"still {a.get('last_status', 'running')}"
-    codes = a.get("exit_codes") or {}
+        what = f"still {a.last_status or 'running'}"
+    codes = a.exit_codes
     extras = []
     if codes:
         extras.append("exit " + ", ".join(f"{k}={'-' if v is None else v}" for k, v in sorted(codes.items())))
-    if a.get("stop_code") and a["stop_code"] not in what:
-        extras.append(str(a["stop_code"]))
+    if a.stop_code and a.stop_code not in what:
+        extras.append(a.stop_code)
     return what + (f"; {'; '.join(extras)}" if extras else "")
 
 
-def where(a: dict[str, Any]) -> str:
-    market = a.get("market") or a.get("lifecycle")
-    bits = [
-        b
-        for b in (
-            market,
-            a.get("pool") or a.get("instance_type"),
-            None if a.get("pool") else a.get("availability_zone"),
-        )
-        if b
-    ]
+def where(a: AttemptView) -> str:
+    market = a.market or a.lifecycle
+    bits = [b for b in (market, a.pool or a.instance_type, None if a.pool else a.availability_zone) if b]
     return f" on {' '.join(bits)}" if bits else ""
 
 
-def resumed_from(a: dict[str, Any], before: dict[str, Any] | None, checkpoints: list[dict[str, Any]]) -> str:
-    uri = a.get("resume_from") or ""
+def resumed_from(a: AttemptView, before: AttemptView | None, checkpoints: list[CheckpointView]) -> str:
+    uri = a.resume_from
     if uri:
-        ref = next((c for c in checkpoints if c.get("manifest_uri") == uri), None)
+        ref = next((c for c in checkpoints if c.manifest_uri == uri), None)
         if ref is None:
             return f"from {uri}"
-        progress = ref.get("progress")
-        pct = f", {progress:.0%}" if isinstance(progress, int | float) else ""
-        return f"from checkpoint #{ref.get('sequence')} (step {ref.get('step')}{pct})"
-    if before is not None and before.get("snapshot_id"):
-        return f"from EBS snapshot {before['snapshot_id']}"
+        return f"from checkpoint #{ref.sequence} (step {ref.step}, {ref.progress:.0%})"
+    if before is not None and before.snapshot_id:
+        return f"from EBS snapshot {before.snapshot_id}"
     return "from scratch (no checkpoint)"
 
 
-def header_line(a: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
+def header_line(a: AttemptView, checkpoints: list[CheckpointView]) -> str:
     return (
-        f"--- attempt {a['number']}: task {task_id(a['task_arn'])[:12]}{where(a)}, launched "
-        f"{_when(a.get('launched_at'))}, {resumed_from(a, None, checkpoints)}"
+        f"--- attempt {a.number}: task {task_id(a.task_arn)[:12]}{where(a)}, launched "
+        f"{_when(a.launched_at)}, {resumed_from(a, None, checkpoints)}"
     )
 
 
-def between_line(before: dict[str, Any], after: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
-    stopped = f" at {_when(before.get('stopped_at'))}" if before.get("stopped_at") else ""
+def between_line(before: AttemptView, after: AttemptView, checkpoints: list[CheckpointView]) -> str:
+    stopped = f" at {_when(before.stopped_at)}" if before.stopped_at else ""
     return (
-        f"--- attempt {before['number']} stopped{stopped}{_duration(before)}: {why_stopped(before)} -> "
-        f"attempt {after['number']} (task {task_id(after['task_arn'])[:12]}{where(after)}) resumed "
+        f"--- attempt {before.number} stopped{stopped}{_duration(before)}: {why_stopped(before)} -> "
+        f"attempt {after.number} (task {task_id(after.task_arn)[:12]}{where(after)}) resumed "
         f"{resumed_from(after, before, checkpoints)}"
     )
 
 
-def end_line(job: dict[str, Any]) -> str:
-    state = job.get("state")
-    if state in TERMINAL:
-        return f"--- job {job['job_id']} {state}: {job.get('last_reason') or ''}".rstrip(": ")
-    return f"--- job {job['job_id']} is {state} ({job.get('last_reason') or 'no reason recorded'})"
+def end_line(job: StatusView) -> str:
+    if job.state in TERMINAL:
+        return f"--- job {job.job_id} {job.state}: {job.last_reason}".rstrip(": ")
+    return f"--- job {job.job_id} is {job.state} ({job.last_reason or 'no reason recorded'})"
 
 
 # ---------------------------------------------------------------------------------------- the command
@@ -389,15 +373,15 @@ class LogsCommand:
     def note(self, line: str) -> None:
         self.say(json.dumps({"note": line}) if self.opts.as_json else line)
 
-    def _job(self) -> dict[str, Any]:
+    def _job(self) -> StatusView:
         try:
             answer = self.fetch()
         except Exception as exc:  # no credentials, no such stack, no network: one line
             raise Unreachable(f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
-        if not answer.get("ok"):
-            err = answer.get("error") or {}
-            raise Fatal(f"{err.get('type', 'Error')}: {err.get('message', '')}")
-        return dict(answer["job"])
+        try:
+            return read_answer(answer).status()
+        except AnswerError as exc:  # the function refused (its error), or an answer not read
+            raise Fatal(str(exc)) from None
 
     def run(self) -> int:
         try:
@@ -408,34 +392,32 @@ class LogsCommand:
 
     def _run(self) -> int:
         job = self._job()
-        resolver = Resolver(self.aws, job.get("request") or {})
-        attempts = list(job.get("attempts") or [])
+        resolver = Resolver(self.aws, job.request)
+        attempts = job.attempts
         if self.opts.attempt is not None:
-            chosen = [a for a in attempts if a.get("number") == self.opts.attempt]
+            chosen = [a for a in attempts if a.number == self.opts.attempt]
             if not chosen:
-                raise Fatal(
-                    f"job {job['job_id']} has no attempt {self.opts.attempt} (it has {len(attempts)})"
-                )
+                raise Fatal(f"job {job.job_id} has no attempt {self.opts.attempt} (it has {len(attempts)})")
             attempts = chosen
-        resolver.describe(a["task_arn"] for a in attempts)
+        resolver.describe(a.task_arn for a in attempts)
         cursor: Cursor | None = None
         for i, a in enumerate(attempts):
             cursor = self._show_attempt(resolver, job, a, attempts[i - 1] if i else None)
         if not attempts:
-            self.note(f"--- job {job['job_id']} has no attempt yet ({job.get('state')})")
-        if not self.opts.follow or job.get("state") in TERMINAL:
+            self.note(f"--- job {job.job_id} has no attempt yet ({job.state})")
+        if not self.opts.follow or job.state in TERMINAL:
             self.note(end_line(job))
             return 1 if self.failed else 0
         try:
             return self._follow(resolver, job, cursor)
         except KeyboardInterrupt:
-            self.warn(f"stopped following job {job['job_id']} (it goes on)")
+            self.warn(f"stopped following job {job.job_id} (it goes on)")
             return 130
 
     def _show_attempt(
-        self, resolver: Resolver, job: dict[str, Any], a: dict[str, Any], before: dict[str, Any] | None
+        self, resolver: Resolver, job: StatusView, a: AttemptView, before: AttemptView | None
     ) -> Cursor:
-        checkpoints = job.get("checkpoints") or []
+        checkpoints = job.checkpoints
         self.note(between_line(before, a, checkpoints) if before else header_line(a, checkpoints))
         logs = resolver.resolve(a)
         for note in logs.notes:
@@ -443,10 +425,10 @@ class LogsCommand:
         self.failed |= logs.failed
         since_ms = int(self.opts.since.timestamp() * 1000) if self.opts.since else None
         cursor = Cursor(self.aws, logs, since_ms)
-        ended = _parse(a.get("stopped_at"))
+        ended = a.stopped_at
         if self.opts.since and ended is not None and ended < self.opts.since:
             return cursor  # over before --since: nothing to read
-        self._drain(cursor, live=attempt_is_live(a))
+        self._drain(cursor, live=a.live)
         return cursor
 
     def _drain(self, cursor: Cursor, live: bool) -> None:
@@ -484,16 +466,16 @@ class LogsCommand:
             else:
                 self.say(format_event(ev, several, self.opts.timestamps))
 
-    def _follow(self, resolver: Resolver, job: dict[str, Any], cursor: Cursor | None) -> int:
-        shown = list(job.get("attempts") or [])
+    def _follow(self, resolver: Resolver, job: StatusView, cursor: Cursor | None) -> int:
+        shown = list(job.attempts)
         failures = 0
         while True:
             self.clock.sleep(self.opts.interval)
             try:
                 job = self._job()
-                attempts = list(job.get("attempts") or [])
+                attempts = job.attempts
                 if cursor is not None and cursor.logs.pending:
-                    current = next((a for a in attempts if a["number"] == cursor.logs.number), None)
+                    current = next((a for a in attempts if a.number == cursor.logs.number), None)
                     if current is not None:
                         cursor.logs = resolver.resolve(current)  # what was read stays read
                 if cursor is not None:
@@ -514,7 +496,7 @@ class LogsCommand:
             if self.read_failures >= MAX_POLL_FAILURES:
                 self.warn(f"gave up: the logs could not be read {self.read_failures} times in a row")
                 return 1
-            if job.get("state") in TERMINAL:
+            if job.state in TERMINAL:
                 if cursor is not None:
                     self.clock.sleep(FINAL_GRACE_S)
                     self._drain(cursor, live=False)

@@ -4,9 +4,13 @@ decisions and spend, or the list of jobs, as tables; and a job's timeline drawn 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from spotguard.domain.jobs.model import JobState
+from spotguard.domain.jobs.spend import Spend
+from spotguard_cli.answers import Answer, StatusView, SummaryAnswer, read_answer
 from spotguard_cli.clock import Clock
 
 TERMINAL_STATES = {s.value for s in JobState if s.terminal}
@@ -23,106 +27,108 @@ def _short(arn: str | None) -> str:
     return arn.rsplit("/", 1)[-1][:12] if arn else "-"
 
 
-def _when(iso: str | None) -> str:
-    return iso[:19].replace("T", " ") if iso else "-"
+def _when(at: datetime | None) -> str:
+    return f"{at:%Y-%m-%d %H:%M:%S}" if at else "-"
 
 
-def render(answer: dict[str, Any]) -> str:
-    if answer.get("jobs") is not None:
+def render(answer: Answer | Mapping[str, Any]) -> str:
+    """An ok answer (or its JSON) as a reader sees it: the list of jobs, a job in a few lines, or a
+    status with its attempts, checkpoints, decisions and spend."""
+    if not isinstance(answer, Answer):
+        answer = read_answer(answer)
+    if answer.jobs is not None:
         rows = [
-            [
-                j["job_id"],
-                j["state"],
-                str(j["gpus"]),
-                str(j["attempts"]),
-                _short(j["task_arn"]),
-                _when(j["updated_at"]),
-            ]
-            for j in answer["jobs"]
+            [j.job_id, j.state, str(j.gpus), str(j.attempts), _short(j.task_arn), _when(j.updated_at)]
+            for j in answer.jobs
         ]
         return table(rows, ["JOB", "STATE", "GPUS", "ATTEMPTS", "TASK", "UPDATED"]) if rows else "no jobs"
-    job = answer["job"]
-    attempts = job["attempts"] if isinstance(job["attempts"], int) else len(job["attempts"])
-    stopping = answer.get("action") == "cancel" and job.get("state") not in TERMINAL_STATES
-    state = "cancelling" if stopping else job["state"]
-    lines = [f"job {job['job_id']}: {state}  ({job['gpus']} GPU, {attempts} attempt(s))"]
+    job = answer.job
+    if job is None:
+        return "no job"
+    attempts = job.attempts if isinstance(answer, SummaryAnswer) else len(job.attempts)
+    stopping = answer.action == "cancel" and job.state not in TERMINAL_STATES
+    state = "cancelling" if stopping else job.state
+    lines = [f"job {job.job_id}: {state}  ({job.gpus} GPU, {attempts} attempt(s))"]
     if stopping:  # the job reads as it was until its task has stopped: no failed cancel
         lines.append(
-            f"  cancel under way: its task is being stopped; the job is {job['state']} until it has, "
-            f"then cancelled (follow it: spotguard jobs status {job['job_id']} --watch)"
+            f"  cancel under way: its task is being stopped; the job is {job.state} until it has, "
+            f"then cancelled (follow it: spotguard jobs status {job.job_id} --watch)"
         )
-    lines += [f"  {job['last_reason']}", f"  checkpoints: {job['checkpoint_uri']}"]
-    if job.get("retry_at"):
-        lines.append(f"  next RunTask try: {_when(job['retry_at'])}")
-    if isinstance(job.get("attempts"), list):
-        rows = [
-            [
-                str(a["number"]),
-                _short(a["task_arn"]),
-                a.get("instance_type") or "-",
-                a.get("availability_zone") or "-",
-                a.get("lifecycle") or "-",
-                _when(a.get("started_at")),
-                _when(a.get("stopped_at")),
-                a.get("outcome") or a.get("last_status", "-"),
-            ]
-            for a in job["attempts"]
-        ]
-        lines += ["", table(rows, ["#", "TASK", "TYPE", "ZONE", "MARKET", "STARTED", "STOPPED", "OUTCOME"])]
-        cps = job.get("checkpoints") or []
-        if cps:
-            newest = cps[-1]
-            lines.append(
-                f"\n{len(cps)} checkpoint(s); newest #{newest['sequence']} at step {newest['step']} "
-                f"({newest['progress']:.0%}) from attempt {newest['attempt']}"
-            )
-        if job.get("snapshots"):
-            lines.append(
-                f"EBS snapshots: {', '.join(job['snapshots'])} (the next attempt starts from the last)"
-            )
-        decisions = job.get("decisions") or []
-        if decisions:
-            rows = [
-                [
-                    _when(d.get("at")),
-                    d.get("trigger", "-"),
-                    d["placement"],
-                    d.get("pool") or "-",
-                    f"${d['expected_cost']:.2f}" if d.get("expected_cost") is not None else "-",
-                    d.get("reason", ""),
-                ]
-                for d in decisions[-5:]
-            ]
-            lines += [
-                f"\ncapacity decisions ({len(decisions)}, newest last; "
-                f"moves made: {job.get('moves_made', 0)}):",
-                table(rows, ["AT", "WHY ASKED", "PLACEMENT", "POOL", "TO FINISH", "REASON"]),
-            ]
-        if job.get("move"):
-            to = job["move"]["to"]
-            lines.append(f"moving to {to['placement']} {to.get('pool') or ''}: waiting for its checkpoint")
-        spend = job.get("spend") or {}
-        if spend:
-            lines.append(spend_text(spend))
+    lines += [f"  {job.last_reason}", f"  checkpoints: {job.checkpoint_uri}"]
+    if job.retry_at:
+        lines.append(f"  next RunTask try: {_when(job.retry_at)}")
+    if isinstance(job, StatusView):
+        lines += _status_lines(job)
     return "\n".join(lines)
 
 
-def spend_text(spend: dict[str, Any]) -> str:
-    """What a job spent, in words: 'spent 2.32 GPU-hours (0.04 lost), $0.42 ($0.01 lost)'."""
+def _status_lines(job: StatusView) -> list[str]:
+    """A status's attempts, checkpoints, snapshots, capacity decisions, move under way and spend."""
+    rows = [
+        [
+            str(a.number),
+            _short(a.task_arn),
+            a.instance_type or "-",
+            a.availability_zone or "-",
+            a.lifecycle or "-",
+            _when(a.started_at),
+            _when(a.stopped_at),
+            a.outcome or a.last_status or "-",
+        ]
+        for a in job.attempts
+    ]
+    lines = ["", table(rows, ["#", "TASK", "TYPE", "ZONE", "MARKET", "STARTED", "STOPPED", "OUTCOME"])]
+    if job.checkpoints:
+        newest = job.checkpoints[-1]
+        lines.append(
+            f"\n{len(job.checkpoints)} checkpoint(s); newest #{newest.sequence} at step {newest.step} "
+            f"({newest.progress:.0%}) from attempt {newest.attempt}"
+        )
+    if job.snapshots:
+        lines.append(f"EBS snapshots: {', '.join(job.snapshots)} (the next attempt starts from the last)")
+    if job.decisions:
+        rows = [
+            [
+                _when(d.at),
+                d.trigger or "-",
+                d.placement or "-",
+                d.pool or "-",
+                f"${d.expected_cost:.2f}" if d.expected_cost is not None else "-",
+                d.reason,
+            ]
+            for d in job.decisions[-5:]
+        ]
+        lines += [
+            f"\ncapacity decisions ({len(job.decisions)}, newest last; moves made: {job.moves_made}):",
+            table(rows, ["AT", "WHY ASKED", "PLACEMENT", "POOL", "TO FINISH", "REASON"]),
+        ]
+    if job.move is not None:
+        to = job.move.to
+        lines.append(f"moving to {to.placement or '?'} {to.pool or ''}: waiting for its checkpoint")
+    if job.spend is not None:
+        lines.append(spend_text(job.spend))
+    return lines
+
+
+def spend_text(spend: Spend | Mapping[str, Any]) -> str:
+    """What a job spent, in words: 'spent 2.32 GPU-hours (0.04 lost), $0.42 ($0.01 lost)'. `spend` is a
+    status's, or its JSON."""
+    if not isinstance(spend, Spend):
+        spend = Spend.model_validate(spend)
     money = ""
-    if spend.get("dollars") is not None:
-        money = f", ${spend['dollars']:.2f} (${spend.get('dollars_lost') or 0:.2f} lost)"
-    return f"spent {spend['gpu_hours']:.2f} GPU-hours ({spend.get('gpu_hours_lost') or 0:.2f} lost){money}"
+    if spend.dollars is not None:
+        money = f", ${spend.dollars:.2f} (${spend.dollars_lost or 0:.2f} lost)"
+    return f"spent {spend.gpu_hours:.2f} GPU-hours ({spend.gpu_hours_lost or 0:.2f} lost){money}"
 
 
-def plot(path: str, answer: dict[str, Any], clock: Clock) -> bool:
+def plot(path: str, answer: Answer, clock: Clock) -> bool:
     """`status --plot`: the job's timeline drawn to `path` (up to now while it runs); False, said in one
     line, when it could not be."""
     from spotguard_cli.timeline_plot import plot_job
 
-    job = answer.get("job") or {}
     try:
-        plot_job(answer, path, now=None if job.get("state") in TERMINAL_STATES else clock.now())
+        job = answer.status()
+        plot_job(job, path, now=None if job.state in TERMINAL_STATES else clock.now())
     except (OSError, ValueError) as exc:
         print(f"spotguard jobs status: --plot: {exc}".splitlines()[0], file=sys.stderr)
         return False

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from spotguard_cli.answers import AnswerError, read_answer
 from spotguard_cli.clock import Clock
 from spotguard_cli.jobs.render import TERMINAL_STATES, plot, render
 
@@ -34,19 +35,17 @@ def watch(
                 clock.sleep(args._interval)
                 continue
             failures = 0
-            if not answer.get("ok"):
-                err = answer.get("error") or {}
-                print(
-                    f"spotguard jobs status: {err.get('type', 'Error')}: {err.get('message', '')}",
-                    file=sys.stderr,
-                )
+            try:
+                read = read_answer(answer)
+                job = read.status()
+            except AnswerError as exc:  # the function refused (its error), or an answer not read
+                print(f"spotguard jobs status: {exc}", file=sys.stderr)
                 return 1
-            job = answer["job"]
-            state = json.dumps({k: v for k, v in job.items() if k != "spend"}, sort_keys=True, default=str)
-            ended = job.get("state") in TERMINAL_STATES
+            state = job.model_dump_json(exclude={"spend"})
+            ended = job.state in TERMINAL_STATES
             now = clock.now()
             if tty:
-                text = json.dumps(answer, indent=2, sort_keys=True) if args.json else render(answer)
+                text = json.dumps(answer, indent=2, sort_keys=True) if args.json else render(read)
                 footer = (
                     "the job has ended"
                     if ended
@@ -58,8 +57,8 @@ def watch(
                 if args.json:
                     print(json.dumps(answer, sort_keys=True), file=out, flush=True)
                 else:
-                    print(f"--- {now:%Y-%m-%d %H:%M:%S} UTC\n{render(answer)}", file=out, flush=True)
-            if args.plot and state != last and not plot(args.plot, answer, clock):
+                    print(f"--- {now:%Y-%m-%d %H:%M:%S} UTC\n{render(read)}", file=out, flush=True)
+            if args.plot and state != last and not plot(args.plot, read, clock):
                 return 1
             last = state
             if ended:
