@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from spotguard_agent.agent import AgentEnv
 
+from spotguard_cli.answers import AttemptView, read_status
 from spotguard_cli.emulator.gpucluster import Host
 from spotguard_cli.emulator.system import ScaledClock
 from spotguard_cli.local.replay.command import check
@@ -162,8 +163,8 @@ def _run(logs: list[str], state: str = "succeeded") -> JobRun:
         }
         for i in range(len(logs))
     ]
-    run = JobRun("replay-1", 0, at, at + timedelta(hours=9))
-    run.status = {"state": state, "attempts": attempts, "spend": {"dollars": 4.0}, "_logs": logs}
+    run = JobRun("replay-1", 0, at, at + timedelta(hours=9), logs=logs)
+    run.status = read_status({"state": state, "attempts": attempts, "spend": {"dollars": 4.0}})
     return run
 
 
@@ -196,8 +197,9 @@ def test_a_job_that_did_not_finish_missed_its_deadline():
 def test_attempts_at_once_counts_attempts_of_a_job_that_overlap():
     from spotguard_cli.local.replay.report import _at_once
 
-    def a(start: str, stop: str | None) -> dict:
-        return {"started_at": f"2026-11-01T{start}:00Z", "stopped_at": stop and f"2026-11-01T{stop}:00Z"}
+    def a(start: str, stop: str | None) -> AttemptView:
+        times = {"started_at": f"2026-11-01T{start}:00Z", "stopped_at": stop and f"2026-11-01T{stop}:00Z"}
+        return AttemptView.model_validate(times)
 
     assert _at_once([]) == 0
     assert _at_once([a("01:00", "02:00"), a("02:00", "03:00"), a("03:30", None)]) == 1  # one after another

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.adapters import clients
+from spotguard_cli.answers import StatusView, read_answer
 from spotguard_cli.emulator.assembly import assemble
 from spotguard_cli.emulator.gpucluster import Host, PoolGroup
 from spotguard_cli.emulator.inject import (
@@ -337,9 +338,13 @@ class LocalSystem:
         )
         return str(resp["taskDefinition"]["taskDefinitionArn"])
 
+    def job_status(self, job_id: str) -> StatusView:
+        """The job's status, read as the CLI reads it (AnswerError, in one line, when there is none)."""
+        return read_answer(self.invoke_jobs({"action": "status", "job_id": job_id})).status()
+
     def job_state(self, job_id: str) -> str:
-        answer = self.invoke_jobs({"action": "status", "job_id": job_id})
-        return str(answer["job"]["state"]) if answer.get("ok") else "unknown"
+        answer = read_answer(self.invoke_jobs({"action": "status", "job_id": job_id}))
+        return answer.job.state if answer.ok and answer.job is not None else "unknown"
 
     def _lifecycle(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
         from urllib.parse import parse_qs

@@ -19,7 +19,9 @@ import sys
 from typing import Any
 
 from spotguard.domain.jobs.model import TERMINAL
+from spotguard.domain.jobs.spend import Spend
 from spotguard.domain.prices import PAPER_ON_DEMAND_PRICE, PAPER_SPOT_PRICE, on_demand_price
+from spotguard_cli.answers import read_answer
 from spotguard_cli.arguments import number, whole
 from spotguard_cli.emulator.timeline import Timeline
 from spotguard_cli.local import capacity
@@ -159,10 +161,10 @@ def _run_demo(args: argparse.Namespace) -> int:
                     "request": {"cluster": "gpu-spot", "taskDefinition": td},
                 }
             )
-            if not answer.get("ok"):
+            submitted = read_answer(answer)
+            if not submitted.ok or submitted.job is None or not submitted.job.task_arn:
                 raise RuntimeError(f"submit failed: {answer}")
-            job = answer["job"]
-            first_task = job["task_arn"]
+            first_task = submitted.job.task_arn
             timeline.add(f"job demo submitted: task {first_task.rsplit('/', 1)[-1][:8]} on {a.instance_id}")
             say("job submitted; training until step", args.interrupt_at, "...")
             log1 = work / f"task-{first_task.rsplit('/', 1)[-1][:8]}.log"
@@ -177,17 +179,17 @@ def _run_demo(args: argparse.Namespace) -> int:
             say("spot interruption warning sent for", a.instance_id)
 
             def finished() -> bool:
-                return system.invoke_jobs({"action": "status", "job_id": "demo"})["job"]["state"] in TERMINAL
+                return system.job_status("demo").state in TERMINAL
 
             system.run_until(finished, timeout=300, every=0.2)
-            status = system.invoke_jobs({"action": "status", "job_id": "demo"})["job"]
-            timeline.add(f"job demo {status['state']} after {len(status['attempts'])} attempt(s)")
+            status = system.job_status("demo")
+            timeline.add(f"job demo {status.state} after {len(status.attempts)} attempt(s)")
             if reference.wait(timeout=120) != 0:
                 raise RuntimeError(f"the reference run failed; see {work / 'reference.log'}")
 
-            attempts = status["attempts"]
+            attempts = status.attempts
             log_texts = [
-                (work / f"task-{x['task_arn'].rsplit('/', 1)[-1][:8]}.log").read_text() for x in attempts
+                (work / f"task-{x.task_arn.rsplit('/', 1)[-1][:8]}.log").read_text() for x in attempts
             ]
             executed = [len(re.findall(r"^step \d+ loss", t, re.MULTILINE)) for t in log_texts]
             saved_after = re.search(r"checkpointed after step (\d+): exit 75", log_texts[0])
@@ -199,22 +201,23 @@ def _run_demo(args: argparse.Namespace) -> int:
                 if saved_after and resumed_after
                 else None
             )
-            hosts = [x.get("instance_id") for x in attempts]
+            hosts = [x.instance_id for x in attempts]
+            spend = status.spend or Spend()
             facts = {
                 "attempts": len(attempts),
                 "hosts": hosts,
-                "instance_types": [x.get("instance_type") for x in attempts],
+                "instance_types": [x.instance_type for x in attempts],
                 "steps_executed": executed,
                 "steps_lost": lost,
-                "resume_from": attempts[1].get("resume_from") if len(attempts) > 1 else None,
-                "gpu_hours": status["spend"]["gpu_hours"],
-                "gpu_hours_lost": status["spend"]["gpu_hours_lost"],
+                "resume_from": attempts[1].resume_from if len(attempts) > 1 else None,
+                "gpu_hours": spend.gpu_hours,
+                "gpu_hours_lost": spend.gpu_hours_lost,
                 "dead_letters": system.dead_letters(),
                 "pids": [p for p in (moto.proc.pid if moto.proc else None, reference.pid) if p]
                 + system.runner.pids,
             }
             proof += [
-                ("the job finished: succeeded", status["state"] == "succeeded"),
+                ("the job finished: succeeded", status.state == "succeeded"),
                 (
                     "interrupted once, resubmitted once (2 attempts)",
                     len(attempts) == 2 and len(system.scheduler.requests) == 2,

@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spotguard_cli.answers import StatusView, read_status
 from spotguard_cli.emulator.template import REPO
 
 STATE_DIR = Path(".local-stack")
@@ -70,15 +72,16 @@ def reference_run(system: Any, out: Path, steps: int, log: Path) -> subprocess.P
 
 
 # ================================================================================== the demos' proof
-def picture(status: dict[str, Any], work: Path, facts: dict[str, Any]) -> bool:
+def picture(status: StatusView | Mapping[str, Any], work: Path, facts: dict[str, Any]) -> bool:
     """Draw the job's timeline (as `spotguard jobs status --plot` does) to work/timeline.png; True when
     the picture has one bar per attempt. Its dollars are moto's placeholder prices, and it says so."""
     from spotguard_cli.timeline_plot import plot_job
 
+    job = read_status(status)
     path = work / "timeline.png"
-    drawn = plot_job(status, str(path), prices_note=PLACEHOLDER_PRICES)
+    drawn = plot_job(job, str(path), prices_note=PLACEHOLDER_PRICES)
     facts["timeline_png"] = str(path)
-    return path.exists() and len(drawn.bars) == len(status["attempts"])
+    return path.exists() and len(drawn.bars) == len(job.attempts)
 
 
 def same_weights(a: Path, b: Path) -> bool:

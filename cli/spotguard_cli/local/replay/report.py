@@ -10,29 +10,31 @@ from typing import TYPE_CHECKING, Any
 from spotguard_cli.local.replay.schedule import STEP_MINUTES
 
 if TYPE_CHECKING:
+    from spotguard_cli.answers import AttemptView
     from spotguard_cli.local.replay.schedule import JobRun
     from spotguard_cli.simulator import Job, Trace
 
 
-def _hours(a: dict[str, Any]) -> float:
-    start, stop = a.get("started_at"), a.get("stopped_at")
-    if not start or not stop:
+# what the replay's JSON says of each capacity decision
+DECISION_FIELDS = {"at", "trigger", "placement", "pool", "reason", "expected_cost"}
+
+
+def _hours(a: AttemptView) -> float:
+    if a.started_at is None or a.stopped_at is None:
         return 0.0
-    t0, t1 = (datetime.fromisoformat(str(v).replace("Z", "+00:00")) for v in (start, stop))
-    return max(0.0, (t1 - t0).total_seconds() / 3600)
+    return max(0.0, (a.stopped_at - a.started_at).total_seconds() / 3600)
 
 
-def _at_once(attempts: list[dict[str, Any]]) -> int:
+def _at_once(attempts: list[AttemptView]) -> int:
     """The most attempts of one job that ran at the same time (from ECS's start and stop times): 1 when
     a job never runs twice at once."""
     edges: list[tuple[datetime, int]] = []
     for a in attempts:
-        start, stop = a.get("started_at"), a.get("stopped_at")
-        if not start:
+        if a.started_at is None:
             continue
-        edges.append((datetime.fromisoformat(str(start).replace("Z", "+00:00")), 1))
-        if stop:
-            edges.append((datetime.fromisoformat(str(stop).replace("Z", "+00:00")), -1))
+        edges.append((a.started_at, 1))
+        if a.stopped_at is not None:
+            edges.append((a.stopped_at, -1))
     running = most = 0
     for _, step in sorted(edges):  # a stop and a start at the same instant: the stop first
         running += step
@@ -42,18 +44,14 @@ def _at_once(attempts: list[dict[str, Any]]) -> int:
 
 def live_row(run: JobRun) -> dict[str, Any]:
     s = run.status
-    attempts = [a for a in s.get("attempts") or [] if a.get("started_at")]
-    stops = [
-        datetime.fromisoformat(str(a["stopped_at"]).replace("Z", "+00:00"))
-        for a in attempts
-        if a.get("stopped_at")
-    ]
-    finished = max(stops) if stops and s.get("state") == "succeeded" else None
-    logs = s.get("_logs") or []
+    attempts = [a for a in s.attempts if a.started_at]
+    stops = [a.stopped_at for a in attempts if a.stopped_at is not None]
+    finished = max(stops) if stops and s.state == "succeeded" else None
+    logs = run.logs
     executed = sum(len(re.findall(r"^step \d+ done", t, re.MULTILINE)) for t in logs)
     needed = None
     finished_step = [re.findall(r"^step (\d+) done", t, re.MULTILINE) for t in logs]
-    if s.get("state") == "succeeded" and finished_step and finished_step[-1]:
+    if s.state == "succeeded" and finished_step and finished_step[-1]:
         needed = int(finished_step[-1][-1]) + 1
     lost_commit = False  # an attempt that resumed before the newest step committed before it
     newest = -1
@@ -65,27 +63,23 @@ def live_row(run: JobRun) -> dict[str, Any]:
             lost_commit = True  # started fresh although a checkpoint was committed
         commits = [int(c) for c in re.findall(r"^committed step (-?\d+)", t, re.MULTILINE)]
         newest = max([newest, *commits])
-    spot = sum(_hours(a) for a in attempts if "spot" in (a.get("lifecycle"), a.get("market")))
-    spend = s.get("spend") or {}
+    spot = sum(_hours(a) for a in attempts if "spot" in (a.lifecycle, a.market))
     return {
         "job_id": run.job_id,
-        "state": s.get("state"),
-        "cost": spend.get("dollars"),
+        "state": s.state,
+        "cost": s.spend.dollars if s.spend is not None else None,
         "met": finished is not None and finished <= run.deadline,
         "finished_hours": round((finished - run.submitted_at).total_seconds() / 3600, 3)
         if finished
         else None,
-        "launches": len(s.get("attempts") or []),
-        "interruptions": sum(1 for a in s.get("attempts") or [] if a.get("interrupted_by")),
-        "moves": s.get("moves_made", 0),
+        "launches": len(s.attempts),
+        "interruptions": sum(1 for a in s.attempts if a.interrupted_by),
+        "moves": s.moves_made,
         "spot_hours": round(spot, 3),
         "on_demand_hours": round(sum(_hours(a) for a in attempts) - spot, 3),
         "steps_redone": executed - needed if needed is not None else None,
         "work_lost_hours": round((executed - needed) * STEP_MINUTES / 60, 3) if needed is not None else None,
-        "decisions": [
-            {k: d.get(k) for k in ("at", "trigger", "placement", "pool", "reason", "expected_cost")}
-            for d in s.get("decisions") or []
-        ],
+        "decisions": [d.model_dump(mode="json", include=DECISION_FIELDS) for d in s.decisions],
         "lost_committed_step": lost_commit,
         "attempts_at_once": _at_once(attempts),
     }

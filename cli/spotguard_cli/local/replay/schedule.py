@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotguard.domain.jobs.model import TERMINAL
+from spotguard_cli.answers import StatusView, read_answer
 
 if TYPE_CHECKING:
     from spotguard_cli.simulator import Job, Prices, Trace
@@ -31,7 +32,8 @@ class JobRun:
     start_tick: int
     submitted_at: datetime
     deadline: datetime
-    status: dict[str, Any] = field(default_factory=dict)
+    status: StatusView = field(default_factory=StatusView)  # read at the end of the run
+    logs: list[str] = field(default_factory=list)  # its attempts' task logs, in order
 
 
 @dataclass(order=True)
@@ -131,7 +133,7 @@ def run_live(
                         },
                     }
                 )
-                if not answer.get("ok"):
+                if not read_answer(answer).ok:
                     raise RuntimeError(f"submit failed: {answer}")
                 jobs.append(run)
                 say(f"{run.job_id} submitted at trace hour {tick * traces[0].gap_hours:.1f}")
@@ -149,10 +151,8 @@ def run_live(
             facts["dead_letters"] = system.dead_letters()
             facts["denied"] = [str(d) for d in system.guard.denied]  # calls a function's role lacks
             for run in jobs:
-                run.status = dict(system.invoke_jobs({"action": "status", "job_id": run.job_id})["job"])
-                run.status["_logs"] = [
-                    _task_log(work, a["task_arn"]) for a in run.status.get("attempts") or []
-                ]
+                run.status = system.job_status(run.job_id)
+                run.logs = [_task_log(work, a.task_arn) for a in run.status.attempts]
         finally:
             system.close()
     facts["wall_seconds"] = round(time.monotonic() - began, 1)
