@@ -1,6 +1,6 @@
 """`spotguard local demo --scenario capacity`: the capacity policy deciding every launch of a deadline job
-on the local stack, on a clock that runs `--time-scale` times faster than the wall clock (120: a second
-is two minutes for SpotGuard, so a job of hours and its deadline play out in a few minutes).
+on the local stack, on a clock that runs `--time-scale` times faster than the wall clock (60 by default: a
+second is a minute for SpotGuard, so a job of hours and its deadline play out in a few minutes).
 
 The cluster has three pools (emulator.system.LOCAL_POOLS): spot in us-east-1a, spot in us-east-1b, and
 on-demand over both. The job (examples/train.py with the agent, committing every few minutes of its time)

@@ -277,6 +277,9 @@ class JobService:
             return False
         decision = self.placement.decide(job, trigger)
         if decision is None or decision.placement in ("none", attempt.market):
+            if decision is not None:  # the answer to "why did it not move?", in the function's log
+                said = decision.summary()
+                log.info("job %s stays on %s (%s): %s", job.job_id, attempt.market, trigger, said)
             return False
         self.engine.run(job.job_id, lambda j: request_move(j, decision, now), current=job, drive=False)
         return True
