@@ -11,6 +11,7 @@ import pytest
 
 from spotguard.domain.capacity import Market, Situation
 from spotguard.domain.capacity_model import NB, NC, AvailabilityHistory, age_bin
+from spotguard.domain.jobs.placement import PlacementDecision
 from spotguard.domain.planner import (
     RECHECK_MAX_SECONDS,
     RECHECK_MIN_SECONDS,
@@ -276,6 +277,22 @@ def test_a_job_no_pool_fits_is_not_servable(time_left):
     assert (d.placement, d.pool, d.servable) == (Market.NONE, None, False)
     assert d.reason == "no pool has 4 GPUs per instance" and d.expected_cost is None
     assert choose_capacity(job, []).servable is False
+    assert d.instance_pool is None
+
+
+@pytest.mark.parametrize(
+    ("available", "time_left", "placement"),
+    [(True, None, "spot"), (False, None, "none"), (False, 1.3, "on-demand")],
+)
+def test_the_answer_is_the_decision_the_job_records(available, time_left, placement):
+    """The policy answers with the job's own decision type, whose placement is stored and sent as the
+    same strings as ever."""
+    job = JobNeeds(gpus=1, work_left_hours=1, restart_hours=0.1, time_left_hours=time_left)
+    d = choose_capacity(job, [pool("a", available)])
+    assert isinstance(d, PlacementDecision) and d.placement == placement
+    assert d.model_dump(mode="json")["placement"] == placement
+    assert f'"placement":"{placement}"' in d.model_dump_json()
+    assert PlacementDecision.model_validate_json(d.model_dump_json()) == d
 
 
 def test_with_a_deadline_spot_that_lasts():

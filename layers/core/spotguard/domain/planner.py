@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from spotguard.domain.capacity import EPS, Choice, JobNeeds, Market, Situation, on_demand_needed
 from spotguard.domain.capacity_model import AvailabilityHistory, coarse_hazards, joint_state
+from spotguard.domain.jobs.placement import PlacementDecision
 from spotguard.domain.plans import JointPlan, Plan, plan_grid
 
 TIME_VALUE_SHARE = 0.05  # the default time value: this share of the on-demand price, per hour unfinished
@@ -290,47 +291,49 @@ class PoolOption:
     placement_score: int | None = None  # EC2 spot placement score, 1 (unlikely) to 10 (likely)
 
 
-@dataclass(frozen=True, slots=True)
-class CapacityDecision:
-    """Where to run now. `expected_cost`: the plan's expected $ to finish from here (the time value of
-    the hours until then included), None when no plan was run (no deadline, or the deadline alone
-    decided). `recheck_seconds`: when to ask again, 60..900 s: waiting, a tick (the plan decides tick by
-    tick, and spot may be back by then) or what is left of the bounded wait without a deadline; on
-    on-demand, a tick (spot may be back and worth the move), or the longest when the deadline keeps the
-    job on on-demand to the end; on spot, the longest (an interruption reaches SpotGuard as an event
-    without asking; asking again only weighs a move). `servable`: False when no pool has the job's GPUs
-    per instance (then placement NONE)."""
-
-    placement: Market
-    pool: str | None  # the spot pool, on spot
-    instance_pool: str  # the pool whose instance type to use (for on-demand too)
-    reason: str
-    expected_cost: float | None = None
-    recheck_seconds: int = RECHECK_MAX_SECONDS
-    servable: bool = True
-
-
 def _recheck(seconds: float) -> int:
     return int(min(RECHECK_MAX_SECONDS, max(RECHECK_MIN_SECONDS, round(seconds))))
 
 
+def _decision(
+    placement: Market,
+    pool: str | None,
+    instance_pool: str | None,
+    reason: str,
+    expected_cost: float | None = None,
+    recheck_seconds: int = RECHECK_MAX_SECONDS,
+    servable: bool = True,
+) -> PlacementDecision:
+    """The policy's answer: a decision with the policy's fields, for the capacity advisor to complete."""
+    return PlacementDecision(
+        placement=placement,
+        pool=pool,
+        instance_pool=instance_pool,
+        reason=reason[:500],
+        expected_cost=expected_cost,
+        recheck_seconds=recheck_seconds,
+        servable=servable,
+    )
+
+
 def choose_capacity(
     job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float = 1 / 6
-) -> CapacityDecision:
+) -> PlacementDecision:
     """Where the job should run now: spot in which pool, on-demand, or wait. With a deadline the plan
     decides (and the safety net keeps any deadline on-demand can meet): with several pools, the joint
     plan over the pool the job holds and the cheapest per hour of work (or the two cheapest); without a
     deadline, the cheapest spot now, else a bounded wait, then on-demand. No pool with the job's GPUs:
-    NONE, not servable."""
+    NONE, not servable. The answer is a `PlacementDecision` with the policy's fields (its docstring says
+    what they mean), made now; the capacity advisor completes it into the decision the job records."""
     if job.gpus < 1 or job.work_left_hours <= 0 or job.restart_hours < 0 or tick_hours <= 0:
         raise ValueError("a job needs at least 1 GPU, work left > 0 and a restart overhead >= 0")
     tick = tick_hours * 3600
     fits = [p for p in pools if p.gpus_per_instance >= job.gpus]
     if not fits:
-        return CapacityDecision(
+        return _decision(
             Market.NONE,
             None,
-            "",
+            None,
             f"no pool has {job.gpus} GPUs per instance",
             recheck_seconds=RECHECK_MAX_SECONDS,
             servable=False,
@@ -353,11 +356,11 @@ def choose_capacity(
     held = next((p for p in spot if job.placement is Market.SPOT and p.name == job.pool), None)
     best = held or (spot[0] if spot else None)
 
-    def run_spot(pool: PoolOption, reason: str, cost: float | None = None) -> CapacityDecision:
-        return CapacityDecision(Market.SPOT, pool.name, pool.name, reason, cost, RECHECK_MAX_SECONDS)
+    def run_spot(pool: PoolOption, reason: str, cost: float | None = None) -> PlacementDecision:
+        return _decision(Market.SPOT, pool.name, pool.name, reason, cost, RECHECK_MAX_SECONDS)
 
-    def run_on_demand(reason: str, cost: float | None = None, recheck: float = tick) -> CapacityDecision:
-        return CapacityDecision(Market.ON_DEMAND, None, on_demand.name, reason, cost, _recheck(recheck))
+    def run_on_demand(reason: str, cost: float | None = None, recheck: float = tick) -> PlacementDecision:
+        return _decision(Market.ON_DEMAND, None, on_demand.name, reason, cost, _recheck(recheck))
 
     if job.time_left_hours is None:
         if best is not None and (
@@ -367,7 +370,7 @@ def choose_capacity(
         if job.placement is Market.ON_DEMAND:
             return run_on_demand("no deadline: on-demand until spot is worth its restart")
         if job.waited_hours < job.max_wait_hours - EPS:
-            return CapacityDecision(
+            return _decision(
                 Market.NONE,
                 None,
                 on_demand.name,
@@ -455,7 +458,7 @@ def choose_capacity(
             return run_spot(chosen, f"{missed}: {keep} in {chosen.name}, the likeliest way to meet it")
         if action == 1:
             return run_on_demand(f"{missed}: on-demand, the likeliest way to meet it")
-        return CapacityDecision(
+        return _decision(
             Market.NONE,
             None,
             on_demand.name,
@@ -466,6 +469,6 @@ def choose_capacity(
         return run_spot(chosen, f"spot in {chosen.name}: {spot_reason}", cost)
     if action == 1:
         return run_on_demand("on-demand: the plan expects spot too scarce for the deadline", cost)
-    return CapacityDecision(
+    return _decision(
         Market.NONE, None, on_demand.name, "wait: spot is expected back in time", cost, _recheck(tick)
     )

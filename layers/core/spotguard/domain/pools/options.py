@@ -138,7 +138,7 @@ def pool_options(
     """The planner's candidates: every spot pool still in the cluster, by name. A pool is available when
     it is not backed off (`unavailable_until` past) and its spot price is known; an unavailable one is
     still a candidate (its history and on-demand price count). On-demand pools are not candidates: the
-    planner's on-demand choice is a spot pool's instance type (`CapacityDecision.instance_pool`), placed
+    planner's on-demand choice is a spot pool's instance type (`PlacementDecision.instance_pool`), placed
     with `on_demand_pool`. A pool without history facts (`PoolRecord.history_facts`) has no history (the
     planner's prior and the placement score stand in)."""
     from spotguard.domain.planner import PoolOption

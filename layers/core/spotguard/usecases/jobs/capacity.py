@@ -4,10 +4,11 @@ its cluster, and the pool facts the jobs path learns on the way.
 `decide` is asked before every launch (first attempt, resubmission, each retry) and, for jobs with a
 deadline, on every reconcile tick: it reads the cluster's pools (one ledger Query), tells the policy what
 the job needs (`domain.jobs.placement.job_needs`: GPUs, work left at its measured rate, its measured
-restart overhead, the deadline, what it holds now) and turns the policy's answer into a
-`PlacementDecision`: spot in a pool, on-demand in the cluster's on-demand pool of that instance type,
-or a wait of the policy's length. Jobs without pools (a cluster with no capacity providers, Fargate,
-`options.capacity: fixed`, CPU jobs) get None: the request as submitted, as before.
+restart overhead, the deadline, what it holds now) and completes the policy's answer, a
+`PlacementDecision` with the policy's fields, into the one the job records: spot in a pool, on-demand
+in the cluster's on-demand pool of that instance type, or a wait of the policy's length. Jobs without
+pools (a cluster with no capacity providers, Fargate, `options.capacity: fixed`, CPU jobs) get None:
+the request as submitted, as before.
 
 What the jobs path learns is written on the pools as observations (`domain.pools.Observation`): a task
 that starts running (spot was there), an interruption, RunTask's capacity failures, ECS refusing the
@@ -44,7 +45,7 @@ from spotguard.domain.pools import (
 from spotguard.domain.task_events import PoolEvent
 
 if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not at a cold start
-    from spotguard.domain.planner import CapacityDecision, PoolOption
+    from spotguard.domain.planner import PoolOption
 from spotguard.ports import JobStore
 from spotguard.usecases.jobs.engine import LaunchPlacement, PoolMarks, PoolObservations, PoolsRefreshed
 from spotguard.usecases.pools import PoolService, failure_reason
@@ -117,51 +118,54 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
             waited_hours=_waited_hours(job, now),
         )
         answer = choose_capacity(asked, options, TICK_HOURS)
-        common: dict[str, Any] = {
+        asked_about: dict[str, Any] = {
             "at": now,
             "trigger": trigger,
-            "expected_cost": answer.expected_cost,
             "work_left_hours": round(needs.work_left_hours, 4),
             "time_left_hours": round(needs.time_left_hours, 4) if needs.time_left_hours is not None else None,
             "restart_hours": round(needs.restart_hours, 4),
         }
-        return self._placed(job, answer, pools, options, now, common)
+        placed = self._placed(job, answer.model_copy(update=asked_about), pools, options, now)
+        # model_copy does not validate: the completed decision is checked once, as a new one would be
+        return PlacementDecision.model_validate(placed.model_dump())
 
     def _placed(
         self,
         job: Job,
-        answer: CapacityDecision,
+        answer: PlacementDecision,
         pools: Sequence[PoolRecord],
         options: Sequence[PoolOption],
         now: datetime,
-        common: dict[str, Any],
     ) -> PlacementDecision:
-        """The policy's answer as a decision the launch can carry out."""
+        """The policy's answer completed into a decision the launch can carry out: the pool's capacity
+        provider, type and zone."""
         named = by_name(pools)
         if answer.placement is Market.SPOT and answer.pool in named:
-            return _in_pool(named[answer.pool], "spot", answer.reason, common)
+            return _in_pool(answer, named[answer.pool], Market.SPOT, answer.reason)
         if answer.placement is Market.ON_DEMAND:
-            spot_twin = named.get(answer.instance_pool)
+            spot_twin = named.get(answer.instance_pool or "")
             zone = spot_twin.availability_zone if spot_twin else None
             wanted = spot_twin.instance_type if spot_twin else None
             pool = (on_demand_pool(pools, wanted, now, zone) if wanted else None) or _any_on_demand(
                 pools, job.gpus, now
             )
             if pool is not None:
-                return _in_pool(pool, "on-demand", answer.reason, common)
+                return _in_pool(answer, pool, Market.ON_DEMAND, answer.reason)
             spot = [o for o in options if o.available and o.gpus_per_instance >= job.gpus]
             missing = f"{answer.reason}, but the cluster has no on-demand pool for {job.gpus} GPU(s)"
             if spot:
                 best = min(spot, key=lambda o: (o.spot_price / o.gpus_per_instance, o.name))
-                return _in_pool(named[best.name], "spot", f"{missing}: spot instead", common)
+                return _in_pool(answer, named[best.name], Market.SPOT, f"{missing}: spot instead")
             why = f"{missing} and no spot now"
-            return PlacementDecision(placement="none", reason=why[:500], recheck_seconds=300, **common)
-        return PlacementDecision(
-            placement="none",
-            reason=answer.reason[:500],
-            servable=answer.servable,
-            recheck_seconds=answer.recheck_seconds if answer.servable else NO_POOL_RECHECK_SECONDS,
-            **common,
+            return answer.model_copy(
+                update={"placement": Market.NONE, "pool": None, "reason": why[:500], "recheck_seconds": 300}
+            )
+        return answer.model_copy(
+            update={
+                "placement": Market.NONE,
+                "pool": None,
+                "recheck_seconds": answer.recheck_seconds if answer.servable else NO_POOL_RECHECK_SECONDS,
+            }
         )
 
     # ---------------------------------------------------------------------------- what is learnt
@@ -260,17 +264,21 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
 
 
 # -------------------------------------------------------------------------------------------- helpers
-def _in_pool(pool: PoolRecord, market: Any, reason: str, common: dict[str, Any]) -> PlacementDecision:
-    return PlacementDecision(
-        placement=market,
-        pool=pool.name,
-        capacity_provider=pool.capacity_provider,
-        instance_type=pool.instance_type,
-        availability_zone=pool.availability_zone,
-        constrain_type=pool.constrain_type,
-        constrain_zone=pool.constrain_zone,
-        reason=reason[:500],
-        **common,
+def _in_pool(answer: PlacementDecision, pool: PoolRecord, market: Market, reason: str) -> PlacementDecision:
+    """The answer placed in `pool`: its capacity provider, and its type and zone to pin where the
+    provider spans several. On spot, the pool is also the one whose instance type is used."""
+    return answer.model_copy(
+        update={
+            "placement": market,
+            "pool": pool.name,
+            "instance_pool": pool.name if market is Market.SPOT else answer.instance_pool,
+            "capacity_provider": pool.capacity_provider,
+            "instance_type": pool.instance_type,
+            "availability_zone": pool.availability_zone,
+            "constrain_type": pool.constrain_type,
+            "constrain_zone": pool.constrain_zone,
+            "reason": reason[:500],
+        }
     )
 
 
