@@ -1,4 +1,6 @@
 """Turn one raw event into exactly one decision: act on typed notices, ignore with a reason, or reject.
+About 450 lines: the one table of event kinds, each kind's parser, and `actions`, kept in one module so
+that what every kind does is read in one place.
 
 Pure: no boto3, no clock. Every event the interruption queue can carry comes through `classify`, and so do
 the events `spotguard explain` is given, so what the CLI prints is what the Lambda does.

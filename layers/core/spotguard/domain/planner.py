@@ -1,4 +1,6 @@
 """SpotGuard's own capacity policy: plan the cheapest way to the deadline from what each pool has done.
+About 470 lines: the simulator's policy and the Lambdas' one decision side by side, so that the rule they
+share (`pick_two`, `build_plan`) cannot drift between them.
 
 Each pool's availability is modelled as alternating runs whose chance of ending depends on how long the
 run has lasted (spotguard.domain.capacity_model). Given the model, the job's work left, the time left

@@ -1,6 +1,8 @@
 """The plans: the cheapest way to the deadline for the capacity model (spotguard.domain.capacity_model),
 by dynamic programming over (ticks left, slack left, what the job holds, each pool's availability and
-run age). `Plan` is for one pool, `JointPlan` for two at once.
+run age). `Plan` is for one pool, `JointPlan` for two at once. About 670 lines: the two programmes and
+the grids they share (the horizon split, the far grid's junction), whose private helpers would
+otherwise cross modules.
 
 Slack (time left minus work left) is counted in units of u = tick / K, chosen so that the restart
 overhead is a whole number D of units (`plan_grid`). An idle tick spends K units of slack; a launch

@@ -1,5 +1,7 @@
 """The job's state machine: launches and their outcomes, task events, cancel and resubmit. Each function
-takes a job and returns a `Step` (the new job, or None when nothing changes, and the effects to carry out)."""
+takes a job and returns a `Step` (the new job, or None when nothing changes, and the effects to carry out).
+About 470 lines: every transition of the machine, each short and pure, in one module so the machine reads
+whole (EBS mode's are in ebs.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
 """Discovery: the pools of a cluster, read from its capacity providers as the AWS APIs describe them.
+About 400 lines: one reader per AWS answer (providers, groups, launch templates, subnets, instance
+types), which together make one record, and whose quirks are best read side by side.
 
 Nothing is configured for the common cluster (spot and on-demand groups over a few types and zones, each
 a capacity provider): `discover_pools` reads the cluster's providers, their groups, launch templates,

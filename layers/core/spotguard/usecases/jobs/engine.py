@@ -1,4 +1,6 @@
-"""The jobs engine: every change to a job goes through `JobEngine.run`, in one loop.
+"""The jobs engine: every change to a job goes through `JobEngine.run`, in one loop. About 400 lines, one
+module on purpose: the loop and the effects it carries out are read together, and nothing else writes a
+job.
 
 1. apply a transition (a pure function of domain.jobs) to the job as it stands;
 2. commit the new job with compare-and-set on `rev` (on a conflict: reload and apply again), with its

@@ -2,7 +2,8 @@
 
 Each entry point here turns one request or event into a transition of domain.jobs and hands it to the
 engine (engine.py), which writes it and carries out what follows, down to the next RunTask. Adoption,
-EBS mode and reconcile have modules of their own beside this one.
+EBS mode and reconcile have modules of their own beside this one. About 350 lines: one short method per
+entry point of the jobs function, each a door to the engine.
 
 A STOPPED task event, for instance: `on_task_event` -> engine.run(transitions.on_task_event) ->
 compare-and-set write -> engine.drive -> transitions.begin_launch -> RunTask (request.run_task_params).
