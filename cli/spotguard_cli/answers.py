@@ -87,6 +87,9 @@ class DecisionView(_View):
     pool: str | None = None
     reason: str = ""
     expected_cost: float | None = None
+    work_left_hours: float | None = None  # what the policy was told (the capacity demo's --json shows it)
+    time_left_hours: float | None = None
+    restart_hours: float | None = None
 
 
 class MoveView(_View):

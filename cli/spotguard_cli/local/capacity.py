@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.domain.jobs.model import TERMINAL
+from spotguard.domain.jobs.spend import Spend
+from spotguard_cli.answers import AttemptView, DecisionView, StatusView
 from spotguard_cli.emulator.timeline import Timeline
 from spotguard_cli.local.shared import (
     picture,
@@ -59,8 +61,8 @@ def run(args: argparse.Namespace, work: Path, say: Any) -> int:
     return 0 if ok else 1
 
 
-def _log_of(work: Path, attempt: dict[str, Any]) -> Path:
-    return work / f"task-{attempt['task_arn'].rsplit('/', 1)[-1][:8]}.log"
+def _log_of(work: Path, attempt: AttemptView) -> Path:
+    return work / f"task-{attempt.task_arn.rsplit('/', 1)[-1][:8]}.log"
 
 
 def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[list, list, dict, Timeline]:
@@ -72,7 +74,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
     timeline: Timeline = Timeline()
     proof: list[tuple[str, bool]] = []
     facts: dict[str, Any] = {}
-    decisions: list[dict[str, Any]] = []
+    decisions: list[DecisionView] = []
     with MotoServer(log_path=str(work / "moto.log")) as moto:
         say(f"moto server on {moto.endpoint} (pid {moto.proc.pid if moto.proc else '?'})")
         system = LocalSystem(moto.endpoint, work, on_change=timeline.add, time_scale=args.time_scale)
@@ -109,20 +111,20 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
             if not answer.get("ok"):
                 raise RuntimeError(f"submit failed: {answer}")
 
-            def status() -> dict[str, Any]:
-                return dict(system.invoke_jobs({"action": "status", "job_id": "capacity-demo"})["job"])
+            def status() -> StatusView:
+                return system.job_status("capacity-demo")
 
             def attempts_running(n: int) -> bool:
                 s = status()
                 return (
-                    len(s["attempts"]) >= n and s["attempts"][n - 1].get("last_status") == "RUNNING"
-                ) or s["state"] in TERMINAL
+                    len(s.attempts) >= n and s.attempts[n - 1].last_status == "RUNNING"
+                ) or s.state in TERMINAL
 
             def at_step(n: int, step: int) -> bool:
                 s = status()
-                if s["state"] in TERMINAL or len(s["attempts"]) < n:
-                    return s["state"] in TERMINAL
-                return max(steps_done(_log_of(work, s["attempts"][n - 1])), default=-1) >= step
+                if s.state in TERMINAL or len(s.attempts) < n:
+                    return s.state in TERMINAL
+                return max(steps_done(_log_of(work, s.attempts[n - 1])), default=-1) >= step
 
             timeline.mark_zero()
             timeline.add(
@@ -133,8 +135,8 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
             # 1. its pool runs dry and its instance is warned
             if not system.run_until(lambda: at_step(1, args.first_warning_step), timeout=180):
                 raise RuntimeError("the first attempt did not reach its warning step")
-            first = status()["attempts"][0]
-            first_pool = (first.get("pool") or "").split("/")[0]
+            first = status().attempts[0]
+            first_pool = (first.pool or "").split("/")[0]
             if first_pool not in spot_pools:
                 raise RuntimeError(f"the job did not start on spot: {first}")
             other_pool = next(p for p in spot_pools if p != first_pool)
@@ -147,7 +149,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
             if not system.run_until(lambda: attempts_running(2), timeout=120):
                 raise RuntimeError("the job was not resubmitted after the first warning")
             # 2. the other pool runs dry too, and its instance is warned
-            last = max(steps_done(_log_of(work, status()["attempts"][0])), default=0)
+            last = max(steps_done(_log_of(work, status().attempts[0])), default=0)
             if not system.run_until(lambda: at_step(2, last + args.second_warning_after), timeout=180):
                 raise RuntimeError("the second attempt did not reach its warning step")
             system.capacity_shortage(other_pool, seconds=3600)
@@ -163,14 +165,14 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
             # 3. the first pool's capacity comes back a while later (Auto Scaling launches an instance)
             system.capacity_back_in(first_pool, system.clock.seconds(args.back_after_minutes * 60))
             # 4. the policy moves it back to spot, and it finishes
-            system.run_until(lambda: status()["state"] in TERMINAL, timeout=args.timeout, every=0.2)
+            system.run_until(lambda: status().state in TERMINAL, timeout=args.timeout, every=0.2)
             final = status()
             finished_at = system.clock.now()
-            timeline.add(f"job capacity-demo {final['state']} after {len(final['attempts'])} attempt(s)")
+            timeline.add(f"job capacity-demo {final.state} after {len(final.attempts)} attempt(s)")
             if reference.wait(timeout=120) != 0:
                 raise RuntimeError(f"the reference run failed; see {work / 'reference.log'}")
 
-            attempts = final["attempts"]
+            attempts = final.attempts
             texts = [_log_of(work, a).read_text() if _log_of(work, a).exists() else "" for a in attempts]
             executed = [len(re.findall(r"^step \d+ loss", t, re.MULTILINE)) for t in texts]
             saved = [re.search(r"checkpointed after step (\d+): exit 75", t) for t in texts]
@@ -180,28 +182,28 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
                 for s, r in zip(saved[:-1], resumed[1:], strict=True)
                 if s is not None and r is not None
             ]
-            where = [(a.get("market"), (a.get("pool") or "").split("/")[0]) for a in attempts]
-            decisions = final.get("decisions") or []
+            where = [(a.market, (a.pool or "").split("/")[0]) for a in attempts]
+            decisions = final.decisions
             facts = {
                 "attempts": where,
                 "steps_executed": executed,
                 "handovers": handovers,
-                "moves_made": final.get("moves_made"),
+                "moves_made": final.moves_made,
                 "deadline": deadline.isoformat(),
                 "finished_at": finished_at.isoformat(),
-                "spend": final.get("spend"),
+                "spend": final.spend.model_dump(mode="json") if final.spend is not None else None,
                 "dead_letters": system.dead_letters(),
                 "time_scale": args.time_scale,
             }
             market = [m for m, _ in where]
             proof += [
-                ("the job finished: succeeded", final["state"] == "succeeded"),
+                ("the job finished: succeeded", final.state == "succeeded"),
                 ("first on spot, in its first pool", where[:1] == [("spot", first_pool)]),
                 ("after its pool ran dry: spot in the other pool", where[1:2] == [("spot", other_pool)]),
                 ("with no spot left and the deadline near: on-demand", "on-demand" in market[2:3]),
                 (
                     "spot back: moved from on-demand to spot at a checkpoint",
-                    bool(final.get("moves_made")) and market[-1] == "spot" and "on-demand" in market,
+                    bool(final.moves_made) and market[-1] == "spot" and "on-demand" in market,
                 ),
                 (
                     "every attempt resumed where the last one checkpointed",
@@ -209,7 +211,7 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
                 ),
                 ("0 steps lost", sum(executed) == args.steps),
                 ("final weights equal to an uninterrupted run", out.exists() and same_weights(out, ref_out)),
-                ("finished by its deadline", final["state"] == "succeeded" and finished_at <= deadline),
+                ("finished by its deadline", final.state == "succeeded" and finished_at <= deadline),
                 ("nothing in any dead-letter queue", not any(facts["dead_letters"].values())),
                 ("every AWS call allowed by its function's role", not system.guard.denied),
                 ("its timeline drawn, a bar for every attempt", picture(final, work, facts)),
@@ -228,27 +230,30 @@ def run_capacity_demo(args: argparse.Namespace, work: Path, say: Any) -> tuple[l
 PRICES_NOTE = "with on-demand at its list price and moto's placeholder spot prices, not what spot costs"
 
 
-def decision_line(d: dict[str, Any], start: datetime) -> str:
+def decision_line(d: DecisionView, start: datetime) -> str:
     """A capacity decision: SpotGuard's time since submit, what asked, where, and why (said once)."""
-    since = datetime.fromisoformat(d["at"].replace("Z", "+00:00")) - start
+    since = (d.at or start) - start
     h, m = divmod(int(since.total_seconds() // 60), 60)
-    where = {"spot": f"spot in {d.get('pool')}", "on-demand": f"on-demand in {d.get('pool')}"}.get(
-        d["placement"], "wait"
+    where = {"spot": f"spot in {d.pool}", "on-demand": f"on-demand in {d.pool}"}.get(
+        d.placement or "", "wait"
     )
-    why = str(d.get("reason") or "").removeprefix(f"{where}: ").removeprefix(f"{d['placement']}: ")
-    cost = f" (${d['expected_cost']:.2f} to finish)" if d.get("expected_cost") is not None else ""
-    return f"  {h:d}:{m:02d}  {d['trigger']:<9} {where}: {why}{cost}"
+    why = d.reason.removeprefix(f"{where}: ").removeprefix(f"{d.placement}: ")
+    cost = f" (${d.expected_cost:.2f} to finish)" if d.expected_cost is not None else ""
+    return f"  {h:d}:{m:02d}  {d.trigger or '':<9} {where}: {why}{cost}"
 
 
-def spend_line(spend: dict[str, Any]) -> str:
-    """What the job spent, in words, and what its dollars are worth here."""
+def spend_line(spend: Spend | dict[str, Any]) -> str:
+    """What the job spent (a status's, or its JSON), in words, and what its dollars are worth here."""
     from spotguard_cli.jobs.render import spend_text
 
-    note = f", {PRICES_NOTE}" if spend.get("dollars") is not None else ""
+    spend = spend if isinstance(spend, Spend) else Spend.model_validate(spend)
+    note = f", {PRICES_NOTE}" if spend.dollars is not None else ""
     return f"{spend_text(spend)}{note}"
 
 
-def print_capacity_demo(proof: list, decisions: list, facts: dict, timeline: Timeline, as_json: bool) -> bool:
+def print_capacity_demo(
+    proof: list, decisions: list[DecisionView], facts: dict, timeline: Timeline, as_json: bool
+) -> bool:
     ok = bool(proof) and all(p for _, p in proof)
     if as_json:
         print(
@@ -256,7 +261,7 @@ def print_capacity_demo(proof: list, decisions: list, facts: dict, timeline: Tim
                 {
                     "ok": ok,
                     "timeline": [{"seconds": round(t, 3), "what": w} for t, w in timeline.rows],
-                    "decisions": decisions,
+                    "decisions": [d.model_dump(mode="json") for d in decisions],
                     "proof": [{"check": c, "passed": p} for c, p in proof],
                     "facts": facts,
                 }
