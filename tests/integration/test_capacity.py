@@ -390,3 +390,51 @@ def test_an_auto_scaling_event_dated_ahead_of_the_clock_is_dead_lettered_with_it
     assert pool["unavailable_until"] is None and not any(
         o["available"] is False for o in pool["observations"]
     ), pool
+
+
+def test_free_spot_is_taken_at_once_and_after_its_pool_fails_the_other_pool_not_a_wait(world: JobsWorld):
+    """Issue 31: with idle instances in both spot pools, a deadline job 200 h away (10 h of work) waited
+    ("spot is expected back in time") and made no RunTask. It runs at once in the cheaper pool; when that
+    pool's group cannot launch and its instance is reclaimed, the next attempt, and a new job, go to the
+    other spot pool at once: not on-demand, not a wait. EC2 quotes the issue's prices."""
+    from spotguard.adapters import clients
+
+    def quotes(params: dict, **_: object) -> tuple[object, dict]:
+        from botocore.awsrequest import AWSResponse
+
+        history = [
+            {"InstanceType": "g5.xlarge", "AvailabilityZone": zone, "ProductDescription": "Linux/UNIX",
+             "SpotPrice": price, "Timestamp": datetime.now(UTC)}
+            for zone, price in (("us-east-1a", "0.402"), ("us-east-1b", "0.441"))
+        ]  # fmt: skip
+        return AWSResponse("local://ec2", 200, {}, None), {"SpotPriceHistory": history}
+
+    clients.on_event("before-call.ec2.DescribeSpotPriceHistory", quotes)
+    world.reconcile()
+    assert {n.split("/")[0]: p["spot_price"] for n, p in _pools(world).items() if "spot" in n} == {
+        "gpu-spot-a": 0.402,
+        "gpu-spot-b": 0.441,
+    }
+    far = (datetime.now(UTC) + timedelta(hours=200)).isoformat()
+    job = world.submit(gpus=1, work_hours=10, deadline=far)
+    assert job["state"] == "running", world.status(job["job_id"])["decisions"]
+    first = _running(world, job["job_id"])
+    prices = {name.split("/")[0]: p["spot_price"] for name, p in _pools(world).items()}
+    here, other = ("a", "b") if first["pool"].startswith("gpu-spot-a/") else ("b", "a")
+    assert first["market"] == "spot" and prices[f"gpu-spot-{here}"] <= prices[f"gpu-spot-{other}"]
+
+    world.commit_checkpoint(job, 1, progress=0.05, at=_at(world, 0.5))
+    _launch_failed(world, f"gpu-spot-{here}-group", f"us-east-1{here}", _at(world, 0.6))
+    host = next(h for h in world.cluster.hosts if h.container_instance_arn == first["container_instance_arn"])
+    world.interrupt(host)
+    world.commit_checkpoint(job, 2, progress=0.06, at=_at(world, 0.65))
+    _stopped(world, first["task_arn"])
+    second = _running(world, job["job_id"])
+    assert (second["number"], second["market"]) == (2, "spot") and second["pool"].startswith(
+        f"gpu-spot-{other}/"
+    )
+
+    world.cluster.add_host("g5.xlarge", f"us-east-1{other}", f"gpu-spot-{other}")  # room for one more job
+    late = world.submit(gpus=1, work_hours=10, deadline=far)
+    assert late["state"] == "running", world.status(late["job_id"])["decisions"]
+    assert _running(world, late["job_id"])["pool"].startswith(f"gpu-spot-{other}/")

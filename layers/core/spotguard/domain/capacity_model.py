@@ -102,8 +102,15 @@ class AvailabilityHistory:
     def expected_spot_ticks(self) -> float:
         """Expected ticks spot lasts from now, this one included (from the hazards): the rest of the
         current run if it is an available one, else a whole fresh run."""
-        h = self.hazards()[1]
-        age = self.age if self.state == 1 else 1
+        return self.expected_run_ticks(True)
+
+    def expected_run_ticks(self, available: bool) -> float:
+        """Expected ticks a run of this state lasts from now, this one included: the rest of the current
+        run if it is of that state, else a whole fresh one. For an unavailable pool, when spot is
+        expected back."""
+        state = int(available)
+        h = self.hazards()[state]
+        age = self.age if self.state == state else 1
         total, survive = 1.0, 1.0
         for _ in range(400):
             survive *= 1.0 - h[age_bin(age)]

@@ -43,6 +43,8 @@ from spotguard.domain.plans import JointPlan, Plan, plan_grid
 
 TIME_VALUE_SHARE = 0.05  # the default time value: this share of the on-demand price, per hour unfinished
 RECHECK_MIN_SECONDS, RECHECK_MAX_SECONDS = 60, 900
+# A plan may wait beside spot only for a pool more than this share cheaper per hour of work (`beside_spot`)
+WAIT_MARGIN = 0.25
 
 
 def default_time_value(on_demand_price: float) -> float:
@@ -119,6 +121,70 @@ def pick_two(costs: Sequence[float], available: Sequence[bool], held: int | None
     order = sorted(range(len(costs)), key=lambda i: (costs[i], i))
     first = held if held is not None else next((i for i in order if available[i]), order[0])
     return [first, next(i for i in order if i != first)]
+
+
+@dataclass(frozen=True, slots=True)
+class BesideSpot:
+    """What becomes of a plan's wait while some pool has spot (`beside_spot`): `run` the pool to run in
+    instead, or None when the wait stands; `reason` says why, with the figures."""
+
+    run: int | None
+    reason: str
+
+
+def beside_spot(
+    names: Sequence[str],
+    costs: Sequence[float],
+    available: Sequence[bool],
+    pays: Sequence[bool],
+    run_hours: Sequence[float],
+    back_hours: Sequence[float],
+) -> BesideSpot | None:
+    """The rule for a plan's wait while a pool the job may use has spot now (None when none has). A job is
+    never left idle beside spot for a small saving: the wait stands only for a pool more than
+    `WAIT_MARGIN` cheaper per hour of work (`costs`) than the best pool with spot, or when no pool with
+    spot pays back a restart by its own history (`pays`: False only where the pool's record says its spot
+    runs are too short, `run_hours` from now). Otherwise the job runs in the best pool with spot. The
+    plan still decides when waiting for a much cheaper pool is worth it (`back_hours`: when each pool
+    without spot is expected to have it again), and its wait is said with the figures.
+
+    Why a rule and not the plan alone: the plan prices an idle hour at the time value (5% of on-demand),
+    so for a long job a saving of a few percent outweighs hours of waiting, which nobody who submits a
+    job wants. Below the margin, price differences between spot pools are within what their prices move
+    in a day."""
+    with_spot = [i for i, a in enumerate(available) if a]
+    if not with_spot:
+        return None
+    paying = [i for i in with_spot if pays[i]]
+    if not paying:
+        i = min(with_spot, key=lambda j: (costs[j], j))
+        return BesideSpot(
+            None,
+            f"wait: spot in {names[i]} is expected to last about {run_hours[i]:.1f} h by its record, too "
+            "short to pay back a restart",
+        )
+    best = min(paying, key=lambda j: (costs[j], j))
+    cheaper = [i for i, a in enumerate(available) if not a and costs[i] < (1 - WAIT_MARGIN) * costs[best]]
+    if cheaper:
+        c = min(cheaper, key=lambda j: (costs[j], j))
+        share = 1 - costs[c] / costs[best]
+        return BesideSpot(
+            None,
+            f"wait for spot in {names[c]}: ${costs[c]:.3f} per hour of work, {share:.0%} cheaper than "
+            f"{names[best]} (${costs[best]:.3f}), which has spot now; expected back in about "
+            f"{back_hours[c]:.1f} h",
+        )
+    return BesideSpot(
+        best,
+        f"spot in {names[best]} (${costs[best]:.3f} per hour of work): no pool is more than "
+        f"{WAIT_MARGIN:.0%} cheaper, so no wait beside spot",
+    )
+
+
+def spot_pays(spot_price: float, on_demand_price: float, run_hours: float, restart_hours: float) -> bool:
+    """Whether a spot run of `run_hours` pays back its restart: the run at spot (restart included) costs
+    less than the progress it makes (the run less the restart) would on-demand."""
+    return spot_price * run_hours < on_demand_price * (run_hours - restart_hours)
 
 
 def expected_run_hours(
@@ -228,11 +294,29 @@ class SpotGuardPolicy:
         )
         return self._choice(s, action, 0 if action == 2 else None)
 
-    @staticmethod
-    def _choice(s: Situation, action: int, pool: int | None) -> Choice:
-        """A plan's action (0 wait, 1 on-demand, else spot in `pool`) as the policy's choice."""
+    def _beside_spot(self, s: Situation) -> BesideSpot | None:
+        """`beside_spot` over the simulated pools, all at the policy's one spot price."""
+        costs = [
+            spot_cost_per_work_hour(self.spot_price, h, s.restart_hours, s.tick_hours) for h in self.pools
+        ]
+        runs = [h.expected_run_ticks(True) * s.tick_hours for h in self.pools]
+        return beside_spot(
+            [f"pool {i}" for i in range(len(self.pools))],
+            costs,
+            s.spot_available,
+            [spot_pays(self.spot_price, self.on_demand_price, r, s.restart_hours) for r in runs],
+            runs,
+            [h.expected_run_ticks(False) * s.tick_hours for h in self.pools],
+        )
+
+    def _choice(self, s: Situation, action: int, pool: int | None) -> Choice:
+        """A plan's action (0 wait, 1 on-demand, else spot in `pool`) as the policy's choice; a wait
+        beside spot as `beside_spot` has it."""
         if action == 0:
-            return Choice(Market.NONE, None, "wait: spot is expected back in time")
+            rule = self._beside_spot(s)
+            if rule is not None and rule.run is not None:
+                return Choice(Market.SPOT, rule.run, rule.reason)
+            return Choice(Market.NONE, None, rule.reason if rule else "wait: spot is expected back in time")
         if action == 1:
             return Choice(
                 Market.ON_DEMAND, None, "on-demand: the plan expects spot too scarce for the deadline"
@@ -471,6 +555,19 @@ def choose_capacity(
         return run_spot(chosen, f"spot in {chosen.name}: {spot_reason}", cost)
     if action == 1:
         return run_on_demand("on-demand: the plan expects spot too scarce for the deadline", cost)
-    return _decision(
-        Market.NONE, None, on_demand.name, "wait: spot is expected back in time", cost, _recheck(tick)
+    runs = [expected_run_hours(p.history, tick_hours, p.placement_score) for p in fits]
+    rule = beside_spot(
+        [p.name for p in fits],
+        [per_work_hour[p] for p in fits],
+        [p.available for p in fits],
+        [
+            p.history is None or spot_pays(p.spot_price, p.on_demand_price, r, job.restart_hours)
+            for p, r in zip(fits, runs, strict=True)
+        ],
+        runs,
+        [(p.history or AvailabilityHistory(tick_hours)).expected_run_ticks(False) * tick_hours for p in fits],
     )
+    if rule is not None and rule.run is not None:
+        return run_spot(fits[rule.run], rule.reason)
+    why = rule.reason if rule is not None else "wait: spot is expected back in time"
+    return _decision(Market.NONE, None, on_demand.name, why, cost, _recheck(tick))

@@ -176,11 +176,12 @@ def split_horizon(
                 steps, fine, lost_ticks = steps - 1, h, rest
         lost = lost_ticks * tick_hours
         # At one unit per step (the fewest) the far grid is at its smallest: a step too fine for that
-        # is too fine whatever its units, and needs no `plan_grid`.
-        least = max(0, math.floor((hours_left - lost) / (m * tick_hours) + 1e-6))
+        # is too fine whatever its units, and needs no `plan_grid`. Its slack reaches the job's, rounded
+        # up to a whole unit (`_on_slack` interpolates below it, never past its top).
+        least = max(0, math.ceil((hours_left - lost) / (m * tick_hours) - 1e-6))
         if steps * (least + 1) * per_cell <= far_budget:
             far_k, far_d = plan_grid(m * tick_hours, restart)
-            far_slack = max(0, math.floor((hours_left - lost) * far_k / (m * tick_hours) + 1e-6))
+            far_slack = max(0, math.ceil((hours_left - lost) * far_k / (m * tick_hours) - 1e-6))
             if steps * (far_slack + 1) * per_cell <= far_budget:
                 return Horizon(fine, max(0, slack - fine * k), m, steps, far_k, far_d, far_slack, lost_ticks)
         if m >= n:
