@@ -152,3 +152,23 @@ def test_the_simulated_policy_never_idles_beside_spot_that_pays(seed: int) -> No
     assert all("too short to pay back a restart" in r for r in policy.waits_beside_spot), (
         policy.waits_beside_spot
     )
+
+
+def test_unknown_work_is_said_and_never_makes_the_job_idle_beside_spot() -> None:
+    """Issue 31, item 3: no estimate and no progress yet: planned as half the time to the deadline, said
+    in the reason; with spot free the job runs, whatever the deadline."""
+    from datetime import UTC, datetime, timedelta
+
+    from spotguard.domain.jobs.placement import job_needs
+
+    t0 = datetime(2027, 1, 1, tzinfo=UTC)
+    for hours in (10.0, 100.0, 400.0):
+        needs = job_needs(1, [], [], None, t0, t0 + timedelta(hours=hours), t0)
+        d = choose_capacity(needs, _two_fresh_pools())
+        assert d.placement is Market.SPOT, d.reason
+        assert (
+            f"its work is not known yet (no --work-hours, no rate measured): planned as {hours / 2:.1f} h"
+            in d.reason
+        )
+    known = choose_capacity(JobNeeds(1, 10.0, 0.2, 100.0), _two_fresh_pools())
+    assert "not known" not in known.reason

@@ -82,6 +82,9 @@ def test_before_any_measure_the_estimate_then_the_deadline_then_a_default():
     assert by_deadline.work_left_hours == pytest.approx(10.0)  # half the time to the deadline
     assert by_deadline.time_left_hours == pytest.approx(20.0)
     assert by_deadline.restart_hours == DEFAULT_RESTART_HOURS and not by_deadline.restart_measured
+    assert by_deadline.work_assumed and not by_estimate.work_assumed
+    measured = [ref(1, 1, 0, 0.0), ref(2, 1, 30, 0.05)]
+    assert not job_needs(1, measured, [], None, T0, T0 + timedelta(hours=20), T0).work_assumed
 
 
 def test_the_restart_overhead_is_runtask_to_first_commit_less_the_progress_it_made():

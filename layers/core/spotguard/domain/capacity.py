@@ -69,6 +69,9 @@ class JobNeeds:
     progress: float = 0.0
     rate_per_hour: float | None = None
     rate_measured: bool = False
+    work_assumed: bool = (
+        False  # neither measured nor estimated: `UNKNOWN_WORK_SHARE` of the time to the deadline
+    )
     restart_measured: bool = False
 
 

@@ -410,7 +410,23 @@ def choose_capacity(
     plan over the pool the job holds and the cheapest per hour of work (or the two cheapest); without a
     deadline, the cheapest spot now, else a bounded wait, then on-demand. No pool with the job's GPUs:
     NONE, not servable. The answer is a `PlacementDecision` with the policy's fields (its docstring says
-    what they mean), made now; the capacity advisor completes it into the decision the job records."""
+    what they mean), made now; the capacity advisor completes it into the decision the job records.
+
+    A job whose work is not known yet (`work_assumed`: no estimate, no measured rate) is planned as half
+    the time from submit to its deadline, and its reason says so: the user sees what the decision
+    rested on, and that the first commits replace it."""
+    decision = _choose(job, pools, tick_hours)
+    if not job.work_assumed:
+        return decision
+    said = (
+        f"{decision.reason}; its work is not known yet (no --work-hours, no rate measured): planned as "
+        f"{job.work_left_hours:.1f} h, half the time from submit to the deadline, until its commits "
+        "measure it"
+    )
+    return decision.model_copy(update={"reason": said[:500]})
+
+
+def _choose(job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float) -> PlacementDecision:
     if job.gpus < 1 or job.work_left_hours <= 0 or job.restart_hours < 0 or tick_hours <= 0:
         raise ValueError("a job needs at least 1 GPU, work left > 0 and a restart overhead >= 0")
     tick = tick_hours * 3600

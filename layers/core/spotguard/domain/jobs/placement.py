@@ -182,6 +182,7 @@ def job_needs(
         progress=progress,
         rate_per_hour=rate,
         rate_measured=measured is not None,
+        work_assumed=measured is None and not work_hours and deadline is not None,
         restart_measured=bool(overheads),
     )
 
