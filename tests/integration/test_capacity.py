@@ -148,6 +148,27 @@ def _launch_failed(world: JobsWorld, group: str, zone: str, at: datetime) -> Non
     world.task_events.drain()
 
 
+def _reclaimed_while_a_pool_fails(
+    world: JobsWorld,
+    job: dict,
+    attempt: dict,
+    failing: str,
+    hours: tuple[float, float],
+    commit: tuple[int, float],
+) -> dict:
+    """Auto Scaling cannot launch in spot pool `failing` (its zone's letter) at hours[0]; the attempt's
+    instance is reclaimed, the task commits checkpoint `commit` (sequence, progress) at hours[1] and
+    stops. The job's next attempt, running."""
+    _launch_failed(world, f"gpu-spot-{failing}-group", f"us-east-1{failing}", _at(world, hours[0]))
+    host = next(
+        h for h in world.cluster.hosts if h.container_instance_arn == attempt["container_instance_arn"]
+    )
+    world.interrupt(host)
+    world.commit_checkpoint(job, commit[0], progress=commit[1], at=_at(world, hours[1]))
+    _stopped(world, attempt["task_arn"])
+    return _running(world, job["job_id"])
+
+
 def _on_demand_after_spot_ran_dry(world: JobsWorld) -> tuple[dict, str, dict]:
     """A deadline job on spot, slower than its estimate; then the other spot pool cannot launch and this
     one's instance is reclaimed: checkpoint, stop, and with 3 h of work in 3.25 h nothing but on-demand
@@ -163,12 +184,7 @@ def _on_demand_after_spot_ran_dry(world: JobsWorld) -> tuple[dict, str, dict]:
     here, other = ("a", "b") if first["pool"].startswith("gpu-spot-a/") else ("b", "a")
     world.commit_checkpoint(job, 1, progress=0.0, at=_at(world, 0.2))
     world.commit_checkpoint(job, 2, progress=0.25, at=_at(world, 1.2))
-    _launch_failed(world, f"gpu-spot-{other}-group", f"us-east-1{other}", _at(world, 1.2))
-    host = next(h for h in world.cluster.hosts if h.container_instance_arn == first["container_instance_arn"])
-    world.interrupt(host)
-    world.commit_checkpoint(job, 3, progress=0.26, at=_at(world, 1.25))
-    _stopped(world, first["task_arn"])
-    second = _running(world, job_id)
+    second = _reclaimed_while_a_pool_fails(world, job, first, other, (1.2, 1.25), (3, 0.26))
     assert (second["number"], second["market"]) == (2, "on-demand")
     assert second["resume_from"].endswith("00000003/MANIFEST.json")
     return job, here, second
@@ -424,12 +440,7 @@ def test_free_spot_is_taken_at_once_and_after_its_pool_fails_the_other_pool_not_
     assert first["market"] == "spot" and prices[f"gpu-spot-{here}"] <= prices[f"gpu-spot-{other}"]
 
     world.commit_checkpoint(job, 1, progress=0.05, at=_at(world, 0.5))
-    _launch_failed(world, f"gpu-spot-{here}-group", f"us-east-1{here}", _at(world, 0.6))
-    host = next(h for h in world.cluster.hosts if h.container_instance_arn == first["container_instance_arn"])
-    world.interrupt(host)
-    world.commit_checkpoint(job, 2, progress=0.06, at=_at(world, 0.65))
-    _stopped(world, first["task_arn"])
-    second = _running(world, job["job_id"])
+    second = _reclaimed_while_a_pool_fails(world, job, first, here, (0.6, 0.65), (2, 0.06))
     assert (second["number"], second["market"]) == (2, "spot") and second["pool"].startswith(
         f"gpu-spot-{other}/"
     )
