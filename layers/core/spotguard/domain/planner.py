@@ -1,5 +1,5 @@
 """SpotGuard's own capacity policy: plan the cheapest way to the deadline from what each pool has done.
-About 470 lines: the simulator's policy and the Lambdas' one decision side by side, so that the rule they
+About 600 lines: the simulator's policy and the Lambdas' one decision side by side, so that the rule they
 share (`pick_two`, `build_plan`) cannot drift between them.
 
 Each pool's availability is modelled as alternating runs whose chance of ending depends on how long the
@@ -139,20 +139,25 @@ def beside_spot(
     pays: Sequence[bool],
     run_hours: Sequence[float],
     back_hours: Sequence[float],
+    held: int | None = None,
 ) -> BesideSpot | None:
-    """The rule for a plan's wait while a pool the job may use has spot now (None when none has). A job is
-    never left idle beside spot for a small saving: the wait stands only for a pool more than
-    `WAIT_MARGIN` cheaper per hour of work (`costs`) than the best pool with spot, or when no pool with
-    spot pays back a restart by its own history (`pays`: False only where the pool's record says its spot
-    runs are too short, `run_hours` from now). Otherwise the job runs in the best pool with spot. The
-    plan still decides when waiting for a much cheaper pool is worth it (`back_hours`: when each pool
-    without spot is expected to have it again), and its wait is said with the figures.
+    """The rule for a plan's wait, when the job holds nothing or spot (`held`: the pool it holds), while
+    a pool it may use has spot now (None when none has). A job is never left idle beside spot for a
+    small saving: the wait stands only for a pool more than `WAIT_MARGIN` cheaper per hour of work
+    (`costs`) than the best pool with spot (the one it holds, if that pays), or when no pool with spot
+    pays back a restart by its own history (`pays`: False only where the pool's record says its spot
+    runs are too short, `run_hours` from now). Otherwise the job runs in that best pool. The plan still
+    decides when waiting for a much cheaper pool is worth it (`back_hours`: when each pool without spot
+    is expected to have it again), and its wait is said with the figures. A pool whose cost is not a
+    number is left out. Not for a job on on-demand: it is not idle, and a plan's wait there keeps it
+    where it is.
 
     Why a rule and not the plan alone: the plan prices an idle hour at the time value (5% of on-demand),
     so for a long job a saving of a few percent outweighs hours of waiting, which nobody who submits a
     job wants. Below the margin, price differences between spot pools are within what their prices move
     in a day."""
-    with_spot = [i for i, a in enumerate(available) if a]
+    priced = [i for i, c in enumerate(costs) if math.isfinite(c)]
+    with_spot = [i for i in priced if available[i]]
     if not with_spot:
         return None
     paying = [i for i in with_spot if pays[i]]
@@ -163,8 +168,8 @@ def beside_spot(
             f"wait: spot in {names[i]} is expected to last about {run_hours[i]:.1f} h by its record, too "
             "short to pay back a restart",
         )
-    best = min(paying, key=lambda j: (costs[j], j))
-    cheaper = [i for i, a in enumerate(available) if not a and costs[i] < (1 - WAIT_MARGIN) * costs[best]]
+    best = held if held in paying else min(paying, key=lambda j: (costs[j], j))
+    cheaper = [i for i in priced if not available[i] and costs[i] < (1 - WAIT_MARGIN) * costs[best]]
     if cheaper:
         c = min(cheaper, key=lambda j: (costs[j], j))
         share = 1 - costs[c] / costs[best]
@@ -289,13 +294,15 @@ class SpotGuardPolicy:
             self.planned_at = s.elapsed_hours
         cls = self.plan.holding(s.placement, s.overhead_left_hours, grid.unit_hours)
         available = s.spot_available[0]
-        action = self.plan.choose(
-            grid.ticks, cls, int(available), self.pools[0].bin_if(available), grid.slack
-        )
-        return self._choice(s, action, 0 if action == 2 else None)
+        bin_ = self.pools[0].bin_if(available)
+        action = self.plan.choose(grid.ticks, cls, int(available), bin_, grid.slack)
+        certain = self.plan.meets_deadline(self.plan.expected_cost(cls, int(available), bin_, grid.slack))
+        return self._choice(s, action, 0 if action == 2 else None, certain)
 
     def _beside_spot(self, s: Situation) -> BesideSpot | None:
-        """`beside_spot` over the simulated pools, all at the policy's one spot price."""
+        """`beside_spot` over the simulated pools, all at the policy's one spot price (None on on-demand)."""
+        if s.placement is Market.ON_DEMAND:
+            return None
         costs = [
             spot_cost_per_work_hour(self.spot_price, h, s.restart_hours, s.tick_hours) for h in self.pools
         ]
@@ -307,13 +314,15 @@ class SpotGuardPolicy:
             [spot_pays(self.spot_price, self.on_demand_price, r, s.restart_hours) for r in runs],
             runs,
             [h.expected_run_ticks(False) * s.tick_hours for h in self.pools],
+            s.pool if s.placement is Market.SPOT else None,
         )
 
-    def _choice(self, s: Situation, action: int, pool: int | None) -> Choice:
+    def _choice(self, s: Situation, action: int, pool: int | None, certain: bool) -> Choice:
         """A plan's action (0 wait, 1 on-demand, else spot in `pool`) as the policy's choice; a wait
-        beside spot as `beside_spot` has it."""
+        beside spot as `beside_spot` has it, where the plan meets the deadline for certain (`certain`),
+        as `choose_capacity` does."""
         if action == 0:
-            rule = self._beside_spot(s)
+            rule = self._beside_spot(s) if certain else None
             if rule is not None and rule.run is not None:
                 return Choice(Market.SPOT, rule.run, rule.reason)
             return Choice(Market.NONE, None, rule.reason if rule else "wait: spot is expected back in time")
@@ -358,7 +367,8 @@ class SpotGuardPolicy:
         cls = self.joint.holding(s.placement, pool, s.overhead_left_hours, grid.unit_hours)
         states = [joint_state(self.pools[i], s.spot_available[i]) for i in self.pair]
         action = self.joint.choose(grid.ticks, cls, states, grid.slack)
-        return self._choice(s, action, self.pair[action - 2] if action >= 2 else None)
+        certain = self.joint.meets_deadline(self.joint.expected_cost(cls, states, grid.slack))
+        return self._choice(s, action, self.pair[action - 2] if action >= 2 else None, certain)
 
 
 # ------------------------------------------------------------------------- one decision, for the Lambdas
@@ -418,12 +428,12 @@ def choose_capacity(
     decision = _choose(job, pools, tick_hours)
     if not job.work_assumed:
         return decision
-    said = (
-        f"{decision.reason}; its work is not known yet (no --work-hours, no rate measured): planned as "
-        f"{job.work_left_hours:.1f} h, half the time from submit to the deadline, until its commits "
-        "measure it"
+    note = (
+        f"its work is not known yet (no --work-hours, no rate measured): {job.work_left_hours:.1f} h left "
+        "as planned from half the time between submit and the deadline, until its commits measure it"
     )
-    return decision.model_copy(update={"reason": said[:500]})
+    said = f"{decision.reason[: 500 - len(note) - 2]}; {note}"
+    return decision.model_copy(update={"reason": said})
 
 
 def _choose(job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float) -> PlacementDecision:
@@ -571,6 +581,10 @@ def _choose(job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float) -> Pl
         return run_spot(chosen, f"spot in {chosen.name}: {spot_reason}", cost)
     if action == 1:
         return run_on_demand("on-demand: the plan expects spot too scarce for the deadline", cost)
+    if job.placement is Market.ON_DEMAND:  # not idle: its plan's wait keeps it where it is
+        return _decision(
+            Market.NONE, None, on_demand.name, "wait: spot is expected back in time", cost, _recheck(tick)
+        )
     runs = [expected_run_hours(p.history, tick_hours, p.placement_score) for p in fits]
     rule = beside_spot(
         [p.name for p in fits],
@@ -582,6 +596,7 @@ def _choose(job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float) -> Pl
         ],
         runs,
         [(p.history or AvailabilityHistory(tick_hours)).expected_run_ticks(False) * tick_hours for p in fits],
+        fits.index(held) if held is not None else None,
     )
     if rule is not None and rule.run is not None:
         return run_spot(fits[rule.run], rule.reason)

@@ -1,5 +1,6 @@
 """Where a job runs: the capacity decisions SpotGuard makes for it, what the policy is told about the job,
-and the RunTask placement a decision turns into. Pure.
+and the RunTask placement a decision turns into. Pure, but for the time a policy's answer is stamped
+with when none is given (`PlacementDecision.at`; the capacity advisor gives its clock's).
 
 Every launch of a job whose cluster has pools (`spotguard.domain.pools`) asks the capacity policy
 (`spotguard.domain.planner.choose_capacity`) where to run: spot in a pool, on-demand, or wait. Its
