@@ -236,10 +236,14 @@ def _moved_to_spot(world: JobsWorld, job_id: str, second: dict) -> dict:
     checkpoint the move asked for (sequence 6). That third attempt."""
     stopped = world.task(second["task_arn"])
     assert stopped["desiredStatus"] == "STOPPED" and "moving job" in stopped["stoppedReason"]
+    target = world.status(job_id)["move"]["to"]
     _stopped(world, second["task_arn"])
     third = _running(world, job_id)
     assert (third["number"], third["market"]) == (3, "spot")
     assert third["resume_from"].endswith("00000006/MANIFEST.json")
+    # the launch carried out the move's own decision, not a new one that could undo it
+    carried = world.status(job_id)["decisions"][-1]
+    assert carried["trigger"] == "move" and carried["pool"] == target["pool"] == third["pool"]
     return third
 
 

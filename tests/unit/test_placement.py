@@ -199,7 +199,10 @@ def test_a_move_checkpoints_first_then_stops_then_relaunches_as_decided_without_
     assert again.job is None and isinstance(again.effects[0], Stop)  # repeated: the same StopTask
     stopped = on_task_event(stop.job, _stopped(stop.job, stop.effects[0].reason), None, T0).job
     assert stopped is not None and stopped.state is JobState.QUEUED
-    assert stopped.moves_made == 1 and stopped.move is None and stopped.placement == to
+    assert stopped.moves_made == 1 and stopped.move is None
+    assert stopped.placement == to.model_copy(
+        update={"trigger": "move"}
+    )  # the move's, for the launch to carry
     assert stopped.attempts[0].interrupted_by is None and stopped.avoid_pools == []
 
 

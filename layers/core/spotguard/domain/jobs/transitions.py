@@ -265,9 +265,13 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
         )
     moved = job.move is not None and job.move.attempt == n and job.move.stop_requested_at is not None
     if verdict.outcome == "resubmit" and moved and job.move is not None:
-        # SpotGuard's own move: not an interruption; the next launch follows the move's decision.
+        # SpotGuard's own move: not an interruption; the next launch follows the move's decision, marked
+        # as the move's (trigger "move") so that the capacity advisor carries it out rather than decide
+        # again: a fresh decision a few minutes on, with the stop's minutes spent, could send the job
+        # back where it came from, two restarts for nothing.
         updated = revised(updated, outcome_reason=f"moved: {job.move.to.summary()}"[:500])
-        changes = {"moves_made": job.moves_made + 1, "move": None, "placement": job.move.to}
+        carried = job.move.to.model_copy(update={"trigger": "move"})
+        changes = {"moves_made": job.moves_made + 1, "move": None, "placement": carried}
     elif verdict.outcome == "resubmit":
         updated = revised(updated, interrupted_by=updated.interrupted_by or verdict.reason)
         effects = [Notify(kind="interrupted", message=f"attempt {n}: {verdict.reason}")]
