@@ -420,3 +420,21 @@ def test_a_container_instance_event_of_a_same_named_cluster_elsewhere_is_ignored
     raw["detail"]["clusterArn"] = raw["detail"]["clusterArn"].replace(":123456789012:", ":210987654321:")
     pinned = Settings(clusters=("gpu-spot",), account="123456789012")
     assert classify(raw, pinned).outcome == "ignore"
+
+
+def test_a_refusal_is_one_line_whatever_the_input_put_in_it():
+    """Found by the random property profile: a key holding a newline made the dead-letter reason two lines
+    ('version.\\n: holds a placeholder, ...'). The reason shows it escaped."""
+    from spotguard.domain.envelope import envelope
+
+    raw = {
+        "version": {"\n": "<>"},
+        "id": "1e5527d7-bb36-4607-3370-4164db56a40e",
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2",
+        "detail": {},
+        "time": "2026-11-21T14:00:00Z",
+    }
+    refused = envelope(raw)
+    assert refused.reason == "version.\\n: holds a placeholder, not a real value"  # type: ignore[union-attr]
+    assert "\n" not in refused.reason  # type: ignore[union-attr]

@@ -46,7 +46,14 @@ class Refused(BaseModel):
 
     @classmethod
     def of(cls, reason: str, event_id: str | None = None) -> Refused:
-        return cls(reason=reason, event_id=event_id)
+        """The refusal, its reason on one line whatever the input put in it (a key or a value with a
+        newline or another control character is shown escaped: `version.\\n`)."""
+        return cls(reason=printable(reason), event_id=event_id)
+
+
+def printable(text: str) -> str:
+    """`text` with every character that is not printable written as its escape, so it stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def instance_id_of(value: str) -> str | None:
