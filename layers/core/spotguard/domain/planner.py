@@ -581,22 +581,26 @@ def _choose(job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float) -> Pl
         return run_spot(chosen, f"spot in {chosen.name}: {spot_reason}", cost)
     if action == 1:
         return run_on_demand("on-demand: the plan expects spot too scarce for the deadline", cost)
-    if job.placement is Market.ON_DEMAND:  # not idle: its plan's wait keeps it where it is
-        return _decision(
-            Market.NONE, None, on_demand.name, "wait: spot is expected back in time", cost, _recheck(tick)
-        )
     runs = [expected_run_hours(p.history, tick_hours, p.placement_score) for p in fits]
-    rule = beside_spot(
-        [p.name for p in fits],
-        [per_work_hour[p] for p in fits],
-        [p.available for p in fits],
-        [
-            p.history is None or spot_pays(p.spot_price, p.on_demand_price, r, job.restart_hours)
-            for p, r in zip(fits, runs, strict=True)
-        ],
-        runs,
-        [(p.history or AvailabilityHistory(tick_hours)).expected_run_ticks(False) * tick_hours for p in fits],
-        fits.index(held) if held is not None else None,
+    # on on-demand the job is not idle: its plan's wait keeps it where it is
+    rule = (
+        None
+        if job.placement is Market.ON_DEMAND
+        else beside_spot(
+            [p.name for p in fits],
+            [per_work_hour[p] for p in fits],
+            [p.available for p in fits],
+            [
+                p.history is None or spot_pays(p.spot_price, p.on_demand_price, r, job.restart_hours)
+                for p, r in zip(fits, runs, strict=True)
+            ],
+            runs,
+            [
+                (p.history or AvailabilityHistory(tick_hours)).expected_run_ticks(False) * tick_hours
+                for p in fits
+            ],
+            fits.index(held) if held is not None else None,
+        )
     )
     if rule is not None and rule.run is not None:
         return run_spot(fits[rule.run], rule.reason)
