@@ -1,6 +1,7 @@
 """Task-events function: ECS task state changes (with SpotGuard's own Launch Due retries, Auto Scaling's
-launch failures and successful launches, which say a pool has no capacity or has it again, and, in EBS
-mode, EBS snapshot notifications) -> jobs.
+launch failures and successful launches, which say a pool has no capacity or has it again, in EBS mode
+EBS snapshot notifications, and, with the early replacement on, spot warnings and terminate actions,
+which ask a spare instance for the jobs on the warned host) -> jobs.
 
 Per record: classify it; a reject goes straight to the dead-letter queue; an ignore is logged; a task
 event moves its job through its states (stale and repeated events change nothing); a Launch Due message
@@ -58,6 +59,11 @@ def act(msg: TaskMessage) -> None:
         if not msg.pool_event.available:  # a launch that succeeded is no failure to count
             metrics.add_metric(name="PoolLaunchFailures", unit=MetricUnit.Count, value=1)
         logger.info("pool event", extra={"group": msg.pool_event.group, "note": note})
+        return
+    if msg.outcome == "warning":
+        assert msg.notice is not None
+        note = runtime.service.on_warning(msg.notice)
+        logger.info("warning", extra={"instance": msg.notice.instance_id, "note": note})
         return
     assert msg.task is not None
     note = runtime.service.on_task_event(msg.task)

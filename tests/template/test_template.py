@@ -497,7 +497,7 @@ RULES_OF = {
         "ContainerInstanceRule",
     },
     "CheckpointsQueue": {"ManifestCommittedRule"},
-    "TaskEventsQueue": {"TaskStateRule", "EbsSnapshotRule", "PoolLaunchFailureRule"},
+    "TaskEventsQueue": {"TaskStateRule", "EbsSnapshotRule", "PoolLaunchFailureRule", "EarlyReplacementRule"},
 }
 JOBS_ROLES = {"TaskEventsFunctionRole", "JobsFunctionRole", "ReconcileFunctionRole"}
 SENDERS = {  # queue -> (the rules that may send to it, the roles that may send to it)
@@ -513,7 +513,9 @@ SENDERS = {  # queue -> (the rules that may send to it, the roles that may send 
 
 
 def _names(values: Any) -> set[str]:
+    """The resources named (a conditional one, `!If [C, X, AWS::NoValue]`, by its X)."""
     values = values if isinstance(values, list) else [values]
+    values = [v["Fn::If"][1] if "Fn::If" in v else v for v in values]
     return {v["Fn::GetAtt"][0] for v in values}
 
 

@@ -39,7 +39,7 @@ def test_the_task_event_sample_is_acted_on():
         ("{", "reject", "not valid JSON"),
         (json.dumps({"id": "1"}), "reject", "missing"),
         (
-            json.dumps(json.loads((EVENTS / "spot-interruption-warning.json").read_text())),
+            json.dumps(json.loads((EVENTS / "rebalance-recommendation.json").read_text())),
             "ignore",
             "does not act",
         ),
@@ -48,6 +48,24 @@ def test_the_task_event_sample_is_acted_on():
 def test_task_messages_that_are_not_task_events(body, outcome, reason):
     msg = classify_task_message(body, Settings())
     assert msg.outcome == outcome and reason in msg.reason
+
+
+def test_a_spot_warning_is_read_for_the_early_replacement_as_the_interruption_function_reads_it():
+    body = (EVENTS / "spot-interruption-warning.json").read_text()
+    msg = classify_task_message(body, Settings())
+    assert msg.outcome == "warning" and msg.notice is not None
+    assert msg.notice.instance_id == json.loads(body)["detail"]["instance-id"]
+    bad = json.loads(body)
+    bad["detail"]["instance-id"] = "not-an-instance"
+    refused = classify_task_message(json.dumps(bad), Settings())
+    assert refused.outcome == "reject" and "instance-id" in refused.reason
+
+
+def test_a_terminate_action_of_another_hook_is_not_a_warning():
+    event = json.loads((EVENTS / "asg-terminate-lifecycle-action.json").read_text())
+    assert classify_task_message(json.dumps(event), Settings()).outcome == "warning"
+    event["detail"]["LifecycleHookName"] = "someone-elses-hook"
+    assert classify_task_message(json.dumps(event), Settings()).outcome == "ignore"
 
 
 def test_a_task_event_without_a_version_is_rejected():

@@ -103,11 +103,29 @@ class JobsEnv(EnvModel):
     signal_document: str = Field(default="", alias="SPOTGUARD_SIGNAL_DOCUMENT")
     region: str = Field(default="", alias="SPOTGUARD_REGION", pattern=_REGION)
     account: str = Field(default="", alias="SPOTGUARD_ACCOUNT", pattern=_ACCOUNT)
+    # The Auto Scaling groups the early replacement may add a spare instance to (SpareCapacityGroups);
+    # empty: it is off.
+    spare_groups: tuple[str, ...] = Field(default=(), alias="SPOTGUARD_SPARE_GROUPS")
+    # Whose terminate actions are SpotGuard's (LifecycleHookPrefix): the early replacement reads them.
+    lifecycle_hook_prefix: str = Field(
+        default="spotguard-", alias="SPOTGUARD_LIFECYCLE_HOOK_PREFIX", pattern=r"^[A-Za-z0-9_./-]{0,200}$"
+    )
 
     _split = field_validator(
-        "clusters", "default_subnets", "default_security_groups", "pass_roles", "task_families", mode="before"
+        "clusters",
+        "default_subnets",
+        "default_security_groups",
+        "pass_roles",
+        "task_families",
+        "spare_groups",
+        mode="before",
     )(lambda cls, v: _comma_list(v))
 
     @property
     def settings(self) -> Settings:
-        return Settings(clusters=self.clusters, region=self.region, account=self.account)
+        return Settings(
+            clusters=self.clusters,
+            region=self.region,
+            account=self.account,
+            lifecycle_hook_prefix=self.lifecycle_hook_prefix,
+        )

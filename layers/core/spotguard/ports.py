@@ -101,6 +101,15 @@ class Hosts(Protocol):
     def facts(self, cluster: str, container_instance_arn: str) -> HostFacts | None: ...
 
 
+class SpareCapacity(Protocol):
+    """The early replacement's instances (adapters.autoscaling.AsgSpares)."""
+
+    def raise_one(self, group: str) -> tuple[bool, tuple[str, ...], str]: ...
+    def give_back(
+        self, cluster: str, group: str, before: tuple[str, ...], keep: int
+    ) -> tuple[str | None, str]: ...
+
+
 class NewestCheckpoint(Protocol):
     def newest(self, prefix_uri: str) -> CheckpointRef | None: ...
 

@@ -44,3 +44,89 @@ class LifecycleAdapter:
             LifecycleActionResult="CONTINUE",
             **self._action(ref, instance_id),
         )
+
+
+# ------------------------------------------------------------------------------------------- spares
+ECS_DESCRIBE_LIMIT = 100  # container instances per DescribeContainerInstances
+BUSY = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")  # instances that cost money and may serve
+
+
+class AsgSpares:
+    """The early replacement's capacity (domain.jobs.spares) from a pool's Auto Scaling group: one more
+    instance asked by raising the group's desired capacity, and an unused one given back by terminating
+    it with the desired capacity lowered. An instance the group adds is part of the group, so of the
+    pool's capacity provider: the next attempt's RunTask, with that provider, lands on it. (EC2
+    CreateFleet would launch an instance outside the group, which no capacity provider places on.)"""
+
+    def __init__(self, autoscaling: Any, ecs: Any) -> None:
+        self.autoscaling, self.ecs = autoscaling, ecs
+
+    def _group(self, name: str) -> dict[str, Any] | None:
+        groups = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])
+        found = groups.get("AutoScalingGroups") or []
+        return found[0] if found else None
+
+    def raise_one(self, group: str) -> tuple[bool, tuple[str, ...], str]:
+        """One instance more in `group`: (raised, the group's instances before, what was done). A group
+        at its maximum size is not raised (its owner's bound stands)."""
+        g = self._group(group)
+        if g is None:
+            return False, (), f"Auto Scaling group {group} not found"
+        before = tuple(i["InstanceId"] for i in g.get("Instances") or [])
+        desired, most = int(g.get("DesiredCapacity", 0)), int(g.get("MaxSize", 0))
+        if desired >= most:
+            return False, before, f"{group} is at its maximum size ({most}): no spare asked"
+        self.autoscaling.set_desired_capacity(
+            AutoScalingGroupName=group, DesiredCapacity=desired + 1, HonorCooldown=False
+        )
+        return True, before, f"{group}: desired capacity {desired} -> {desired + 1}"
+
+    def give_back(
+        self, cluster: str, group: str, before: tuple[str, ...], keep: int
+    ) -> tuple[str | None, str]:
+        """Terminate (lowering the desired capacity) one instance the group added since `before` that
+        runs no task, unless no more than `keep` such instances are there (other jobs' spares still
+        wait for theirs). (the instance terminated or None, what was done)."""
+        g = self._group(group)
+        if g is None:
+            return None, f"Auto Scaling group {group} not found: nothing to give back"
+        known = set(before)
+        new = [
+            i["InstanceId"]
+            for i in g.get("Instances") or []
+            if i["InstanceId"] not in known and i.get("LifecycleState") in BUSY
+        ]
+        if not new:
+            return None, f"{group} added no instance since the spare was asked for"
+        tasks = self._tasks_on(cluster, new)
+        idle = [i for i in new if tasks.get(i, 0) == 0]
+        if len(idle) <= keep:
+            busy = len(new) - len(idle)
+            return None, f"{group}: {busy} new instance(s) run tasks, {len(idle)} kept for other spares"
+        # an instance not registered yet (still booting) costs the least to give back
+        idle.sort(key=lambda i: (i in tasks, i))
+        instance = idle[0]
+        self.autoscaling.terminate_instance_in_auto_scaling_group(
+            InstanceId=instance, ShouldDecrementDesiredCapacity=True
+        )
+        return instance, f"{group}: terminated {instance}, which ran no task"
+
+    def _tasks_on(self, cluster: str, instances: list[str]) -> dict[str, int]:
+        """Running and pending tasks per EC2 instance registered in the cluster (an instance that is
+        not registered yet is absent)."""
+        wanted = set(instances)
+        arns: list[str] = []
+        paginator = self.ecs.get_paginator("list_container_instances")
+        query = f"ec2InstanceId in [{', '.join(instances)}]"
+        for page in paginator.paginate(cluster=cluster, filter=query):
+            arns += page.get("containerInstanceArns") or []
+        counts: dict[str, int] = {}
+        for i in range(0, len(arns), ECS_DESCRIBE_LIMIT):
+            resp = self.ecs.describe_container_instances(
+                cluster=cluster, containerInstances=arns[i : i + ECS_DESCRIBE_LIMIT]
+            )
+            for ci in resp.get("containerInstances") or []:
+                ec2 = ci.get("ec2InstanceId")
+                if ec2 in wanted:  # moto ignores the filter: keep only the instances asked about
+                    counts[ec2] = int(ci.get("runningTasksCount", 0)) + int(ci.get("pendingTasksCount", 0))
+        return counts

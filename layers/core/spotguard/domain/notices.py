@@ -255,10 +255,26 @@ def classify(raw: str | bytes | dict[str, Any], settings: Settings) -> Decision:
     event = envelope(raw)
     if isinstance(event, Refused):
         return reject(event.reason, event.event_id)
+    return classify_event(event, settings)
+
+
+def classify_event(event: EventBridgeModel, settings: Settings) -> Decision:
+    """Classify one event already read from its envelope (the task-events function reads the warnings
+    it also gets, for the early replacement, with this same reading)."""
     try:
         return _classify_event(event, settings)
     except OverflowError:  # a time so close to the end of the calendar that its deadline overflows
         return reject("time: out of range", event.id)
+
+
+# The events that say an instance is going, which the task-events function gets too (the early
+# replacement: domain.jobs.spares): a spot warning and an Auto Scaling terminate action.
+WARNINGS = frozenset(
+    {
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+        ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action"),
+    }
+)
 
 
 def _classify_event(event: EventBridgeModel, settings: Settings) -> Decision:

@@ -2,7 +2,9 @@
 
 Records arrive as ECS Task State Change events (from EventBridge), SpotGuard's own "Launch Due"
 messages (a job waiting for capacity, from the retry queue), EBS Snapshot Notifications and Auto Scaling's
-"EC2 Instance Launch Unsuccessful" / "EC2 Instance Launch Successful" (facts about a pool's capacity).
+"EC2 Instance Launch Unsuccessful" / "EC2 Instance Launch Successful" (facts about a pool's capacity),
+and the spot warnings and terminate actions the interruption function acts on (for the early
+replacement of the jobs on the warned host: domain.jobs.spares).
 Each becomes exactly one decision: act on a task event, launch a job, settle a snapshot, record a pool
 fact, ignore with a reason, or reject (dead-letter queue).
 
@@ -24,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from spotguard.domain.envelope import MAX_VERSION, EventTime, Refused, envelope
 from spotguard.domain.errors import one_line
+from spotguard.domain.notices import WARNINGS, Notice, classify_event
 from spotguard.domain.own_events import LAUNCH_DUE, SOURCE
 from spotguard.domain.pools import ahead_of_clock
 from spotguard.domain.settings import Settings
@@ -129,7 +132,7 @@ class PoolEvent(BaseModel):
 
 class TaskMessage(BaseModel):
     model_config = ConfigDict(frozen=True)
-    outcome: Literal["act", "launch", "snapshot", "pool", "ignore", "reject"]
+    outcome: Literal["act", "launch", "snapshot", "pool", "warning", "ignore", "reject"]
     reason: str
     event_id: str | None = None
     task: TaskEvent | None = None
@@ -138,6 +141,7 @@ class TaskMessage(BaseModel):
     snapshot_id: str | None = None
     snapshot_ok: bool | None = None
     pool_event: PoolEvent | None = None
+    notice: Notice | None = None  # a warning: the instance going (the early replacement)
 
 
 def classify_task_message(
@@ -156,6 +160,8 @@ def classify_task_message(
         return _timed(_launch_unsuccessful(event), now)
     if event.source == "aws.autoscaling" and event.detail_type == LAUNCH_SUCCESSFUL:
         return _timed(_launch_successful(event), now)
+    if (event.source, event.detail_type) in WARNINGS:
+        return _warning(event, settings)
     if event.source != "aws.ecs" or event.detail_type != TASK_STATE_CHANGE:
         return TaskMessage(
             outcome="ignore",
@@ -172,6 +178,19 @@ def classify_task_message(
         )
     task = _task_event(d, event.id, event.time)
     return TaskMessage(outcome="act", reason=f"task {d.lastStatus}", event_id=event.id, task=task)
+
+
+def _warning(event: EventBridgeModel, settings: Settings) -> TaskMessage:
+    """A spot warning or a terminate action, read as the interruption function reads it: for the early
+    replacement of the jobs on its host."""
+    decision = classify_event(event, settings)
+    if decision.outcome == "reject":
+        return TaskMessage(outcome="reject", reason=decision.reason, event_id=event.id)
+    if decision.outcome != "act" or not decision.notices:
+        return TaskMessage(outcome="ignore", reason=decision.reason, event_id=event.id)
+    return TaskMessage(
+        outcome="warning", reason=decision.reason, event_id=event.id, notice=decision.notices[0]
+    )
 
 
 def described_task(task: Mapping[str, Any]) -> TaskEvent:

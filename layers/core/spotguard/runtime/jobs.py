@@ -11,6 +11,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 
+from spotguard.adapters.autoscaling import AsgSpares
 from spotguard.adapters.clients import LazyClient, client
 from spotguard.adapters.ebs import EbsAdapter
 from spotguard.adapters.ecs_jobs import JobsEcsAdapter
@@ -34,6 +35,7 @@ from spotguard.usecases.jobs.ebs import EbsVolumes
 from spotguard.usecases.jobs.engine import JobEngine, JobsConfig
 from spotguard.usecases.jobs.reconcile import Reconciler
 from spotguard.usecases.jobs.service import JobService
+from spotguard.usecases.jobs.spares import Spares
 from spotguard.usecases.pools import PoolService
 
 SUBMIT_IDEMPOTENCY_SECONDS = 600  # the same submit payload again within 10 minutes: the same job
@@ -59,6 +61,12 @@ class JobsRuntime:
         signaller = SsmSignaller(LazyClient("ssm"), env.signal_document) if env.signal_document else None
         advisor = CapacityAdvisor(self.pools, store, self.now, env.clusters)  # both capacity ports
         retries = RetryQueue(sqs, env.retry_queue_url)
+        spares = Spares(
+            AsgSpares(LazyClient("autoscaling"), ecs) if env.spare_groups else None,
+            env.spare_groups,
+            store,
+            self.now,
+        )
         engine = JobEngine(
             config=JobsConfig(
                 settings=env.settings,
@@ -80,6 +88,7 @@ class JobsRuntime:
             volumes=volumes,
             placement=advisor,
             signaller=signaller,
+            spares=spares,
         )
         self.service = JobService(
             engine,

@@ -67,7 +67,29 @@ class CapacityWanted(BaseModel):
     avoid_pools: tuple[tuple[str, str], ...] = ()
 
 
-Effect = Launch | Stop | Notify | CapacityWanted | Snapshot | Cleanup | Checkpoint
+class RaiseSpare(BaseModel):
+    """Ask the job's spare of its pool's Auto Scaling group: one instance more (domain.jobs.spares).
+    Carried out once: the spare is written before it, and a repeated warning finds it."""
+
+    model_config = ConfigDict(frozen=True)
+    attempt: int
+    group: str
+
+
+class GiveBackSpare(BaseModel):
+    """Give the spare back: terminate an instance the group added since `before` that runs no task,
+    unless other jobs' spares in the group still wait for it (`usecases.jobs.spares`)."""
+
+    model_config = ConfigDict(frozen=True)
+    attempt: int
+    cluster: str
+    group: str
+    before: tuple[str, ...] = ()
+
+
+Effect = (
+    Launch | Stop | Notify | CapacityWanted | Snapshot | Cleanup | Checkpoint | RaiseSpare | GiveBackSpare
+)
 
 
 class Step(BaseModel):

@@ -215,6 +215,34 @@ class Attempt(BaseModel):
         return self.outcome is None and self.last_status != "STOPPED"
 
 
+SpareState = Literal["asked", "raised", "not-raised", "giving-back", "given-back", "kept"]
+SPARE_HOLDS = ("asked", "raised")  # the spare may hold an instance the job has not given back yet
+
+
+class Spare(BaseModel):
+    """The early replacement of an attempt a warning said is going (domain.jobs.spares): the pool its
+    successor is to run in, decided at the warning, and the one instance asked of that pool's Auto
+    Scaling group for it while the warned task checkpoints. `before`: the group's instances when it was
+    asked for, so that the one it added can be told from those already there when it is given back."""
+
+    model_config = ConfigDict(frozen=True)
+    attempt: int = Field(ge=1)  # the warned attempt
+    notice: str  # the warning's event id
+    instance_id: str  # the warned instance
+    decision: PlacementDecision  # where the next attempt goes (trigger "warning")
+    group: str  # the pool's Auto Scaling group
+    cluster: str
+    asked_at: datetime
+    state: SpareState = "asked"
+    before: tuple[str, ...] = ()
+    detail: str = Field(default="", max_length=300)
+    ended_at: datetime | None = None
+
+    @property
+    def holds(self) -> bool:
+        return self.state in SPARE_HOLDS
+
+
 class OutboxItem(BaseModel):
     """A notification written with the transition that caused it and sent after: a Lambda that dies in
     between leaves it here, and whoever handles the job next sends it."""
@@ -256,6 +284,7 @@ class Job(BaseModel):
     placement: PlacementDecision | None = None  # the decision the launch in flight (or next) carries out
     move: Move | None = None  # a move of the live attempt to other capacity, under way
     moves_made: int = 0
+    spare: Spare | None = None  # the newest early replacement (domain.jobs.spares)
 
     @field_validator("job_id")
     @classmethod

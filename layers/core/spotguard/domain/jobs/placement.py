@@ -67,7 +67,9 @@ class PlacementDecision(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-    trigger: Literal["launch", "reconcile", "pool-event", "move"] = "launch"
+    # "warning": made at a spot warning (or terminate action) for the attempt after the warned one, whose
+    # launch carries it out (domain.jobs.spares); "move": a move's, carried out by the launch after it
+    trigger: Literal["launch", "reconcile", "pool-event", "move", "warning"] = "launch"
     placement: Market
     pool: str | None = None
     instance_pool: str | None = None  # the pool whose instance type to use (for on-demand too)

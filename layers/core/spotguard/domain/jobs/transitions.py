@@ -35,6 +35,7 @@ from spotguard.domain.jobs.model import (
     revised,
 )
 from spotguard.domain.jobs.placement import Move, PlacementDecision, remember
+from spotguard.domain.jobs.spares import carried_spare
 from spotguard.domain.stops import OwnRecord, classify_stop
 from spotguard.domain.tasks import TaskEvent
 
@@ -275,7 +276,9 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
     elif verdict.outcome == "resubmit":
         updated = revised(updated, interrupted_by=updated.interrupted_by or verdict.reason)
         effects = [Notify(kind="interrupted", message=f"attempt {n}: {verdict.reason}")]
-        changes = {**_avoidance(job, updated, now), "move": None, "placement": None}
+        # The early replacement decided at the warning where the next attempt goes, and asked an
+        # instance of that pool for it: the launch carries that decision out (domain.jobs.spares).
+        changes = {**avoidance(job, updated, now), "move": None, "placement": carried_spare(job, n)}
     else:  # failed
         if job.error_retries_used >= job.options.max_error_retries:
             return Step(
@@ -338,8 +341,9 @@ def _observe(attempt: Attempt, ev: TaskEvent, own_stop_notice: str | None) -> At
     return revised(attempt, **changes)
 
 
-def _avoidance(job: Job, attempt: Attempt, now: datetime) -> dict[str, Any]:
-    """Remember the interrupted instance for good and its spot pool for `avoid_pool_seconds`."""
+def avoidance(job: Job, attempt: Attempt, now: datetime) -> dict[str, Any]:
+    """Remember the interrupted instance for good and its spot pool for `avoid_pool_seconds` (the job's
+    changes; the early replacement decides at the warning with them, as the launch after the stop will)."""
     instances = list(job.avoid_instances)
     if attempt.instance_id and attempt.instance_id not in instances:
         instances = [*instances, attempt.instance_id][-20:]

@@ -32,8 +32,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from spotguard.domain.capacity import Market
-from spotguard.domain.jobs.model import Attempt, Job, JobState
+from spotguard.domain.jobs.model import Attempt, Job, JobState, revised
 from spotguard.domain.jobs.placement import PlacementDecision, job_needs
+from spotguard.domain.jobs.transitions import avoidance
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,
@@ -83,7 +84,7 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
         if (
             trigger == "launch"
             and carried is not None
-            and carried.trigger == "move"
+            and carried.trigger in ("move", "warning")
             and (now - carried.at).total_seconds() < MOVE_DECISION_SECONDS
         ):
             pool = by_name(pools).get(carried.pool or "")
@@ -128,6 +129,19 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
         placed = self._placed(job, answer.model_copy(update=asked_about), pools, options, now)
         # model_copy does not validate: the completed decision is checked once, as a new one would be
         return PlacementDecision.model_validate(placed.model_dump())
+
+    def replacement(self, job: Job) -> tuple[PlacementDecision, str] | None:
+        """The next attempt's decision, made at a warning on the live attempt's host: on the job as the
+        stop will leave it (the instance and its pool avoided, no placement carried), as a launch."""
+        live = job.live_attempt
+        if live is None:
+            return None
+        after_stop = revised(job, placement=None, move=None, **avoidance(job, live, self.clock()))
+        decision = self.decide(after_stop, "launch")
+        if decision is None:
+            return None
+        pool = by_name(self.book.pools(job.request.cluster_name)).get(decision.pool or "")
+        return decision, (pool.auto_scaling_group if pool is not None else "")
 
     def _placed(
         self,

@@ -31,8 +31,10 @@ from spotguard.domain.jobs.effects import (
     Checkpoint,
     Cleanup,
     Effect,
+    GiveBackSpare,
     Launch,
     Notify,
+    RaiseSpare,
     Snapshot,
     Step,
     Stop,
@@ -55,6 +57,7 @@ from spotguard.ports import JobEcs, JobStore, LaunchRetries, NewestCheckpoint, N
 
 if TYPE_CHECKING:
     from spotguard.domain.task_events import PoolEvent
+    from spotguard.usecases.jobs.spares import Spares
 
 log = logging.getLogger(__name__)
 MAX_WRITE_TRIES = 8  # compare-and-set conflicts (concurrent events for one job) before giving up
@@ -122,6 +125,12 @@ class LaunchPlacement:
     def launch_failed(self, job: Job, reason: str) -> None:
         pass
 
+    def replacement(self, job: Job) -> tuple[PlacementDecision, str] | None:
+        """At a warning on the host of the job's live attempt: where the next attempt is to go (the
+        warned pool avoided, as the stop will avoid it) and that pool's Auto Scaling group (the early
+        replacement, usecases.jobs.spares). None: no decision for this job (no pools)."""
+        return None
+
     def provider_refused(self, job: Job, reason: str) -> None:
         """ECS refused the decision's capacity provider (`domain.run_errors.pool_refused`): mark its
         pools unavailable."""
@@ -163,6 +172,7 @@ class JobEngine:
         volumes: VolumeEffects | None = None,
         placement: LaunchPlacement | None = None,
         signaller: Signaller | None = None,
+        spares: Spares | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -174,6 +184,7 @@ class JobEngine:
         self.volumes = volumes or VolumeEffects()
         self.placement = placement or LaunchPlacement()
         self.signaller = signaller  # a move's SIGUSR1 to the job's checkpoint container (SSM)
+        self.spares = spares  # the early replacement (usecases.jobs.spares); None: off
 
     def get(self, job_id: str) -> Job:
         job = self.store.get(job_id)  # UnreadableJob: the caller says which job, and why, in one line
@@ -246,6 +257,7 @@ class JobEngine:
         pending: deque[Transition] = deque(first)
         note: str | None = None
         launched = False
+        spare_checked = False
         job = current
         while pending:
             job, step = self._write(job_id, pending.popleft(), job)
@@ -253,6 +265,12 @@ class JobEngine:
             for effect in step.effects:
                 launched = launched or isinstance(effect, Launch)
                 pending.extend(self._carry_out(job, effect))
+            if not pending and not spare_checked and self.spares is not None and job is not None:
+                # every change may end the job's need for its spare: give it back with that change
+                spare_checked = True
+                give_back = self.spares.unneeded(job)
+                if give_back is not None:
+                    pending.append(give_back)
         job = job if job is not None else self.get(job_id)
         return job, note or "", launched
 
@@ -301,6 +319,8 @@ class JobEngine:
             return self.volumes.cleanup(job, effect)
         elif isinstance(effect, Checkpoint):
             self._signal_checkpoint(job, effect.attempt)
+        elif isinstance(effect, RaiseSpare | GiveBackSpare) and self.spares is not None:
+            return self.spares.carry(job, effect)
         return []
 
     def _signal_checkpoint(self, job: Job, attempt: int) -> None:

@@ -63,6 +63,7 @@ COUNTS = (
     "moves_stopped",
     "moves_stop_retried",
     "moves_abandoned",
+    "spares_given_back",
 )
 
 
@@ -101,7 +102,8 @@ class Reconciler:
                 log.exception("reconcile could not handle job %s; the sweep goes on", job.job_id)
                 counts["failed"] += 1
 
-        for job in each(JobState.LAUNCHING) + each(JobState.QUEUED):
+        waiting = each(JobState.LAUNCHING) + each(JobState.QUEUED)
+        for job in waiting:
             stale = _age(job, now) > STUCK_SECONDS
             overdue = job.retry_at is None or (now - job.retry_at).total_seconds() > STUCK_SECONDS
             if stale and (job.state is JobState.LAUNCHING or overdue):
@@ -113,7 +115,9 @@ class Reconciler:
                 isolated(job, lambda job=job: self.engine.run(job.job_id, *volumes.stuck(job), current=job))
                 counts["snapshots_settled"] += 1
         live: dict[str, list[tuple[Job, Attempt]]] = {}
-        for job in each(JobState.RUNNING):
+        running = each(JobState.RUNNING)
+        self._spares(waiting + running, isolated, counts)
+        for job in running:
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again
                 isolated(job, lambda job=job: self._delete_volumes(job))
             attempt = job.live_attempt
@@ -145,6 +149,23 @@ class Reconciler:
                     isolated(job, lambda event=event: self.jobs.on_task_event(event))
                     counts["vanished"] += 1
         return counts
+
+    def _spares(
+        self, jobs: list[Job], isolated: Callable[[Job, Callable[[], object]], object], counts: dict[str, int]
+    ) -> None:
+        """Give back the spares no event ended (usecases.jobs.spares: none of the job's attempts took it
+        within its bound, or a give-back whose call failed)."""
+        spares = self.engine.spares
+        if spares is None:
+            return
+        for job in jobs:
+            give_back = spares.unneeded(job)
+            if give_back is not None:
+                isolated(
+                    job,
+                    lambda job=job, t=give_back: self.engine.run(job.job_id, t, current=job, drive=False),
+                )
+                counts["spares_given_back"] += 1
 
     def _capacity(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> bool:
         """A running job's capacity: a task stuck waiting for an instance, a move under way, or a move

@@ -29,6 +29,7 @@ from spotguard.domain.jobs.transitions import (
     request_move,
     request_resubmit,
 )
+from spotguard.domain.notices import Notice
 from spotguard.domain.prices import task_share
 from spotguard.domain.task_events import PoolEvent, indexed_info, pool_event_refused
 from spotguard.domain.tasks import TaskEvent
@@ -255,6 +256,14 @@ class JobService:
             self.engine.run(job.job_id, lambda j, why=why: abandon_provisioning(j, why), current=job)
             moved += 1
         return f"marked unavailable: {pools}; {moved} waiting task(s) stopped to launch elsewhere"
+
+    def on_warning(self, notice: Notice) -> str:
+        """A spot warning or a terminate action (the interruption function stops the tasks): the early
+        replacement of the jobs on the host, when the stack has it (usecases.jobs.spares)."""
+        spares = self.engine.spares
+        if spares is None:
+            return "early replacement is off"
+        return spares.on_warning(notice, self.engine, self.placement)
 
     def consider_move(self, job: Job, trigger: str) -> bool:
         """Ask the policy again for a running deadline job (reconcile's sweep, a pool event) and start a

@@ -1,0 +1,125 @@
+"""The early replacement's use case (the domain's steps: domain.jobs.spares): at a warning, each job on the
+warned host gets its next pool decided and one instance asked of that pool's group; the spare is given
+back when the job no longer needs it.
+
+`Spares.on_warning` is what the task-events function does with a spot warning or an Auto Scaling
+terminate action (the same events the interruption function acts on, delivered to the task-events queue
+too: the urgent path gains no call). The engine carries out the spare's effects through `Spares.carry`,
+and asks `Spares.unneeded` after every change of a job, so a spare is given back with the event that
+makes it useless; the reconcile sweep gives back those that no event ended (`SPARE_BOUND_SECONDS`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from spotguard.domain.jobs.effects import GiveBackSpare, RaiseSpare, Step
+from spotguard.domain.jobs.model import Job, JobState
+from spotguard.domain.jobs.spares import ask_spare, give_back, spare_given_back, spare_raised, spare_unneeded
+from spotguard.ports import JobStore, SpareCapacity
+
+if TYPE_CHECKING:
+    from spotguard.domain.notices import Notice
+    from spotguard.usecases.jobs.engine import JobEngine, LaunchPlacement
+
+    Transition = Callable[[Job], Step]
+
+log = logging.getLogger(__name__)
+LIVE_STATES = (JobState.QUEUED, JobState.LAUNCHING, JobState.RUNNING, JobState.SNAPSHOTTING)
+MAX_JOBS_LOOKED_AT = 1000  # per state, when a warning looks for the jobs on its host
+
+
+class Spares:
+    """The early replacement over a `SpareCapacity` (the pools' Auto Scaling groups), for the groups the
+    stack lists (`SpareCapacityGroups`); none listed: nothing is asked, every warning is a no-op."""
+
+    def __init__(
+        self,
+        capacity: SpareCapacity | None,
+        groups: Iterable[str],
+        store: JobStore,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.capacity = capacity
+        self.groups = frozenset(groups)
+        self.store, self.clock = store, clock
+
+    @property
+    def on(self) -> bool:
+        return self.capacity is not None and bool(self.groups)
+
+    # ------------------------------------------------------------------------------------ warnings
+    def on_warning(self, notice: Notice, engine: JobEngine, placement: LaunchPlacement) -> str:
+        """A spot warning or a terminate action for `notice.instance_id`: for each job whose live attempt
+        runs there, decide the next attempt's pool and ask its spare. Safe to repeat (a job asks once
+        per attempt)."""
+        if not self.on:
+            return "early replacement is off (the stack lists no SpareCapacityGroups)"
+        jobs = [
+            j
+            for j in self.store.list(JobState.RUNNING, MAX_JOBS_LOOKED_AT)
+            if (a := j.live_attempt) is not None and a.instance_id == notice.instance_id
+        ]
+        if not jobs:
+            return f"no job runs on {notice.instance_id}"
+        notes = []
+        for job in jobs:
+            replacement = placement.replacement(job)
+            if replacement is None:
+                notes.append(f"{job.job_id}: no capacity decision for it (fixed capacity, or no pools)")
+                continue
+            decision, group = replacement
+            allowed = group if group in self.groups else None
+            _, note = engine.run(
+                job.job_id,
+                lambda j, d=decision, g=allowed: ask_spare(
+                    j, notice.event_id, notice.instance_id, d, g, self.clock()
+                ),
+                current=job,
+                drive=False,
+            )
+            notes.append(f"{job.job_id}: {note}")
+        return "; ".join(notes)[:1000]
+
+    # ------------------------------------------------------------------------------------- effects
+    def carry(self, job: Job, effect: RaiseSpare | GiveBackSpare) -> list[Transition]:
+        """Carry out a spare's effect; the transition that records its outcome."""
+        if self.capacity is None:
+            log.warning("job %s: a spare effect without Auto Scaling access: %s", job.job_id, effect)
+            return []
+        if isinstance(effect, RaiseSpare):
+            raised, before, detail = self.capacity.raise_one(effect.group)
+            log.info("job %s: spare for attempt %s: %s", job.job_id, effect.attempt + 1, detail)
+            return [lambda j: spare_raised(j, effect.attempt, raised, before, detail, self.clock())]
+        keep = self._others_waiting(job, effect.group)
+        terminated, outcome = self.capacity.give_back(effect.cluster, effect.group, effect.before, keep)
+        log.info("job %s: spare given back: %s", job.job_id, outcome)
+        return [lambda j: spare_given_back(j, effect.attempt, outcome, terminated, self.clock())]
+
+    def unneeded(self, job: Job) -> Transition | None:
+        """The transition that gives the job's spare back, if the job no longer needs it."""
+        if spare_unneeded(job, self.clock()) is None:
+            return None
+
+        def transition(j: Job) -> Step:
+            why = spare_unneeded(j, self.clock())  # on the job as it stands when written
+            return give_back(j, why, self.clock()) if why else Step(note="the spare is still needed")
+
+        return transition
+
+    def _others_waiting(self, job: Job, group: str) -> int:
+        """Other jobs' spares in `group` that still wait for an instance the group added."""
+        now = self.clock()
+        return sum(
+            1
+            for state in LIVE_STATES
+            for other in self.store.list(state, MAX_JOBS_LOOKED_AT)
+            if other.job_id != job.job_id
+            and other.spare is not None
+            and other.spare.holds
+            and other.spare.group == group
+            and spare_unneeded(other, now) is None
+        )
