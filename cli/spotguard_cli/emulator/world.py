@@ -166,11 +166,14 @@ class JobsWorld:
         return self.received(self.job_events_url)
 
 
-def make_jobs_world(env: dict[str, str] | None = None, log: TextIO | None = None) -> JobsWorld:
+def make_jobs_world(
+    env: dict[str, str] | None = None, log: TextIO | None = None, parameters: dict[str, str] | None = None
+) -> JobsWorld:
     """The system assembled in moto in this process (call it under `mock_aws`), six GPU hosts (1, 4 and 8
-    GPUs in two zones), and the notifications and SpotGuard's own events caught in SQS queues."""
+    GPUs in two zones), and the notifications and SpotGuard's own events caught in SQS queues.
+    `parameters`: the stack's, beside the defaults."""
     shared = {"SPOTGUARD_RETRY_BASE_SECONDS": "1", "SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "0", **(env or {})}
-    parts = assemble(None, {"NotificationEmail": ""}, shared, log=log)
+    parts = assemble(None, {"NotificationEmail": "", **(parameters or {})}, shared, log=log)
     stack, cluster = parts.stack, parts.cluster
     hosts = {
         "a1": cluster.add_host("g5.xlarge", "us-east-1a"),
