@@ -184,12 +184,37 @@ def deploy(
     return stack
 
 
+_NO_VALUE = object()  # AWS::NoValue: dropped from the list or mapping that holds it
+
+
 class _Resolver:
-    """Resolves the intrinsics the skipped resources use (Ref, Fn::GetAtt, Fn::Sub, Fn::If on a
-    condition's default) against what moto created."""
+    """Resolves the intrinsics the skipped resources use (Ref, Fn::GetAtt, Fn::Sub, Fn::Join, Fn::If on
+    the template's conditions with the stack's parameters) against what moto created."""
 
     def __init__(self, stack: DeployedStack, cfn: dict[str, Any], physical: dict[str, str]) -> None:
         self.stack, self.cfn, self.physical = stack, cfn, physical
+
+    def parameter(self, name: str) -> Any:
+        spec = self.cfn.get("Parameters", {}).get(name, {})
+        value = self.stack.parameters.get(name, spec.get("Default", ""))
+        return value.split(",") if spec.get("Type") == "CommaDelimitedList" else value
+
+    def holds(self, condition: Any) -> bool:
+        """A condition (by name, or its expression): Fn::Equals, Fn::Not, Fn::And, Fn::Or, Condition."""
+        if isinstance(condition, str):
+            return self.holds(self.cfn.get("Conditions", {})[condition])
+        if "Condition" in condition:
+            return self.holds(condition["Condition"])
+        if "Fn::Equals" in condition:
+            a, b = (self.value(x) for x in condition["Fn::Equals"])
+            return bool(a == b)
+        if "Fn::Not" in condition:
+            return not self.holds(condition["Fn::Not"][0])
+        if "Fn::And" in condition:
+            return all(self.holds(c) for c in condition["Fn::And"])
+        if "Fn::Or" in condition:
+            return any(self.holds(c) for c in condition["Fn::Or"])
+        raise ValueError(f"condition not understood: {condition!r}")
 
     def arn(self, logical: str) -> str:
         kind = self.cfn["Resources"][logical]["Type"]
@@ -211,13 +236,20 @@ class _Resolver:
 
     def value(self, v: Any) -> Any:
         if isinstance(v, list):
-            return [self.value(x) for x in v]
+            return [x for x in (self.value(x) for x in v) if x is not _NO_VALUE]
         if not isinstance(v, dict):
             return v
         if "Ref" in v:
+            if v["Ref"] == "AWS::NoValue":
+                return _NO_VALUE
+            if v["Ref"] in self.cfn.get("Parameters", {}):
+                return self.parameter(v["Ref"])
             return {"AWS::AccountId": self.stack.account, "AWS::Region": self.stack.region}.get(
                 v["Ref"], self.physical.get(v["Ref"], v["Ref"])
             )
+        if "Fn::Join" in v:
+            separator, parts = v["Fn::Join"]
+            return separator.join(str(p) for p in self.value(parts))
         if "Fn::GetAtt" in v:
             logical, attr = v["Fn::GetAtt"]
             if attr == "QueueName":
@@ -230,9 +262,11 @@ class _Resolver:
                 lambda m: str(self.value({"Fn::GetAtt": [m[1], m[2]]} if m[2] else {"Ref": m[1]})),
                 text,
             )
-        if "Fn::If" in v:  # the stack is deployed with the conditions' defaults: the bucket is created
-            return self.value(v["Fn::If"][1])
-        return {k: self.value(x) for k, x in v.items()}
+        if "Fn::If" in v:
+            name, then, otherwise = v["Fn::If"]
+            return self.value(then if self.holds(name) else otherwise)
+        resolved = {k: self.value(x) for k, x in v.items()}
+        return {k: x for k, x in resolved.items() if x is not _NO_VALUE}
 
 
 def _what_moto_skips(stack: DeployedStack, cfn: dict[str, Any], physical: dict[str, str]) -> list[str]:

@@ -84,6 +84,7 @@ class JobStatus(_Job):
     decisions: list[dict[str, Any]]  # every capacity decision, newest last
     move: dict[str, Any] | None
     moves_made: int
+    spare: dict[str, Any] | None  # the newest early replacement (its pool, group, state), if any
     avoiding: dict[str, Any]
 
     @classmethod
@@ -103,6 +104,9 @@ class JobStatus(_Job):
             decisions=[d.model_dump(mode="json", exclude_none=True) for d in job.decisions],
             move=job.move.model_dump(mode="json", exclude_none=True) if job.move else None,
             moves_made=job.moves_made,
+            spare=job.spare.model_dump(mode="json", exclude_none=True, exclude={"before"})
+            if job.spare
+            else None,
             avoiding={
                 "instances": job.avoid_instances,
                 "pools": [p.model_dump(mode="json") for p in job.avoid_pools if p.until > now],
