@@ -793,3 +793,51 @@ def test_failed_pool_discovery_is_alarmed_on_the_metric_reconcile_emits(cfn):
     assert alarm["Dimensions"] == [{"Name": "service", "Value": env["POWERTOOLS_SERVICE_NAME"]}]
     assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 2  # one bad sweep pages no one
     assert alarm["AlarmActions"] == [{"Ref": "NotificationsTopic"}]
+
+
+def test_the_early_replacement_scales_only_the_listed_groups_and_is_off_without_them(cfn):
+    """SpareCapacityGroups: the jobs path's three functions may raise and lower only the listed groups
+    (SetDesiredCapacity, TerminateInstanceInAutoScalingGroup), list container instances only in the
+    watched clusters, and the warnings reach them through their own rule; none of it without groups."""
+    groups = {"SpareCapacityGroups": "gpu-spot-a-group,gpu-od-group"}
+    assert cfn["Resources"]["SparesPolicy"]["Condition"] == "EarlyReplacement"
+    assert cfn["Resources"]["EarlyReplacementRule"]["Condition"] == "EarlyReplacement"
+    policy = _resolve(cfn, cfn["Resources"]["SparesPolicy"]["Properties"]["PolicyDocument"], groups)
+    by_sid = {s["Sid"]: s for s in policy["Statement"]}
+    scale = by_sid["SpareInstancesInListedGroupsOnly"]
+    assert scale["Action"] == [
+        "autoscaling:SetDesiredCapacity",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+    ]
+    assert scale["Resource"] == [
+        "arn:*:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/gpu-spot-a-group",
+        "arn:*:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/gpu-od-group",
+    ]
+    assert scale["Condition"]["StringEquals"]["aws:ResourceAccount"] == "123456789012"
+    assert by_sid["SpareInstancesOfListedClusters"]["Resource"] == [
+        "arn:*:ecs:*:*:cluster/gpu-spot",
+        "arn:*:ecs:*:*:cluster/train-a100",
+    ]
+    unscoped = {a for s in policy["Statement"] if s["Resource"] == "*" for a in s["Action"]}
+    assert unscoped == {"autoscaling:DescribeAutoScalingGroups"}
+    for fn in JOBS_PATH:
+        arns = cfn["Resources"][f"{fn}Role"]["Properties"]["ManagedPolicyArns"]
+        assert "<SparesPolicy>" in _resolve(cfn, arns, groups), fn
+        assert "<SparesPolicy>" not in _resolve(cfn, arns), fn
+    interruption = json.dumps(cfn["Resources"]["InterruptionFunctionRole"])
+    assert "SparesPolicy" not in interruption and "SetDesiredCapacity" not in interruption
+    rule = _resolve(cfn, cfn["Resources"]["EarlyReplacementRule"]["Properties"], groups)
+    assert rule["Targets"][0]["Arn"] == "<TaskEventsQueue.Arn>"
+    patterns = rule["EventPattern"]["$or"]
+    assert {p["detail-type"][0] for p in patterns} == {
+        "EC2 Spot Instance Interruption Warning",
+        "EC2 Instance-terminate Lifecycle Action",
+    }
+    env = _resolve(cfn, cfn["Resources"]["TaskEventsFunction"]["Properties"]["Environment"], groups)
+    assert env["Variables"]["SPOTGUARD_SPARE_GROUPS"] == "gpu-spot-a-group,gpu-od-group"
+    assert (
+        _resolve(cfn, cfn["Resources"]["TaskEventsFunction"]["Properties"]["Environment"])["Variables"][
+            "SPOTGUARD_SPARE_GROUPS"
+        ]
+        == ""
+    )

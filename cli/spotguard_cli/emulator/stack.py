@@ -26,7 +26,16 @@ import boto3
 
 from spotguard_cli.emulator.motopatch import atomic_dynamodb_writes
 from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
-from spotguard_cli.emulator.template import CODE_BUCKET, REPO, code_locations, load, stamp, translate
+from spotguard_cli.emulator.template import (
+    CODE_BUCKET,
+    NO_VALUE,
+    REPO,
+    Intrinsics,
+    code_locations,
+    load,
+    stamp,
+    translate,
+)
 
 STACK = "spotguard"
 
@@ -184,37 +193,13 @@ def deploy(
     return stack
 
 
-_NO_VALUE = object()  # AWS::NoValue: dropped from the list or mapping that holds it
-
-
 class _Resolver:
-    """Resolves the intrinsics the skipped resources use (Ref, Fn::GetAtt, Fn::Sub, Fn::Join, Fn::If on
-    the template's conditions with the stack's parameters) against what moto created."""
+    """Resolves the intrinsics the skipped resources use (Ref, Fn::GetAtt, Fn::Sub, Fn::Join, Fn::If) against
+    what moto created; parameters and conditions as `Intrinsics` evaluates them for the stack's parameters."""
 
     def __init__(self, stack: DeployedStack, cfn: dict[str, Any], physical: dict[str, str]) -> None:
         self.stack, self.cfn, self.physical = stack, cfn, physical
-
-    def parameter(self, name: str) -> Any:
-        spec = self.cfn.get("Parameters", {}).get(name, {})
-        value = self.stack.parameters.get(name, spec.get("Default", ""))
-        return value.split(",") if spec.get("Type") == "CommaDelimitedList" else value
-
-    def holds(self, condition: Any) -> bool:
-        """A condition (by name, or its expression): Fn::Equals, Fn::Not, Fn::And, Fn::Or, Condition."""
-        if isinstance(condition, str):
-            return self.holds(self.cfn.get("Conditions", {})[condition])
-        if "Condition" in condition:
-            return self.holds(condition["Condition"])
-        if "Fn::Equals" in condition:
-            a, b = (self.value(x) for x in condition["Fn::Equals"])
-            return bool(a == b)
-        if "Fn::Not" in condition:
-            return not self.holds(condition["Fn::Not"][0])
-        if "Fn::And" in condition:
-            return all(self.holds(c) for c in condition["Fn::And"])
-        if "Fn::Or" in condition:
-            return any(self.holds(c) for c in condition["Fn::Or"])
-        raise ValueError(f"condition not understood: {condition!r}")
+        self.intrinsics = Intrinsics(cfn, strict=False, **stack.parameters)
 
     def arn(self, logical: str) -> str:
         kind = self.cfn["Resources"][logical]["Type"]
@@ -236,14 +221,14 @@ class _Resolver:
 
     def value(self, v: Any) -> Any:
         if isinstance(v, list):
-            return [x for x in (self.value(x) for x in v) if x is not _NO_VALUE]
+            return [x for x in (self.value(x) for x in v) if x is not NO_VALUE]
         if not isinstance(v, dict):
             return v
         if "Ref" in v:
             if v["Ref"] == "AWS::NoValue":
-                return _NO_VALUE
-            if v["Ref"] in self.cfn.get("Parameters", {}):
-                return self.parameter(v["Ref"])
+                return NO_VALUE
+            if v["Ref"] in self.intrinsics.params:
+                return self.intrinsics.params[v["Ref"]]
             return {"AWS::AccountId": self.stack.account, "AWS::Region": self.stack.region}.get(
                 v["Ref"], self.physical.get(v["Ref"], v["Ref"])
             )
@@ -264,9 +249,9 @@ class _Resolver:
             )
         if "Fn::If" in v:
             name, then, otherwise = v["Fn::If"]
-            return self.value(then if self.holds(name) else otherwise)
+            return self.value(then if self.intrinsics.condition(name) else otherwise)
         resolved = {k: self.value(x) for k, x in v.items()}
-        return {k: x for k, x in resolved.items() if x is not _NO_VALUE}
+        return {k: x for k, x in resolved.items() if x is not NO_VALUE}
 
 
 def _what_moto_skips(stack: DeployedStack, cfn: dict[str, Any], physical: dict[str, str]) -> list[str]:
