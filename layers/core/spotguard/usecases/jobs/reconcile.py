@@ -29,7 +29,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from spotguard.domain.jobs.effects import Cleanup
-from spotguard.domain.jobs.model import Attempt, Job, JobState, UnreadableJob, revised, started_by
+from spotguard.domain.jobs.model import TERMINAL, Attempt, Job, JobState, UnreadableJob, revised, started_by
 from spotguard.domain.jobs.transitions import (
     abandon_provisioning,
     move_abandoned,
@@ -42,6 +42,8 @@ from spotguard.usecases.jobs.engine import PoolObservations
 from spotguard.usecases.jobs.service import JobService
 
 STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
+# Ended jobs looked at per state by each sweep (newest first), for a spare whose give-back did not finish
+RECENTLY_ENDED = 50
 MOVE_COMMIT_SECONDS = 900  # a move's checkpoint not committed this long after SIGUSR1: the move is off
 # A moving task asked to stop this long ago and still running is asked again (its StopTask may have
 # failed): longer than ECS's longest stopTimeout (120 s) and a sweep, so one ask in two sweeps at most.
@@ -116,7 +118,9 @@ class Reconciler:
                 counts["snapshots_settled"] += 1
         live: dict[str, list[tuple[Job, Attempt]]] = {}
         running = each(JobState.RUNNING)
-        self._spares(waiting + running, isolated, counts)
+        # and the jobs that ended lately, whose spare's give-back may not have finished
+        ended = [j for s in TERMINAL for j in self.store.list(s, RECENTLY_ENDED, on_unreadable=unreadable)]
+        self._spares(waiting + running + ended, isolated, counts)
         for job in running:
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again
                 isolated(job, lambda job=job: self._delete_volumes(job))

@@ -91,11 +91,26 @@ class Spares:
             log.warning("job %s: a spare effect without Auto Scaling access: %s", job.job_id, effect)
             return []
         if isinstance(effect, RaiseSpare):
-            raised, before, detail = self.capacity.raise_one(effect.group)
+            # asked once (the spare is written before): a failure is recorded, not retried, and the
+            # warning's record is not failed for it (the relaunch then waits for the boot, as without)
+            try:
+                raised, before, detail = self.capacity.raise_one(effect.group)
+            except Exception as exc:
+                log.warning(
+                    "job %s: the spare could not be asked of %s", job.job_id, effect.group, exc_info=True
+                )
+                said = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever AWS answered
+                raised, before, detail = False, (), f"could not be asked: {said}"[:300]
             log.info("job %s: spare for attempt %s: %s", job.job_id, effect.attempt + 1, detail)
             return [lambda j: spare_raised(j, effect.attempt, raised, before, detail, self.clock())]
-        keep = self._others_waiting(job, effect.group)
-        terminated, outcome = self.capacity.give_back(effect.cluster, effect.group, effect.before, keep)
+        try:
+            keep = self._others_waiting(job, effect.group)
+            terminated, outcome = self.capacity.give_back(effect.cluster, effect.group, effect.before, keep)
+        except Exception:
+            # the spare stays "giving-back": the job's next change, or the sweep, tries again once
+            # RETRY_GIVE_BACK_SECONDS have passed; what the caller was doing (a cancel) is not failed for it
+            log.warning("job %s: the spare could not be given back yet", job.job_id, exc_info=True)
+            return []
         log.info("job %s: spare given back: %s", job.job_id, outcome)
         return [lambda j: spare_given_back(j, effect.attempt, outcome, terminated, self.clock())]
 
