@@ -68,6 +68,7 @@ RECONCILE_WORDS = {
     "moves_stopped": "stopped a task to move it (its checkpoint committed)",
     "moves_stop_retried": "tried a move's stop again",
     "moves_abandoned": "abandoned a move (no checkpoint came)",
+    "spares_given_back": "gave back a spare instance no attempt needed",
 }
 QUIET = ("checked", "pools")
 
