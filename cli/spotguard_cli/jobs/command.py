@@ -26,8 +26,9 @@ from spotguard_cli.arguments import number, whole
 from spotguard_cli.clock import Clock, SystemClock
 from spotguard_cli.jobs.invoke import Invoke, aws_clients, lambda_invoker
 from spotguard_cli.jobs.logs import ClientFactory, LogsOptions, run_logs
-from spotguard_cli.jobs.payload import DEFAULT_INTERVAL, as_flags, payload
+from spotguard_cli.jobs.payload import DEFAULT_INTERVAL, as_flags, job_spec, payload
 from spotguard_cli.jobs.render import plot, render
+from spotguard_cli.jobs.spec import family, spec_payload, submit_spec
 from spotguard_cli.jobs.watch import watch
 
 
@@ -40,7 +41,23 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the function's answer as JSON")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    s = actions.add_parser("submit", help="start a job from a RunTask request")
+    s = actions.add_parser("submit", help="start a job from a job spec (or a RunTask request)")
+    s.add_argument(
+        "spec",
+        nargs="?",
+        help="a job spec, YAML or JSON (image, command, gpus, checkpoint_dir, ...; docs/jobs.md); "
+        "the flags below override its fields",
+    )
+    s.add_argument("--image", help="the container image (SpotGuard registers the task definition)")
+    s.add_argument("--command", help="what the container runs, e.g. 'python train.py --epochs 90'")
+    s.add_argument("--gpus", type=whole(), help="GPUs per instance (1-8, default 1)")
+    s.add_argument(
+        "--checkpoint-dir",
+        help="the directory the job saves to in the container: the agent restores and commits it",
+    )
+    s.add_argument(
+        "--env", action="append", metavar="NAME=VALUE", help="an environment variable (repeat the flag)"
+    )
     s.add_argument("--request", help="the RunTask request: a JSON file, '-' for stdin, or inline JSON")
     s.add_argument("--cluster", help="instead of --request: the cluster")
     s.add_argument("--task-definition", help="instead of --request: the task definition")
@@ -112,8 +129,10 @@ def run(
 ) -> int:
     """`aws` (boto3 clients for logs), `clock` (now and sleep, for --follow and --watch) and `tty`
     (whether `out` is a terminal) are for tests; by default the real ones."""
+    spec = None
     try:
-        body = payload(args)
+        spec = job_spec(args)
+        body = payload(args) if spec is None else spec_payload(spec, family(spec))
         parse_command(body)  # the function's own validation, before anything is invoked
     except CommandError as exc:
         print(f"spotguard jobs {args.action}: {as_flags(str(exc))}", file=sys.stderr)
@@ -146,7 +165,12 @@ def run(
     if args.action == "status" and args.watch:
         return watch(args, lambda: call(body), out, clock, out.isatty() if tty is None else tty)
     try:
+        if spec is not None:  # the task definition, registered (or found) with your credentials
+            body = submit_spec(spec, aws or aws_clients(args))
         answer = call(body)
+    except CommandError as exc:
+        print(f"spotguard jobs {args.action}: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # no credentials, no such stack, no network: say it in one line
         print(f"spotguard jobs {args.action}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
         return 1

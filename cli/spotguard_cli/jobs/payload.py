@@ -13,6 +13,7 @@ from typing import Any
 
 from spotguard.domain.commands import CommandError
 from spotguard_cli.arguments import PICTURE_SUFFIXES
+from spotguard_cli.jobs.spec import JobSpec, load_spec
 
 DEFAULT_INTERVAL = 5.0
 
@@ -53,6 +54,56 @@ def payload(args: argparse.Namespace) -> dict[str, Any]:
     if args.state:
         out["state"] = args.state
     return out
+
+
+SPEC_FLAGS = ("image", "command", "gpus", "checkpoint_dir", "env")
+
+
+def job_spec(args: argparse.Namespace) -> JobSpec | None:
+    """The submit's job spec: the file given, with the flags over its fields; or one from the flags alone
+    when --image (or another spec-only flag) is given. None: a RunTask request (--request, or
+    --cluster and --task-definition)."""
+    if args.action != "submit":
+        return None
+    spec_only = [f for f in SPEC_FLAGS if getattr(args, f, None) is not None]
+    if not args.spec and not spec_only:
+        return None
+    if args.request:
+        raise CommandError("BadRequest", "give a job spec or --request (a RunTask request), not both")
+    for flag in ("launch_type", "checkpoint_container"):
+        if getattr(args, flag, None) is not None:
+            raise CommandError(
+                "BadRequest",
+                f"--{flag.replace('_', '-')}: not for a job spec (it runs on EC2, container train)",
+            )
+    environment = None
+    if args.env:
+        environment = {}
+        for pair in args.env:
+            name, sep, value = pair.partition("=")
+            if not sep:
+                raise CommandError("BadRequest", f"--env: NAME=VALUE, not {pair!r}")
+            environment[name] = value
+    overrides = {
+        "name": args.job_id,
+        "cluster": args.cluster,
+        "task_definition": args.task_definition,
+        "image": args.image,
+        "command": args.command,
+        "gpus": args.gpus,
+        "checkpoint_dir": args.checkpoint_dir,
+        "environment": environment,
+        "capacity_provider": args.capacity_provider,
+        "subnets": _ids(args.subnets) if args.subnets else None,
+        "security_groups": _ids(args.security_groups) if args.security_groups else None,
+        "deadline": args.deadline,
+        "capacity": args.capacity,
+        "work_hours": args.work_hours,
+        "max_attempts": args.max_attempts,
+        "max_error_retries": args.max_error_retries,
+        "avoid_pool_seconds": args.avoid_pool_seconds,
+    }
+    return load_spec(args.spec or "", overrides)
 
 
 def _request(args: argparse.Namespace) -> dict[str, Any]:

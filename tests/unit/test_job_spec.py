@@ -1,0 +1,123 @@
+"""Job specs (spotguard_cli.jobs.spec): what a user writes becomes the task definition SpotGuard registers
+and the RunTask request the jobs function takes; every bad field is one line naming it."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from spotguard.domain.commands import CommandError, parse_command
+from spotguard_cli.jobs.payload import job_spec
+from spotguard_cli.jobs.spec import (
+    command_of,
+    family,
+    load_spec,
+    run_task_request,
+    spec_payload,
+    task_definition,
+)
+from spotguard_cli.main import build_parser
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+MINIMAL = {"cluster": "gpu-spot", "image": "repo/train:1", "command": "python train.py --epochs 3"}
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["jobs", "submit", *argv])
+
+
+@pytest.mark.parametrize("gpus", [1, 4, 8])
+def test_the_examples_become_their_task_definitions_and_a_valid_submit(gpus):
+    spec = load_spec(str(EXAMPLES / f"train-{gpus}gpu.yaml"), {})
+    td = task_definition(spec, "us-west-2")
+    (c,) = td["containerDefinitions"]
+    assert td["family"] == f"spotguard-train-{gpus}gpu"
+    assert c["resourceRequirements"] == [{"type": "GPU", "value": str(gpus)}]
+    assert (c["cpu"], c["memory"], c["linuxParameters"]["sharedMemorySize"]) == (
+        4096 * gpus,
+        15000 * gpus,
+        8192 * gpus,
+    )
+    assert c["command"] == ["python", "train.py", "--steps", "100000", "--out", "/tmp/final.pt"]
+    assert c["stopTimeout"] == 120 and c["logConfiguration"]["logDriver"] == "awslogs"
+    assert c["logConfiguration"]["options"]["awslogs-region"] == "us-west-2"
+    assert {"key": "spotguard:managed", "value": "true"} in td["tags"]
+    body = spec_payload(spec, f"arn:aws:ecs:us-west-2:123456789012:task-definition/{td['family']}:1")
+    cmd = parse_command(body)  # what the jobs function accepts
+    assert cmd.job_id == f"train-{gpus}gpu" and cmd.options.work_hours == 24
+    assert cmd.options.deadline is not None and cmd.options.deadline > datetime.now(UTC)
+
+
+def test_a_checkpoint_directory_makes_the_agent_s_wrapper_the_first_process():
+    spec = load_spec(str(EXAMPLES / "train-wrapped-1gpu.yaml"), {})
+    assert command_of(spec)[:5] == ["spotguard-agent", "run", "--dir", "/opt/checkpoints", "--"]
+    assert command_of(spec)[5:7] == ["python", "train_plain.py"]
+
+
+def test_an_existing_task_definition_with_a_command_override():
+    spec = load_spec("", {"cluster": "gpu-spot", "task_definition": "train-1gpu:3", "command": "python x.py"})
+    assert task_definition(spec, "us-east-1") is None
+    request = run_task_request(spec, "train-1gpu:3", container="main")
+    assert request["overrides"] == {"containerOverrides": [{"name": "main", "command": ["python", "x.py"]}]}
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"gpus": 9}, "gpus: Input should be less than or equal to 8"),
+        ({"gpus": "four"}, "gpus: Input should be a valid integer"),
+        ({"nodes": 2}, "nodes: a job on several instances (multi-node) is not supported yet"),
+        ({"checkpoint_dir": "ckpt"}, "checkpoint_dir: String should match pattern"),
+        ({"environment": {"SPOTGUARD_ATTEMPT": "1"}}, "SPOTGUARD_ATTEMPT is set by SpotGuard"),
+        ({"environment": {"1BAD": "x"}}, "'1BAD' is not an environment variable's name"),
+        ({"task_role_arn": "training-task"}, "task_role_arn: String should match pattern"),
+        ({"deadline": "tomorrow"}, "deadline: expected an ISO 8601 time with a time zone"),
+        ({"name": "-x"}, "name: 1-64 letters, digits"),
+        ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
+        (
+            {"task_definition": "train:1"},
+            "give image (SpotGuard registers the task definition) or task_definition",
+        ),
+        ({"image": None, "task_definition": "t:1", "cpu": 1024}, "cpu: set in the task definition itself"),
+        ({"command": None}, "command: required with image"),
+        ({"security_groups": ["sg-1"]}, "security_groups: needs subnets"),
+    ],
+)
+def test_every_bad_field_is_one_line_naming_it(fields, said):
+    with pytest.raises(CommandError) as err:
+        load_spec("", {**MINIMAL, **fields})
+    message = str(err.value)
+    assert said in message and "\n" not in message, message
+
+
+def test_a_file_that_is_not_a_spec_is_said_in_one_line(tmp_path):
+    bad = tmp_path / "job.yaml"
+    bad.write_text("cluster: [unclosed\n")
+    with pytest.raises(CommandError, match=r"job.yaml: not valid YAML: "):
+        load_spec(str(bad), {})
+    bad.write_text("- a list\n")
+    with pytest.raises(CommandError, match="a mapping of fields"):
+        load_spec(str(bad), {})
+    with pytest.raises(CommandError, match=r"missing\.yaml: cannot read it"):
+        load_spec(str(tmp_path / "missing.yaml"), {})
+
+
+def test_flags_override_the_file_and_make_a_spec_alone():
+    spec = job_spec(
+        _args(str(EXAMPLES / "train-1gpu.yaml"), "--gpus", "2", "--env", "LR=0.1", "--job-id", "mine")
+    )
+    assert (spec.gpus, spec.environment, spec.name) == (2, {"LR": "0.1"}, "mine")
+    alone = job_spec(
+        _args("--cluster", "c", "--image", "img:1", "--command", "python t.py", "--checkpoint-dir", "/ck")
+    )
+    assert alone.checkpoint_dir == "/ck" and family(alone) == "spotguard-img-1-1gpu"
+    assert job_spec(_args("--cluster", "c", "--task-definition", "t:1")) is None  # a RunTask request
+    with pytest.raises(CommandError, match="--launch-type: not for a job spec"):
+        job_spec(_args(str(EXAMPLES / "train-1gpu.yaml"), "--launch-type", "EC2"))
+    with pytest.raises(CommandError, match="--env: NAME=VALUE"):
+        job_spec(_args(str(EXAMPLES / "train-1gpu.yaml"), "--env", "LR"))
+    with pytest.raises(CommandError, match="not both"):
+        job_spec(_args(str(EXAMPLES / "train-1gpu.yaml"), "--request", "{}"))
