@@ -37,7 +37,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--stack", help="the stack's name (default: samconfig.toml's stack_name, else spotguard)")
     p.add_argument("--function", help="the jobs function's name (default: found from the stack)")
     p.add_argument("--region", help="AWS region (default: your AWS configuration)")
-    p.add_argument("--endpoint-url", help="an AWS endpoint to use instead (the local stack's moto server)")
+    p.add_argument(
+        "--endpoint-url",
+        help="an AWS endpoint to use instead (the local stack's, printed by spotguard local up)",
+    )
     p.add_argument("--json", action="store_true", help="print the function's answer as JSON")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 

@@ -45,9 +45,15 @@ def run_up(args: argparse.Namespace) -> int:
         system = LocalSystem(
             moto.endpoint, STATE_DIR / "up", on_change=printer.add, reconcile_every=args.reconcile_every
         )
+        from spotguard_cli.emulator.front import LambdaFront
+        from spotguard_cli.emulator.logship import LogShipper
         from spotguard_cli.emulator.timeline import record_calls
 
         record_calls(printer, [])  # SpotGuard's own calls, as they happen
+        # the one endpoint for the CLI and the SDKs: Invoke answered here, the rest passed to moto
+        front = LambdaFront(moto.endpoint, _handlers(system)).start()
+        # the tasks' output into CloudWatch Logs, as the awslogs driver does: `spotguard jobs logs`
+        shipper = LogShipper(system.runner, system.stack.client("logs"))
         try:
             # the pools of examples/gpu-cluster: spot in two zones and on-demand (one instance)
             system.add_pools()
@@ -60,6 +66,7 @@ def run_up(args: argparse.Namespace) -> int:
                 old.unlink()
             state = {
                 "endpoint": moto.endpoint,
+                "front": front.endpoint,
                 "region": system.stack.region,
                 "moto_pid": moto.proc.pid if moto.proc else None,
                 "cluster": system.cluster.name,
@@ -69,7 +76,10 @@ def run_up(args: argparse.Namespace) -> int:
                 "outputs": system.stack.outputs,
             }
             STATE_FILE.write_text(json.dumps(state, indent=2))
-            print(f"SpotGuard runs locally against moto server at {moto.endpoint} ({system.stack.region})")
+            print(
+                f"SpotGuard runs locally at {front.endpoint} "
+                f"(moto server {moto.endpoint}, {system.stack.region})"
+            )
             print(f"  cluster {system.cluster.name}, instances (pool):")
             for h in hosts:
                 print(f"    {h.instance_id} ({h.capacity_provider}, {h.availability_zone})")
@@ -80,9 +90,13 @@ def run_up(args: argparse.Namespace) -> int:
             print("Ctrl-C stops everything.")
             while not stop["now"]:
                 _take_shortages(system)
+                front.serve()
                 system.pump()
-                time.sleep(0.2)
+                front.serve()
+                shipper.ship()
+                time.sleep(0.1)
         finally:
+            front.close()
             system.close()
             STATE_FILE.unlink(missing_ok=True)
     print("stopped: moto server and every task process.")
@@ -96,7 +110,7 @@ def try_lines(state: dict[str, Any], cluster: str) -> str:
     from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
 
     env = {
-        "AWS_ENDPOINT_URL": state["endpoint"],
+        "AWS_ENDPOINT_URL": state.get("front") or state["endpoint"],
         "AWS_DEFAULT_REGION": state["region"],
         "AWS_ACCESS_KEY_ID": FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
         "AWS_SECRET_ACCESS_KEY": FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
@@ -106,10 +120,19 @@ def try_lines(state: dict[str, Any], cluster: str) -> str:
             "  try, in another shell (the local stack's endpoint, region and credentials):",
             "       export " + " ".join(f"{k}={v}" for k, v in env.items()),
             f"       aws ecs list-tasks --cluster {cluster}",
+            "       spotguard jobs submit examples/jobs/train-local.yaml && spotguard jobs list",
             f"       spotguard local inject spot-interruption --instance {state['instances'][0]}",
             f"       spotguard local inject {SHORTAGE} --pool gpu-spot-a --for 600",
         ]
     )
+
+
+def _handlers(system: Any) -> dict[str, Any]:
+    """The stack's functions by name (as CloudFormation named them, and by logical id), for the front."""
+    out: dict[str, Any] = {}
+    for logical, host in system.functions.items():
+        out[host.fn.name] = out[logical] = host.invoke
+    return out
 
 
 def _take_shortages(system: Any) -> None:
