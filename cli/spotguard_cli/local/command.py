@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotguard_cli.local import demo, inject, up
+from spotguard_cli.local import demo, inject, run, up
 from spotguard_cli.local.replay import command as replay
 
 
@@ -14,6 +14,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("local", help="run the whole system on this machine (moto server on 127.0.0.1)")
     actions = p.add_subparsers(dest="local_action", required=True, metavar="ACTION")
     demo.add_parser(actions)
+    run.add_parser(actions)
     up.add_parser(actions)
     inject.add_parser(actions)
     replay.add_parser(actions)
