@@ -15,6 +15,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 log = logging.getLogger("spotguard.agent")
 
@@ -41,6 +42,9 @@ class MetadataWatcher:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.reachable: bool | None = None
+        # When the spot instance-action says the instance goes (Unix time), once it has been seen: the
+        # deadline of the checkpoint that follows.
+        self.action_time: float | None = None
 
     def start(self) -> MetadataWatcher:
         self._thread = threading.Thread(target=self._loop, name="spotguard-imds", daemon=True)
@@ -82,6 +86,7 @@ class MetadataWatcher:
         status, body = self._get("/latest/meta-data/spot/instance-action")
         if status == 200:
             action = _field(body, "action") or "terminate"
+            self.action_time = _unix_time(_field(body, "time"))
             self.on_stop(f"spot instance-action {action} at {_field(body, 'time')}")
             self._stopped.set()
             return
@@ -112,3 +117,14 @@ def _field(body: str, name: str) -> str | None:
     except (ValueError, AttributeError):
         return None
     return str(value) if value is not None else None
+
+
+def _unix_time(value: str | None) -> float | None:
+    """An instance-action's `time` ("2026-11-22T08:22:00Z") as Unix time; None when it is not one."""
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()

@@ -452,8 +452,7 @@ class CheckpointStore:
         if not paths:
             raise StoreError(f"{directory} holds no file to checkpoint")
         keys = self._keys()
-        seen, _ = self._sequences(keys)
-        sequence = (seen[-1] + 1) if seen else 0  # never reuse a half-written sequence
+        sequence = self._next(keys)
         # Hash while uploading: hashlib releases the GIL on large buffers, so the two overlap.
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="spotguard-sha256") as hashers:
             hashes = {rel: hashers.submit(sha256_of, directory / rel) for rel in paths}
@@ -462,6 +461,77 @@ class CheckpointStore:
             FileEntry(path=rel, size=(directory / rel).stat().st_size, sha256=hashes[rel].result())
             for rel in paths
         ]
+        return self._publish(sequence, entries, keys, step, progress, attempt, job_id, started)
+
+    def _next(self, keys: list[str]) -> int:
+        seen, _ = self._sequences(keys)
+        return (seen[-1] + 1) if seen else 0  # never reuse a half-written sequence
+
+    # --------------------------------------------------- a checkpoint written in parts (torch_state)
+    # The parts of one checkpoint may come from several processes (the ranks of a torchrun job): one of
+    # them picks the sequence (`next_sequence`), each writes its own files into `stage(sequence)` (the
+    # checkpoint's own directory in a file:// store, so nothing is copied again; a local temporary
+    # directory for S3) and sends them up (`upload`), and once every part is durable one of them writes
+    # the manifest listing every part's files (`publish`). A part that never arrives leaves no manifest.
+    def next_sequence(self) -> int:
+        return self._next(self._keys())
+
+    def stage(self, sequence: int) -> Path:
+        """Where this process writes its files of checkpoint `sequence`."""
+        if isinstance(self.backend, LocalBackend):
+            key = self.location.key(sequence, MANIFEST)
+            directories, _ = self.backend._parts(key)
+            os.close(self.backend._directory(directories, create=True))  # made without following a link
+            return Path(key).parent
+        return Path(tempfile.mkdtemp(prefix=f"spotguard-ckpt-{sequence_name(sequence)}-"))
+
+    def upload(self, sequence: int, directory: Path, entries: list[FileEntry]) -> None:
+        """Send this process's files of checkpoint `sequence`, written in `stage(sequence)`, up (a
+        file:// store: they are in place, fsynced by their writer; their directory is fsynced here)."""
+        if isinstance(self.backend, LocalBackend):
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return
+        self.backend.put_files([(directory / e.path, self.location.key(sequence, e.path)) for e in entries])
+
+    def unstage(self, directory: Path) -> None:
+        """Remove a staging directory (S3 only: a file:// store's is the checkpoint itself)."""
+        if not isinstance(self.backend, LocalBackend):
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def publish(
+        self,
+        sequence: int,
+        entries: list[FileEntry],
+        step: int,
+        progress: float,
+        attempt: int = 0,
+        job_id: str = "",
+        started: float | None = None,
+    ) -> Committed:
+        """Write the manifest of checkpoint `sequence`, whose files (`entries`) are all durable, and
+        apply retention. `started`: time.monotonic() when the checkpoint was begun (for its seconds)."""
+        if not entries:
+            raise StoreError(f"checkpoint {sequence} has no file")
+        keys = self._keys()
+        begun = time.monotonic() if started is None else started
+        return self._publish(sequence, entries, keys, step, progress, attempt, job_id, begun)
+
+    def _publish(
+        self,
+        sequence: int,
+        entries: list[FileEntry],
+        keys: list[str],
+        step: int,
+        progress: float,
+        attempt: int,
+        job_id: str,
+        started: float,
+    ) -> Committed:
+        paths = [e.path for e in entries]
         manifest = Manifest(
             sequence=sequence,
             job_id=job_id,

@@ -1,4 +1,8 @@
-"""`spotguard-agent run --dir DIR -- CMD ...`: SpotGuard for a job whose code cannot change.
+"""`spotguard-agent run --dir DIR -- CMD ...`: SpotGuard for a job whose code cannot change;
+`spotguard-agent run -- CMD ...` (no --dir): the first process of a job whose processes use the agent
+themselves, such as `torchrun` and its ranks (see `Relay` below).
+
+With --dir:
 
 1. restores DIR from the newest committed checkpoint (or SPOTGUARD_RESUME_FROM) before CMD starts; when
    that cannot go on safely it exits (69: a committed checkpoint cannot be read now; 2: a refused
@@ -13,15 +17,35 @@
 The manifest's step counts the wrapper's commits (the restored one's step + 1 each time), and the logs
 call it so ("committed checkpoint 4 (wrapper commit 5, ...)"); its progress is read from --progress-file when
 CMD writes one (a number from 0 to 1), else 0.
+
+Without --dir (relay): ECS signals only the container's first process. torchrun, as the first process,
+turns SIGTERM into a shutdown of its workers (SIGKILL --shutdown-timeout later, 30 s by default), does
+not pass SIGUSR1 on, and exits 1 whatever its workers exited with. So the wrapper keeps the signals:
+1. CMD runs with SPOTGUARD_CONTROL_DIR naming a directory of the wrapper's; every process that uses the
+   agent reads it at each step boundary (spotguard_agent.ranks.ControlDir);
+2. SIGTERM (or a spot notice in the instance metadata) writes a stop request there, with its deadline
+   (now + SPOTGUARD_STOP_TIMEOUT_SECONDS, or the notice's time): every rank checkpoints at the next step
+   boundary and exits 75; CMD gets nothing, so torchrun cannot cut the commit. Only if CMD is still
+   running 5 s after the deadline does the wrapper send it SIGTERM (a CMD that does not use the agent
+   ends so where no SIGKILL comes);
+3. SIGUSR1 (or a rebalance recommendation) writes a checkpoint request: every rank checkpoints and goes
+   on; SIGINT goes to CMD;
+4. when CMD exits, the wrapper exits 75 if the agent in CMD reported that it stopped on a committed
+   checkpoint (whoever asked for the stop: SpotGuard, or the notice the wrapper saw itself), else with
+   CMD's exit code.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -29,9 +53,14 @@ from pathlib import Path
 from types import FrameType
 
 from spotguard_agent.agent import RESUME_ME, Agent, RestoreFailed
+from spotguard_agent.imds import MetadataWatcher
+from spotguard_agent.ranks import CONTROL_DIR_ENV, ControlDir
 from spotguard_agent.store import StoreError
 
 log = logging.getLogger("spotguard.agent")
+# Relay: seconds past the stop deadline before CMD, still running, gets SIGTERM itself (on ECS SIGKILL
+# has come by then; run elsewhere, a CMD that does not use the agent stops so)
+FORWARD_GRACE = 5.0
 STEP_NAME = "wrapper commit"  # the manifest's step in the logs: the wrapper's commits, not the job's steps
 
 Snapshot = dict[str, tuple[int, int]]
@@ -133,6 +162,99 @@ class Wrapper:
         return code
 
 
+class Relay:
+    """The first process of a job whose processes use the agent (see the module's doc, "Without --dir")."""
+
+    def __init__(self, command: Sequence[str], stop_timeout: float, watch_metadata: bool) -> None:
+        self.command = list(command)
+        self.stop_timeout = stop_timeout
+        self.watch_metadata = watch_metadata
+        self.control: ControlDir | None = None
+        self.child: subprocess.Popen[bytes] | None = None
+        self.deadline: float | None = None  # Unix time: the stop checkpoint's, once asked to stop
+        self.watcher: MetadataWatcher | None = None
+
+    def _stop(self, why: str, deadline: float | None = None) -> None:
+        if self.control is None:
+            return
+        end = time.time() + self.stop_timeout
+        end = end if deadline is None else min(end, deadline)
+        if self.deadline is not None and end >= self.deadline:
+            return
+        self.deadline = end
+        self.control.request_stop(end, why)
+        log.info("%s: every process checkpoints at its next step and stops", why)
+
+    def _rebalance(self, why: str) -> None:
+        if self.control is not None and self.deadline is None:
+            self.control.request_checkpoint(why)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM:
+            self._stop("SIGTERM")
+        elif signum == signal.SIGUSR1:
+            self._rebalance("SIGUSR1")
+        elif self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signum)
+
+    def run(self) -> int:
+        path = Path(tempfile.mkdtemp(prefix="spotguard-control-"))
+        self.control = ControlDir(path)
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+                signal.signal(sig, self._on_signal)
+            if self.watch_metadata and os.environ.get("AWS_EC2_METADATA_DISABLED", "").lower() != "true":
+                watcher = MetadataWatcher(on_stop=lambda why: None, on_rebalance=lambda why: None)
+                watcher.on_stop = lambda why: self._stop(why, watcher.action_time)
+                watcher.on_rebalance = lambda why: (
+                    self.control.request_checkpoint(why) if self.control else None
+                )
+                self.watcher = watcher.start()
+            self.child = subprocess.Popen(self.command, env={**os.environ, CONTROL_DIR_ENV: str(path)})
+            code = self._wait(self.child)
+            if self.watcher is not None:
+                self.watcher.close()
+            outcome = self.control.outcome()
+            if outcome is not None and outcome.get("exit") == RESUME_ME:
+                log.info(
+                    "stopped on committed checkpoint %s (step %s; %s): exit %d",
+                    outcome.get("sequence"),
+                    outcome.get("step"),
+                    outcome.get("why"),
+                    RESUME_ME,
+                )
+                return RESUME_ME
+            if self.deadline is not None:
+                log.warning("asked to stop, but no process reported a committed checkpoint: exit %d", code)
+            return code
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _wait(self, child: subprocess.Popen[bytes]) -> int:
+        forwarded = False
+        while True:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = child.wait(timeout=0.2)
+                return code if code >= 0 else 128 - code
+            if self.deadline is not None and not forwarded and time.time() > self.deadline + FORWARD_GRACE:
+                log.warning("the stop deadline has passed and the command still runs: SIGTERM to it")
+                child.send_signal(signal.SIGTERM)
+                forwarded = True
+
+
+def _stop_timeout() -> float:
+    value = os.environ.get("SPOTGUARD_STOP_TIMEOUT_SECONDS", "").strip()
+    try:
+        seconds = float(value) if value else 120.0
+    except ValueError:
+        raise StoreError(
+            f"bad environment: SPOTGUARD_STOP_TIMEOUT_SECONDS={value!r} is not a number"
+        ) from None
+    if not seconds > 0:
+        raise StoreError("bad environment: SPOTGUARD_STOP_TIMEOUT_SECONDS must be > 0")
+    return seconds
+
+
 def configure_logging() -> None:
     """The agent's own lines on stderr (`spotguard-agent: ...`), from INFO; any other library's only
     from WARNING (boto's 'Found credentials in environment variables.' is no news at every start)."""
@@ -145,8 +267,12 @@ def configure_logging() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spotguard-agent", description="SpotGuard's container agent")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run CMD, restoring and committing DIR as checkpoints")
-    run.add_argument("--dir", required=True, type=Path, help="the directory CMD keeps its checkpoint in")
+    run = sub.add_parser(
+        "run",
+        help="run CMD, restoring and committing DIR as checkpoints; without --dir, relay SpotGuard's "
+        "signals to CMD's processes that use the agent (torchrun)",
+    )
+    run.add_argument("--dir", type=Path, help="the directory CMD keeps its checkpoint in")
     run.add_argument("--poll-seconds", type=float, default=2.0)
     run.add_argument("--quiet-seconds", type=float, default=2.0, help="a change must stay still this long")
     run.add_argument("--progress-file", type=Path, help="a file where CMD writes its progress (0..1)")
@@ -158,6 +284,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.poll_seconds <= 0 or args.quiet_seconds < 0:
         parser.error("--poll-seconds must be > 0 and --quiet-seconds >= 0")
     configure_logging()
+    if args.dir is None:
+        try:
+            relay = Relay(cmd, _stop_timeout(), _watch_metadata())
+        except StoreError as exc:
+            print(f"spotguard-agent: {exc}", file=sys.stderr)
+            return 2
+        try:
+            return relay.run()
+        except FileNotFoundError as exc:
+            print(f"spotguard-agent: cannot run {cmd[0]!r}: {exc.strerror}", file=sys.stderr)
+            return 127
     try:
         agent = Agent.from_env()
     except StoreError as exc:
@@ -171,6 +308,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"spotguard-agent: cannot run {cmd[0]!r}: {exc.strerror}", file=sys.stderr)
         return 127
+
+
+def _watch_metadata() -> bool:
+    return os.environ.get("SPOTGUARD_WATCH_METADATA", "true").strip().lower() not in (
+        "false",
+        "0",
+        "no",
+        "off",
+    )
 
 
 if __name__ == "__main__":
