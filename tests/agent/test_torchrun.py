@@ -208,3 +208,18 @@ def test_fsdp_shards_resume_on_another_number_of_ranks(tmp_path):
     single = _run(_wrapped(_torchrun(FSDP, 1, tmp_path / "b.pt", steps=24)), _env(store))
     assert single.returncode == 0, single.stderr[-3000:]
     assert "resumed after step 19 on 1 rank(s)" in single.stdout and "finished" in single.stdout
+
+
+def test_ranks_checkpoint_to_s3_each_uploading_its_own_files(tmp_path, moto_server, s3, bucket):
+    env = _env(tmp_path, AWS_ENDPOINT_URL=moto_server.endpoint, AWS_ACCESS_KEY_ID="testing")
+    env.update(AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    env["SPOTGUARD_CHECKPOINT_URI"] = f"s3://{bucket}/jobs/ranks/"
+    first = _run(_wrapped(_torchrun(DDP, 2, tmp_path / "a.pt", "--save-every", "10", steps=20)), env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    store = CheckpointStore(s3, env["SPOTGUARD_CHECKPOINT_URI"])
+    assert store.committed() == [0, 1]
+    files = {f.path for f in store.read_manifest(1).files}
+    assert ".metadata" in files and {n.split("_")[2] for n in files if n.startswith("__")} == {"0", "1"}
+    single = _run(_wrapped(_torchrun(DDP, 1, tmp_path / "b.pt", steps=22)), env)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert "resumed after step 19 on 1 rank(s)" in single.stdout

@@ -1,0 +1,235 @@
+"""The parts of the agent for multi-process and large jobs, in one process: the reused host buffers, the
+files hashed as they are written, the stop budget, the wrapper's control directory."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections import OrderedDict
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from spotguard_agent import Agent, AgentEnv, CheckpointStore  # noqa: E402
+from spotguard_agent.imds import _unix_time  # noqa: E402
+from spotguard_agent.ranks import ControlDir, Ranks  # noqa: E402
+from spotguard_agent.snapshot import HostBuffers, state_bytes  # noqa: E402
+from spotguard_agent.torch_state import STATE_FILE, load, save  # noqa: E402
+
+
+def _agent(tmp_path, control: ControlDir | None = None, **env: str) -> Agent:
+    e = AgentEnv.model_validate({"SPOTGUARD_CHECKPOINT_URI": f"file://{tmp_path}/store/", **env})
+    return Agent(
+        e, CheckpointStore(None, e.checkpoint_uri), install_signals=False, ranks=Ranks(), control=control
+    )
+
+
+def _state() -> dict:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    return {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),  # integer keys, param_groups: not tensors
+        "rng": torch.get_rng_state(),
+        "step": 7,
+        "empty": {},
+        "pair": (1, torch.arange(3, dtype=torch.bfloat16)),
+        "columns": torch.arange(12.0).reshape(3, 4).t(),  # not contiguous
+        "nothing": torch.empty(0, 5),
+    }
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return type(a) is type(b) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return (
+            type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return a == b
+
+
+def test_host_buffers_are_made_once_and_each_copy_owns_exactly_its_bytes():
+    state = _state()
+    buffers = HostBuffers()
+    first = buffers.take(state)
+    assert _equal(first, state) and not buffers.pinned  # no CUDA here: plain memory, the same code
+    second = buffers.take(state)
+    assert buffers.allocations == 1  # reused
+    assert second["model"]["0.weight"].data_ptr() == first["model"]["0.weight"].data_ptr()
+    state["model"]["0.weight"].add_(1.0)  # the training goes on changing the originals
+    assert not torch.equal(second["model"]["0.weight"], state["model"]["0.weight"])
+    for t in (second["model"]["0.weight"], second["columns"], second["pair"][1]):
+        assert t.untyped_storage().size() == t.nbytes  # serialised alone, never the whole block
+    assert buffers.bytes >= state_bytes(state)
+    buffers.take({"other": torch.ones(3)})  # another shape: new buffers
+    assert buffers.allocations == 2
+
+
+def test_containers_keep_their_kind():
+    buffers = HostBuffers()
+    ordered = OrderedDict(a=torch.ones(1), b=[torch.zeros(2), "x"])
+    copy = buffers.take(ordered)
+    assert isinstance(copy, OrderedDict) and isinstance(copy["b"], list) and copy["b"][1] == "x"
+
+
+def test_a_saved_state_loads_back_exactly_with_every_file_hashed_as_written(tmp_path):
+    agent = _agent(tmp_path)
+    state = _state()
+    save(agent, 7, 0.5, state, sync=True)
+    committed = agent.last
+    assert committed is not None
+    directory = tmp_path / "store" / "checkpoints" / "0000000000"
+    for entry in committed.manifest.files:  # the hash written beside each file is the file's
+        data = (directory / entry.path).read_bytes()
+        assert len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256
+    assert agent.restore(tmp_path / "restored") is not None  # restore checks them all again
+    loaded = load(tmp_path / "restored")
+    assert _equal(loaded, state)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.AdamW(model.parameters())
+    model.load_state_dict(loaded["model"])
+    opt.load_state_dict(loaded["optimizer"])
+    assert torch.equal(opt.state_dict()["state"][0]["exp_avg"], state["optimizer"]["state"][0]["exp_avg"])
+
+
+def test_load_in_place_fills_the_given_tensors(tmp_path):
+    agent = _agent(tmp_path)
+    state = _state()
+    save(agent, 1, 0.1, state, sync=True)
+    agent.restore(tmp_path / "r")
+    template = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}}
+    target = template["model"]["0.weight"]
+    loaded = load(tmp_path / "r", into=template)
+    assert torch.equal(target, state["model"]["0.weight"])  # in place
+    assert loaded["model"]["0.weight"] is target and loaded["step"] == 7
+
+
+def test_a_checkpoint_of_the_earlier_single_file_format_still_loads(tmp_path):
+    torch.save({"step": 3, "w": torch.ones(2)}, tmp_path / STATE_FILE)
+    assert load(tmp_path)["step"] == 3
+
+
+def test_async_saves_reuse_the_buffers_and_commit_in_order(tmp_path):
+    agent = _agent(tmp_path)
+    state = _state()
+    for step in range(3):
+        save(agent, step, step / 3, state)
+    agent.close()
+    assert agent.store.committed() == [0, 1, 2] and agent.host_buffers.allocations == 1
+    assert agent.last.manifest.step == 2
+
+
+def test_a_stop_checkpoint_that_cannot_fit_is_said_once_and_the_last_committed_one_kept(tmp_path, caplog):
+    agent = _agent(tmp_path, SPOTGUARD_STOP_TIMEOUT_SECONDS="0.001")
+    save(agent, 4, 0.4, _state(), sync=True)  # measured: what a commit takes here
+    assert agent.commit_estimate() is not None
+    agent.request_stop()
+    time.sleep(0.01)
+    with caplog.at_level(logging.WARNING, logger="spotguard.agent"):
+        assert agent.should_save() is False
+        assert agent.should_save() is False
+    said = [r.getMessage() for r in caplog.records if "not starting it" in r.getMessage()]
+    assert len(said) == 1 and "committed checkpoint 0 (step 4)" in said[0]
+    assert agent.should_exit() is True
+    assert agent.store.committed() == [0]
+
+
+def test_a_stop_checkpoint_that_fits_is_made(tmp_path):
+    agent = _agent(tmp_path, SPOTGUARD_STOP_TIMEOUT_SECONDS="120")
+    save(agent, 4, 0.4, _state(), sync=True)
+    agent.request_stop()
+    assert agent.should_save() is True
+    save(agent, 5, 0.5, _state())  # after the stop: at once
+    assert agent.should_exit() is True and agent.store.committed() == [0, 1]
+
+
+def test_without_a_measured_commit_the_stop_checkpoint_is_tried(tmp_path):
+    agent = _agent(tmp_path, SPOTGUARD_STOP_TIMEOUT_SECONDS="0.001")
+    agent.request_stop()
+    assert agent.should_save() is True  # nothing measured and nothing committed: nothing to keep
+
+
+def test_a_spot_notice_shortens_the_budget(tmp_path):
+    agent = _agent(tmp_path, SPOTGUARD_STOP_TIMEOUT_SECONDS="120")
+    agent.request_stop(deadline=time.time() + 10)
+    assert 9 < agent.budget_left() <= 10
+    assert _unix_time("2026-11-22T08:22:00Z") == 1795335720.0 and _unix_time("soon") is None
+
+
+def test_the_control_directory_carries_requests_and_the_outcome(tmp_path):
+    wrapper = ControlDir(tmp_path)
+    wrapper.request_checkpoint("before the rank started")
+    rank = ControlDir(tmp_path)
+    assert rank.new_checkpoint_request() is False  # an old request is not answered again
+    wrapper.request_checkpoint("SIGUSR1")
+    assert rank.new_checkpoint_request() is True and rank.new_checkpoint_request() is False
+    assert rank.stop_request() is None
+    wrapper.request_stop(123.0, "SIGTERM")
+    assert rank.stop_request() == {"deadline": 123.0, "why": "SIGTERM"}
+    rank.write_outcome(75, 4, 40, "committed")
+    assert wrapper.outcome() == {"exit": 75, "sequence": 4, "step": 40, "why": "committed"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "outcome", "stop"]
+
+
+def test_the_agent_reads_the_wrapper_requests_at_the_step_boundary(tmp_path):
+    control_dir = tmp_path / "control"
+    control_dir.mkdir()
+    agent = _agent(tmp_path, control=ControlDir(control_dir))
+    agent._last_commit = time.monotonic()
+    assert agent.should_save() is False
+    ControlDir(control_dir).request_checkpoint("SIGUSR1")
+    assert agent.should_save() is True and not agent.stopping
+    save(agent, 1, 0.1, {"w": torch.ones(2)}, sync=True)
+    assert agent.should_save() is False
+    ControlDir(control_dir).request_stop(time.time() + 60, "SIGTERM")
+    assert agent.should_save() is True and agent.stopping and agent.budget_left() <= 60
+    save(agent, 2, 0.2, {"w": torch.ones(2)})
+    assert agent.should_exit() is True
+    assert ControlDir(control_dir).outcome() == {
+        "exit": 75,
+        "sequence": 1,
+        "step": 2,
+        "why": "committed the stop checkpoint",
+    }
+
+
+def test_ranks_come_from_torchrun_environment():
+    assert Ranks.from_env({}) == Ranks(0, 1, 0, 1)
+    r = Ranks.from_env({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"})
+    assert r.distributed and not r.leader and r.local_world == 4
+    with pytest.raises(ValueError, match="do not fit"):
+        Ranks.from_env({"RANK": "2", "WORLD_SIZE": "2"})
+    with pytest.raises(ValueError, match="whole number"):
+        Ranks.from_env({"WORLD_SIZE": "two"})
+
+
+@pytest.mark.slow  # the wrapper as a process
+def test_the_relay_passes_the_exit_code_through_and_forwards_sigterm_after_the_deadline(tmp_path):
+    base = [sys.executable, "-m", "spotguard_agent.wrapper", "run", "--"]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SPOTGUARD_WATCH_METADATA": "false",
+        "SPOTGUARD_STOP_TIMEOUT_SECONDS": "0.5",
+    }
+    done = subprocess.run([*base, sys.executable, "-c", "import sys; sys.exit(3)"], env=env, timeout=60)
+    assert done.returncode == 3
+    # a command that does not use the agent: it gets SIGTERM itself once the stop budget and 5 s are past
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    proc = subprocess.Popen([*base, *sleeper], env=env, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and 5 <= time.monotonic() - started < 30
+    assert "no process reported a committed checkpoint" in err
