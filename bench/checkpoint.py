@@ -9,14 +9,29 @@ Only ratios within one run mean anything on a shared machine; moto keeps objects
 figures measure the client side (hashing, parallelism) more than a network.
 
     .venv/bin/python bench/checkpoint.py [--gib 1] [--state-mib 256]
+
+GPU mode (`--gpu`, the default when CUDA is there; `--hardware` runs the same on the CPU), for training
+states of --sizes GiB (default 1 and 13.5: 1.2 B fp32 parameters with AdamW's two moments, in 1,152
+tensors), to a file:// store under --dir:
+3. the snapshot (torch_state's copy into reused pinned host buffers) in GB/s beside one pinned,
+   non-blocking copy of the same bytes in the same run, and the stall it costs the training loop;
+4. the SIGTERM commit (torch_state.save after a stop: snapshot, parallel writes hashed as written,
+   fsync, manifest) in seconds beside the same bytes written, hashed and fsynced by as many parallel
+   writers doing nothing else (the machine's own limit), and the commit's share of a 120 s warning.
+
+    python bench/checkpoint.py --gpu [--sizes 1,13.5] [--dir /local/disk]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import hashlib
 import os
+import shutil
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -24,7 +39,9 @@ from pathlib import Path
 import boto3
 import torch
 from spotguard_agent import Agent, AgentEnv, CheckpointStore
-from spotguard_agent.torch_state import save
+from spotguard_agent.ranks import Ranks
+from spotguard_agent.snapshot import HostBuffers
+from spotguard_agent.torch_state import _threads, save
 from torch import nn
 
 from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS, MotoServer
@@ -87,12 +104,189 @@ def commit_vs_put(s3: object, bucket: str, gib: float) -> dict[str, float]:
     return {"bytes": float(total), "agent_commit_s": agent_s, "single_put_s": put_s}
 
 
+# ------------------------------------------------------------------------------------ GPU mode
+TENSORS = 1152  # as in the issue's 13.5 GiB state: 384 parameters, each with AdamW's two moments
+WARNING = 120.0
+
+
+def training_state(gib: float, device: torch.device) -> dict:
+    """fp32 parameters and AdamW's two moments, `gib` GiB in all, in TENSORS tensors on `device`."""
+    per = max(1, int(gib * 1024**3) // 4 // TENSORS)
+    params = TENSORS // 3
+
+    def t() -> torch.Tensor:
+        return torch.empty(per, dtype=torch.float32, device=device).normal_()
+
+    return {
+        "model": {f"layer{i}.weight": t() for i in range(params)},
+        "optimizer": {
+            "state": {
+                i: {"exp_avg": t(), "exp_avg_sq": t(), "step": torch.tensor(10.0)} for i in range(params)
+            },
+            "param_groups": [{"lr": 1e-4, "params": list(range(params))}],
+        },
+    }
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def one_copy_gbps(nbytes: int, device: torch.device) -> float:
+    """One copy of `nbytes` from the device into pinned host memory (plain memory on the CPU),
+    non-blocking, one synchronize: the link's own speed. Best of 3."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty(nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
+    best = float("inf")
+    for _ in range(3):
+        sync(device)
+        t = time.perf_counter()
+        dst.copy_(src, non_blocking=True)
+        sync(device)
+        best = min(best, time.perf_counter() - t)
+    del src, dst
+    return nbytes / best / 1e9
+
+
+def parallel_write_seconds(buffers: HostBuffers, directory: Path, writers: int) -> float:
+    """The snapshot's bytes written, sha256-hashed and fsynced by `writers` threads, each its share to a
+    file of its own, with nothing else: the machine's limit for the commit's own work."""
+    block = buffers._block
+    assert block is not None
+    total = buffers.bytes
+    share = -(-total // writers)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def write(i: int) -> None:
+        start, end = i * share, min(total, (i + 1) * share)
+        view = memoryview((ctypes.c_ubyte * (end - start)).from_address(block.data_ptr() + start)).cast("B")
+        h = hashlib.sha256()
+        fd = os.open(directory / f"part-{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for at in range(0, len(view), 8 * 1024 * 1024):
+                chunk = view[at : at + 8 * 1024 * 1024]
+                h.update(chunk)
+                done = 0
+                while done < len(chunk):
+                    done += os.write(fd, chunk[done:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    seconds = time.perf_counter() - t
+    shutil.rmtree(directory, ignore_errors=True)
+    return seconds
+
+
+def hardware(gib: float, device: torch.device, root: Path) -> dict[str, float]:
+    state = training_state(gib, device)
+    sync(device)
+    nbytes = sum(v.numel() * v.element_size() for v in _tensors(state))
+    link = one_copy_gbps(nbytes, device)
+    buffers = HostBuffers()
+    t = time.perf_counter()
+    buffers.take(state)  # the first take makes (and pins) the buffers
+    first = time.perf_counter() - t
+    stalls = []
+    for _ in range(3):
+        buffers.take(state)
+        stalls.append(buffers.last_seconds)
+    stall = min(stalls)
+    store_dir = root / f"store-{uuid.uuid4().hex[:8]}"
+    env = AgentEnv.model_validate(
+        {"SPOTGUARD_CHECKPOINT_URI": f"file://{store_dir}/", "SPOTGUARD_KEEP_CHECKPOINTS": "1"}
+    )
+    agent = Agent(
+        env, CheckpointStore(None, env.checkpoint_uri, keep=1), install_signals=False, ranks=Ranks()
+    )
+    agent.host_buffers = buffers  # made above, as a running job's agent would have them
+    agent.request_stop()
+    t = time.perf_counter()
+    save(agent, 1, 0.5, state)  # after SIGTERM: at once, as the stop checkpoint
+    commit = time.perf_counter() - t
+    assert agent.last is not None and agent.last.manifest.total_bytes >= nbytes
+    writers = _threads(agent)
+    shutil.rmtree(store_dir, ignore_errors=True)
+    limit = parallel_write_seconds(buffers, root / f"plain-{uuid.uuid4().hex[:8]}", writers)
+    return {
+        "bytes": float(nbytes),
+        "link_gbps": link,
+        "snapshot_gbps": nbytes / stall / 1e9,
+        "stall_s": stall,
+        "first_take_s": first,
+        "commit_s": commit,
+        "limit_s": limit,
+        "writers": float(writers),
+        "pinned": float(buffers.pinned),
+    }
+
+
+def _tensors(value: object) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def hardware_main(sizes: list[float], device: torch.device, root: Path) -> None:
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (no CUDA: plain host buffers)"
+    print(f"{name}; store file://{root}/ ; {os.cpu_count()} cores")
+    for gib in sizes:
+        r = hardware(gib, device, root)
+        print(f"\ntraining state {r['bytes'] / 1024**3:.2f} GiB ({TENSORS} tensors):")
+        one = "one pinned copy" if r["pinned"] else "one copy"
+        ratio = r["snapshot_gbps"] / r["link_gbps"]
+        lines = [
+            (f"{one} of the same bytes", f"{r['link_gbps']:7.2f} GB/s", ""),
+            ("snapshot (reused buffers)", f"{r['snapshot_gbps']:7.2f} GB/s", f"x{ratio:.2f} of one copy"),
+            (
+                "stall of the training loop",
+                f"{r['stall_s']:7.3f} s",
+                f"buffers made in {r['first_take_s']:.2f} s",
+            ),
+            ("SIGTERM commit to file://", f"{r['commit_s']:7.2f} s", ""),
+            (
+                f"same bytes, {int(r['writers'])} writers + sha256 + fsync",
+                f"{r['limit_s']:7.2f} s",
+                f"commit x{r['commit_s'] / r['limit_s']:.2f} of it",
+            ),
+            ("the commit's share of 120 s", f"{r['commit_s'] / WARNING * 100:7.1f} %", ""),
+        ]
+        for what, figure, note in lines:
+            print(f"  {what:<36} {figure:>12}   {note}".rstrip())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gib", type=float, default=1.0)
     p.add_argument("--state-mib", type=int, default=256)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--gpu", action="store_true", help="GPU mode (the default when CUDA is there)")
+    p.add_argument("--cpu", action="store_true", help="the moto mode even when CUDA is there")
+    p.add_argument("--hardware", action="store_true", help="GPU mode's measurements on the CPU")
+    p.add_argument("--sizes", default="1,13.5", help="GPU mode: training states in GiB, comma-separated")
+    p.add_argument("--dir", type=Path, help="GPU mode: where the file:// store goes (a local disk)")
     args = p.parse_args()
+    if args.hardware or args.gpu or (torch.cuda.is_available() and not args.cpu):
+        device = torch.device("cuda" if torch.cuda.is_available() and not args.hardware else "cpu")
+        if args.gpu and device.type != "cuda":
+            p.error("--gpu: no CUDA device here (--hardware runs the same measurements on the CPU)")
+        root = Path(tempfile.mkdtemp(prefix="spotguard-bench-", dir=args.dir))
+        try:
+            hardware_main([float(x) for x in args.sizes.split(",")], device, root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     os.environ.update(FAKE_CREDENTIALS)
     torch.manual_seed(0)
     with MotoServer() as moto:

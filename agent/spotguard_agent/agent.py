@@ -518,8 +518,9 @@ class Agent:
     def _publish(
         self, sequence: int, entries: list[FileEntry], step: int, progress: float, started: float
     ) -> Committed:
+        stopping = self._agreed_stop or self._stop.is_set()  # every second counts: no deleting now
         return self.store.publish(
-            sequence, entries, step, progress, self.env.attempt, self.env.job_id, started=started
+            sequence, entries, step, progress, self.env.attempt, self.env.job_id, started, not stopping
         )
 
     def _coll(self) -> Collective:

@@ -511,14 +511,17 @@ class CheckpointStore:
         attempt: int = 0,
         job_id: str = "",
         started: float | None = None,
+        retain: bool = True,
     ) -> Committed:
         """Write the manifest of checkpoint `sequence`, whose files (`entries`) are all durable, and
-        apply retention. `started`: time.monotonic() when the checkpoint was begun (for its seconds)."""
+        apply retention (unless not `retain`: a stop checkpoint leaves the deleting to the next attempt's
+        first commit, which counts everything there is). `started`: time.monotonic() when the checkpoint
+        was begun (for its seconds)."""
         if not entries:
             raise StoreError(f"checkpoint {sequence} has no file")
-        keys = self._keys()
+        keys = self._keys() if retain else []
         begun = time.monotonic() if started is None else started
-        return self._publish(sequence, entries, keys, step, progress, attempt, job_id, begun)
+        return self._publish(sequence, entries, keys, step, progress, attempt, job_id, begun, retain)
 
     def _publish(
         self,
@@ -530,6 +533,7 @@ class CheckpointStore:
         attempt: int,
         job_id: str,
         started: float,
+        retain: bool = True,
     ) -> Committed:
         paths = [e.path for e in entries]
         manifest = Manifest(
@@ -546,7 +550,8 @@ class CheckpointStore:
         )
         new_keys = [self.location.key(sequence, rel) for rel in [*paths, MANIFEST]]
         try:
-            self._apply_retention(keys + new_keys)  # what is there now, without listing it again
+            if retain:
+                self._apply_retention(keys + new_keys)  # what is there now, without listing it again
         except (StoreError, *_READ_ERRORS) as exc:  # the checkpoint is committed all the same
             log.warning(
                 "retention after checkpoint %s failed (%s); the next commit tries again",

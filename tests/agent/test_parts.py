@@ -145,13 +145,20 @@ def test_a_stop_checkpoint_that_cannot_fit_is_said_once_and_the_last_committed_o
     assert agent.store.committed() == [0]
 
 
-def test_a_stop_checkpoint_that_fits_is_made(tmp_path):
-    agent = _agent(tmp_path, SPOTGUARD_STOP_TIMEOUT_SECONDS="120")
+def test_a_stop_checkpoint_that_fits_is_made_and_leaves_retention_to_the_next_attempt(tmp_path):
+    agent = _agent(tmp_path, SPOTGUARD_STOP_TIMEOUT_SECONDS="120", SPOTGUARD_KEEP_CHECKPOINTS="1")
+    agent.store.keep = 1
+    save(agent, 3, 0.3, _state(), sync=True)
     save(agent, 4, 0.4, _state(), sync=True)
+    assert agent.store.committed() == [1]
     agent.request_stop()
     assert agent.should_save() is True
-    save(agent, 5, 0.5, _state())  # after the stop: at once
-    assert agent.should_exit() is True and agent.store.committed() == [0, 1]
+    save(agent, 5, 0.5, _state())  # after the stop: at once, and nothing deleted meanwhile
+    assert agent.should_exit() is True and agent.store.committed() == [1, 2]
+    after = _agent(tmp_path)  # the next attempt's first commit applies retention
+    after.store.keep = 1
+    save(after, 6, 0.6, _state(), sync=True)
+    assert after.store.committed() == [3]
 
 
 def test_without_a_measured_commit_the_stop_checkpoint_is_tried(tmp_path):
