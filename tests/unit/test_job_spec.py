@@ -4,6 +4,7 @@ and the RunTask request the jobs function takes; every bad field is one line nam
 from __future__ import annotations
 
 import argparse
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def test_the_examples_become_their_task_definitions_and_a_valid_submit(gpus):
         15000 * gpus,
         8192 * gpus,
     )
-    assert c["command"] == ["python", "train.py", "--steps", "100000", "--out", "/tmp/final.pt"]
+    seed = json.loads((EXAMPLES.parent / "taskdefs" / f"train-{gpus}gpu.json").read_text())
+    assert c["command"] == seed["containerDefinitions"][0]["command"]  # the seeds' trainings, as specs
     assert c["stopTimeout"] == 120 and c["logConfiguration"]["logDriver"] == "awslogs"
     assert c["logConfiguration"]["options"]["awslogs-region"] == "us-west-2"
     assert {"key": "spotguard:managed", "value": "true"} in td["tags"]
