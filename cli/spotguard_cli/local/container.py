@@ -6,7 +6,7 @@ process, so SpotGuard's signals reach the command, or the agent's wrapper, direc
   /opt/checkpoints) becomes a fresh directory for each attempt under `--root`, so the second attempt finds
   nothing the first left there (as on a new instance) and only what SpotGuard restores.
 - The image's programs: `python` and `python3` are this checkout's Python (with torch and the agent),
-  `spotguard-agent` its agent.
+  `spotguard-agent` its agent, and its environment's programs (torchrun) come first on the PATH.
 
     python -m spotguard_cli.local.container --root ROOT [--dir /opt/checkpoints] -- COMMAND ...
 """
@@ -53,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dir:
         (root / args.dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
     run = container_command(command, root, args.dir)
+    # the image's PATH: this checkout's environment first (torchrun, spotguard-agent, python)
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     sys.stdout.flush()
     os.execvp(run[0], run)
     return 127  # not reached: exec replaces this process
