@@ -457,6 +457,8 @@ class Agent:
         of every rank's files once all of them are durable: a rank that fails or dies leaves none."""
         stopping = self._agreed_stop if self.ranks.distributed else self._stop.is_set()
         self.wait()
+        if self.ranks.distributed:
+            self._coll()  # made here, in the loop's thread, in every rank at the same point
         if sync or stopping:
             self._done(self._commit_parts(write, step, progress))
             return
