@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,16 +105,26 @@ class GpuCluster:
             Placement={"AvailabilityZone": availability_zone},
             **market,
         )["Instances"][0]
+        return self.register_host(inst["InstanceId"], instance_type, availability_zone, capacity_provider)
+
+    def register_host(
+        self,
+        instance_id: str,
+        instance_type: str,
+        availability_zone: str,
+        capacity_provider: str | None = None,
+    ) -> Host:
+        """The ECS agent of a running EC2 instance registers it as a container instance of the cluster."""
         doc = json.dumps(
             {
-                "instanceId": inst["InstanceId"],
+                "instanceId": instance_id,
                 "instanceType": instance_type,
                 "availabilityZone": availability_zone,
             }
         )
         ci = self.ecs.register_container_instance(cluster=self.name, instanceIdentityDocument=doc)
         host = Host(
-            instance_id=inst["InstanceId"],
+            instance_id=instance_id,
             container_instance_arn=ci["containerInstance"]["containerInstanceArn"],
             availability_zone=availability_zone,
             instance_type=instance_type,
@@ -182,13 +193,58 @@ class GpuCluster:
         return {t["taskArn"]: t for t in resp["tasks"]}
 
 
+@dataclass
+class Waiting:
+    """A task PROVISIONING: its RunTask request and the GPUs it needs, until an instance takes it."""
+
+    request: dict[str, Any]
+    need: int
+
+
+class TaskStates:
+    """The tasks ECS keeps PROVISIONING, in moto (motopatch.py): through moto server's local operations
+    at `endpoint`, or in this process's moto (endpoint None, under `mock_aws`)."""
+
+    def __init__(self, endpoint: str | None, region: str) -> None:
+        self.endpoint, self.region = endpoint, region
+
+    def provision(self, request: dict[str, Any]) -> str:
+        from spotguard_cli.emulator import motopatch
+
+        if self.endpoint is None:
+            return motopatch.provision_task(self._backend(), request)
+        return str(
+            motopatch.call_local_ecs(self.endpoint, self.region, "SpotguardProvisionTask", request)["taskArn"]
+        )
+
+    def place(self, cluster: str, task_arn: str, container_instance_arn: str) -> None:
+        from spotguard_cli.emulator import motopatch
+
+        if self.endpoint is None:
+            motopatch.place_task(self._backend(), cluster, task_arn, container_instance_arn)
+            return
+        body = {"cluster": cluster, "task": task_arn, "containerInstance": container_instance_arn}
+        motopatch.call_local_ecs(self.endpoint, self.region, "SpotguardPlaceTask", body)
+
+    def _backend(self) -> Any:
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.ecs.models import ecs_backends
+
+        return ecs_backends[DEFAULT_ACCOUNT_ID][self.region]
+
+
 class GpuScheduler:
     """Stands in for ECS task placement, which moto does not model: it answers RunTask (through a
     botocore `before-call` hook, after botocore validated the request) by placing the task on a host
     with free GPUs that meets the request's memberOf constraints (and, for a request with a capacity
     provider strategy, belongs to one of its providers), and it honours client tokens. When nothing fits
-    it answers as ECS does: no task, and a failure with reason RESOURCE:GPU. (ECS would leave a task with
-    a provider strategy PROVISIONING while managed scaling adds an instance; here no instance is added.)
+    it answers as ECS does without managed scaling: no task, and a failure with reason RESOURCE:GPU.
+
+    With `manage_scaling` (the local stack's boot model, boot.py), a request with a capacity provider
+    strategy that nothing fits is answered as ECS with managed scaling answers it: its task, PROVISIONING
+    with no container instance (`waiting`), and `wanted` is told so that the provider's group scales
+    out; `place_waiting` places such tasks, oldest first, when an instance that fits has joined. A
+    waiting task that is stopped goes to `stopped_waiting` (its STOPPED event is the caller's to send).
 
     `requests` keeps every RunTask request as botocore validated it, for tests to assert on; `refuse`
     makes the next N calls find no capacity; `lose_answers` makes the next N calls start their task
@@ -209,6 +265,41 @@ class GpuScheduler:
         self._definitions: dict[str, dict[str, Any]] = {}
         self.volumes: list[str] = []  # EBS volumes created for tasks, in order
         self._lock = threading.RLock()
+        # managed scaling (manage_scaling): tasks PROVISIONING, in the order they were run
+        self.waiting: dict[str, Waiting] = {}
+        self.stopped_waiting: list[tuple[str, str]] = []  # (task arn, reason) stopped while waiting
+        self._states: TaskStates | None = None
+        self._wanted: Callable[[dict[str, Any]], None] = lambda _: None
+
+    def manage_scaling(self, states: TaskStates, wanted: Callable[[dict[str, Any]], None]) -> None:
+        """Keep unplaced tasks with a capacity provider strategy PROVISIONING in `states`, telling
+        `wanted` of each (its DescribeTasks entry)."""
+        self._states, self._wanted = states, wanted
+
+    def is_waiting(self, task_arn: str) -> bool:
+        return task_arn in self.waiting
+
+    def take_stopped_waiting(self) -> list[tuple[str, str]]:
+        """The tasks stopped while PROVISIONING since the last call, with the stop's reason."""
+        with self._lock:
+            stopped, self.stopped_waiting = self.stopped_waiting, []
+        return stopped
+
+    def place_waiting(self) -> list[str]:
+        """Place every PROVISIONING task an instance now fits, oldest first, as ECS does when an
+        instance registers or frees resources. The tasks placed."""
+        placed: list[str] = []
+        with self._lock:
+            for arn, w in list(self.waiting.items()):
+                host = self._fit(w.request, w.need)
+                if host is None or self._states is None:
+                    continue
+                self._states.place(self.cluster.name, arn, host.container_instance_arn)
+                del self.waiting[arn]
+                self.placed[arn] = host.container_instance_arn
+                self.gpus[arn] = w.need
+                placed.append(arn)
+        return placed
 
     def install(self) -> None:
         from spotguard.adapters import clients
@@ -247,19 +338,11 @@ class GpuScheduler:
             return {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
         td = self._definition(request["taskDefinition"])
         need = gpu_count(td, request.get("overrides"))
-        constraints = request.get("placementConstraints") or []
-        providers = {p["capacityProvider"] for p in request.get("capacityProviderStrategy") or []}
-        fitting = [
-            (free, order, host)
-            for order, host in enumerate(self.cluster.hosts)
-            if self.status.get(host.container_instance_arn, "ACTIVE") == "ACTIVE"
-            and (not providers or host.capacity_provider in providers)
-            and all(_member_of(c.get("expression", ""), _as_container_instance(host)) for c in constraints)
-            and (free := self.free_gpus(host)) >= need
-        ]
-        if not fitting:
+        host = self._fit(request, need)
+        if host is None:
+            if self._states is not None and providers_asked:
+                return self._provision(request, need, token)
             return {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
-        _, _, host = min(fitting, key=lambda f: (f[0], f[1]))  # binpack on GPUs, as the ECS strategy does
         resp = ecs.start_task(
             cluster=self.cluster.name,
             taskDefinition=request["taskDefinition"],
@@ -275,6 +358,33 @@ class GpuScheduler:
         self.gpus[task["taskArn"]] = need
         if token:
             self.by_token[token] = task["taskArn"]
+        return {"tasks": [task], "failures": []}
+
+    def _fit(self, request: dict[str, Any], need: int) -> Host | None:
+        """The host the request's task goes to (binpacked on GPUs, as the ECS strategy does), or None."""
+        constraints = request.get("placementConstraints") or []
+        providers = {p["capacityProvider"] for p in request.get("capacityProviderStrategy") or []}
+        fitting = [
+            (free, order, host)
+            for order, host in enumerate(self.cluster.hosts)
+            if self.status.get(host.container_instance_arn, "ACTIVE") == "ACTIVE"
+            and (not providers or host.capacity_provider in providers)
+            and all(_member_of(c.get("expression", ""), _as_container_instance(host)) for c in constraints)
+            and (free := self.free_gpus(host)) >= need
+        ]
+        if not fitting:
+            return None
+        return min(fitting, key=lambda f: (f[0], f[1]))[2]
+
+    def _provision(self, request: dict[str, Any], need: int, token: str | None) -> dict[str, Any]:
+        """The task waits PROVISIONING for an instance of its provider (managed scaling adds one)."""
+        assert self._states is not None
+        arn = self._states.provision({**request, "cluster": self.cluster.name})
+        self.waiting[arn] = Waiting(request=request, need=need)
+        if token:
+            self.by_token[token] = arn
+        task = self.cluster.tasks([arn])[arn]
+        self._wanted(task)
         return {"tasks": [task], "failures": []}
 
     def _create_volume(self, conf: dict[str, Any], host: Host) -> None:
@@ -313,7 +423,12 @@ class GpuScheduler:
         return self._definitions[arn]
 
     def _on_stop(self, params: dict[str, Any], **_: Any) -> None:
-        self.release(json.loads(params["body"])["task"])
+        body = json.loads(params["body"])
+        arn = str(body["task"])
+        self.release(arn)
+        with self._lock:
+            if self.waiting.pop(arn, None) is not None:
+                self.stopped_waiting.append((arn, str(body.get("reason") or "")))
 
     def _on_state(self, params: dict[str, Any], **_: Any) -> None:
         body = json.loads(params["body"])

@@ -7,14 +7,26 @@ SpotGuard's claims and compare-and-set writes rely on it. Since the interruption
 records of a batch side by side and the local stack plays Lambda's concurrent invocations, the writes of
 moto's DynamoDB are serialised here by one lock (reads need none).
 
-`python -m spotguard_cli.emulator.motopatch -H 127.0.0.1 -p PORT` is moto server with the lock in place.
+Two more, for the local stack's boot model (boot.py), in moto server only:
+
+- ECS's PROVISIONING tasks (`provision_task`, `place_task`): a task run with a capacity provider
+  strategy that finds no instance waits, with its ARN, until an instance registers; moto has no such
+  state (its RunTask places a task or none). Two operations of the local stack's own,
+  `SpotguardProvisionTask` and `SpotguardPlaceTask`, reach them in moto server (`call_local_ecs`).
+- An Auto Scaling group's instances as its MixedInstancesPolicy launches them (`launched_as_pools`):
+  moto takes their type from the launch template (which names none, so ``) and ignores the spot
+  share; AWS launches the overrides' type, as spot instances when no on-demand share is asked.
+
+`python -m spotguard_cli.emulator.motopatch -H 127.0.0.1 -p PORT` is moto server with these in place.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -43,10 +55,148 @@ def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
     return write
 
 
+# ================================================================ ECS tasks waiting for an instance
+LOCAL_OPERATIONS = ("SpotguardProvisionTask", "SpotguardPlaceTask")
+
+
+def provision_task(backend: Any, request: dict[str, Any]) -> str:
+    """A task of a RunTask `request` (with a capacity provider strategy) that no instance takes yet:
+    lastStatus PROVISIONING, no container instance, as ECS keeps it while managed scaling adds one.
+    Its ARN."""
+    from moto.ecs.models import Task
+
+    cluster = backend._get_cluster(request.get("cluster") or "default")
+    definition = backend.describe_task_definition(request["taskDefinition"])
+    strategy = request.get("capacityProviderStrategy") or []
+    task = Task(
+        cluster,
+        definition,
+        None,
+        backend._calculate_task_resource_requirements(definition),
+        backend=backend,
+        group=request.get("group") or f"family:{definition.family}",
+        launch_type="EC2",
+        overrides=request.get("overrides") or {},
+        started_by=request.get("startedBy") or "",
+        tags=request.get("tags") or [],
+        capacity_provider_name=strategy[0]["capacityProvider"] if strategy else None,
+    )
+    task.last_status = "PROVISIONING"
+    backend.tasks.setdefault(cluster.name, {})[task.task_arn] = task
+    return str(task.task_arn)
+
+
+def place_task(backend: Any, cluster_name: str, task_arn: str, container_instance_arn: str) -> None:
+    """The waiting task is placed on the container instance: it holds its resources there (and counts
+    in its runningTasksCount, as moto counts a task it placed) and is RUNNING, as moto's own are."""
+    cluster = backend._get_cluster(cluster_name)
+    task = backend.tasks[cluster.name][task_arn]
+    if task.container_instance_arn is not None:
+        raise ValueError(f"task {task_arn} is placed already")
+    instance = backend.container_instances[cluster.name][container_instance_arn.split("/")[-1]]
+    task.container_instance_arn = instance.container_instance_arn
+    backend.update_container_instance_resources(instance, task.resource_requirements)
+    task.last_status = "RUNNING"
+
+
+def local_ecs_operations() -> None:
+    """Teach moto server's ECS the two operations (idempotent). Their bodies are JSON objects; botocore
+    knows neither, so they are not parsed by its service model."""
+    from moto.ecs.responses import EC2ContainerServiceResponse as Ecs
+
+    if getattr(Ecs, "_spotguard_local", False):
+        return
+    parse = Ecs.parse_parameters
+
+    def parse_parameters(self: Any, request: Any) -> None:
+        if self._get_action() in LOCAL_OPERATIONS:
+            self.params = {}
+            return
+        parse(self, request)
+
+    def spotguard_provision_task(self: Any) -> str:
+        return json.dumps({"taskArn": provision_task(self.ecs_backend, json.loads(self.body))})
+
+    def spotguard_place_task(self: Any) -> str:
+        body = json.loads(self.body)
+        place_task(self.ecs_backend, body["cluster"], body["task"], body["containerInstance"])
+        return "{}"
+
+    Ecs.parse_parameters = parse_parameters
+    Ecs.spotguard_provision_task = spotguard_provision_task
+    Ecs.spotguard_place_task = spotguard_place_task
+    Ecs._spotguard_local = True
+
+
+def call_local_ecs(endpoint: str, region: str, operation: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One of LOCAL_OPERATIONS on moto server at `endpoint` (127.0.0.1); its answer."""
+    if operation not in LOCAL_OPERATIONS:
+        raise ValueError(f"not a local operation: {operation}")
+    request = urllib.request.Request(
+        endpoint.rstrip("/") + "/",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/x-amz-json-1.1",
+            "X-Amz-Target": f"AmazonEC2ContainerServiceV20141113.{operation}",
+            # moto server picks the service and region from the credential scope; it checks no signature
+            "Authorization": f"AWS4-HMAC-SHA256 Credential=testing/20260101/{region}/ecs/aws4_request, "
+            "SignedHeaders=host, Signature=0",
+        },
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        answer = json.loads(resp.read() or b"{}")
+    return dict(answer)
+
+
+# ============================================================= Auto Scaling groups' instances
+def launched_as_pools(method: Callable[..., Any]) -> Callable[..., Any]:
+    """moto's FakeAutoScalingGroup.replace_autoscaling_group_instances, with the instances it launches
+    given the MixedInstancesPolicy's first override's type and, when the policy asks no on-demand
+    share above a base of 0, the spot lifecycle."""
+    if getattr(method, "_spotguard_pools", False):
+        return method
+
+    @functools.wraps(method)
+    def launch(group: Any, count_needed: int, propagated_tags: dict[str, str]) -> Any:
+        before = {s.instance.id for s in group.instance_states}
+        result = method(group, count_needed, propagated_tags)
+        policy = group.mixed_instances_policy or {}
+        overrides = (policy.get("LaunchTemplate") or {}).get("Overrides") or []
+        distribution = policy.get("InstancesDistribution") or {}
+        spot = (
+            bool(policy)
+            and int(distribution.get("OnDemandBaseCapacity", 0)) == 0
+            and int(distribution.get("OnDemandPercentageAboveBaseCapacity", 100)) == 0
+        )
+        for state in group.instance_states:
+            if state.instance.id in before:
+                continue
+            if overrides and overrides[0].get("InstanceType"):
+                state.instance.instance_type = state.instance_type = overrides[0]["InstanceType"]
+            if spot:
+                state.instance.lifecycle = "spot"
+        return result
+
+    launch._spotguard_pools = True  # type: ignore[attr-defined]
+    return launch
+
+
+def pool_instances() -> None:
+    """Install `launched_as_pools` on moto's Auto Scaling groups (idempotent)."""
+    from moto.autoscaling.models import FakeAutoScalingGroup
+
+    FakeAutoScalingGroup.replace_autoscaling_group_instances = launched_as_pools(
+        FakeAutoScalingGroup.replace_autoscaling_group_instances
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     from moto.server import main as moto_server
 
     atomic_dynamodb_writes()
+    local_ecs_operations()
+    pool_instances()
     moto_server(argv if argv is not None else sys.argv[1:])
 
 

@@ -86,8 +86,10 @@ class TaskRunner:
         on_exit: Callable[[str], None] = lambda _: None,
         environment: Callable[[], dict[str, str]] = dict,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        waiting: Callable[[str], bool] = lambda _: False,
     ) -> None:
         self.cluster = cluster
+        self.waiting = waiting  # a task PROVISIONING (no instance yet): no agent starts it
         self.clock = clock  # the times the ECS agent reports (the local stack's scaled clock, if any)
         self.environment = environment  # every task's, after its own (the scaled clock), read at its start
         self.ecs = cluster.ecs
@@ -109,7 +111,7 @@ class TaskRunner:
         arns = self.ecs.list_tasks(cluster=self.cluster.name, desiredStatus="RUNNING").get("taskArns", [])
         stopping = [a for a in self.running if a not in arns]  # StopTask'ed (moto: desired STOPPED)
         for arn in arns:
-            if arn not in self.seen:
+            if arn not in self.seen and not self.waiting(arn):
                 self.seen.add(arn)
                 self._start(arn)
         for arn in stopping:

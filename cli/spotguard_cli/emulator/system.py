@@ -7,7 +7,11 @@
   template's schedule drives the reconcile function;
 - a GPU spot cluster of simulated instances, ECS placement played by `GpuScheduler` (moto models no
   GPUs), and the tasks run as local processes by `TaskRunner`, whose state changes go on the bus;
-- events (notices, task changes) are put on moto's EventBridge bus, so the template's own rules route them.
+- events (notices, task changes) are put on moto's EventBridge bus, so the template's own rules route them;
+- with `boot_seconds`, the boot model (boot.py): the pools' instances come from their Auto Scaling
+  groups and join after a boot, and a RunTask that no instance fits waits PROVISIONING while managed
+  scaling adds one. Without it (the default), instances join when they are added, and such a RunTask
+  fails with RESOURCE:GPU.
 
 The parts are put together by `assembly.assemble`. `pump()` does one round of everything; the demo,
 `spotguard local up` and the e2e tests drive it.
@@ -28,13 +32,15 @@ from typing import Any
 from spotguard.adapters import clients
 from spotguard_cli.answers import StatusView, read_answer
 from spotguard_cli.emulator.assembly import assemble
-from spotguard_cli.emulator.gpucluster import Host, PoolGroup
+from spotguard_cli.emulator.boot import SCALE_OUT_SECONDS, BootModel
+from spotguard_cli.emulator.gpucluster import Host, PoolGroup, TaskStates
 from spotguard_cli.emulator.inject import (
     container_instance_event,
     launch_successful,
     launch_unsuccessful,
     make_event,
     put_entry,
+    task_event,
 )
 from spotguard_cli.emulator.runner import TaskRunner
 from spotguard_cli.emulator.template import load
@@ -125,7 +131,15 @@ class LocalSystem:
         time_scale: float = 1.0,
         clock_start: datetime | None = None,
         schedule_aside: bool = False,
+        boot_seconds: float | None = None,
+        scale_out_seconds: float = SCALE_OUT_SECONDS,
     ) -> None:
+        """`boot_seconds` (None: no boot model) and `scale_out_seconds` are the boot model's, in the
+        stack's time (boot.py); it starts with `add_pools`."""
+        if boot_seconds is not None and (boot_seconds < 0 or scale_out_seconds < 0):
+            raise ValueError("the boot and the scale-out take no less than 0 seconds")
+        self.boot_seconds, self.scale_out_seconds = boot_seconds, scale_out_seconds
+        self.boot: BootModel | None = None
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.on_change = on_change
@@ -158,6 +172,7 @@ class LocalSystem:
             on_exit=self.scheduler.release,
             environment=self.clock.task_environment,
             clock=self.clock.now,
+            waiting=self.scheduler.is_waiting,
         )
         if (
             time_scale != 1.0 or clock_start is not None
@@ -188,23 +203,52 @@ class LocalSystem:
         SpotGuard discovers; add their instances with `add_pool_host`."""
         self.pools = {p.capacity_provider: p for p in pools or LOCAL_POOLS}
         self.cluster.add_pools(self.stack.client("autoscaling"), list(self.pools.values()))
+        if self.boot_seconds is not None:
+            self.boot = BootModel(
+                self.cluster,
+                self.scheduler,
+                self.stack.client("autoscaling"),
+                list(self.pools.values()),
+                self.clock.now,
+                boot_seconds=self.boot_seconds,
+                scale_out_seconds=self.scale_out_seconds,
+            )
+            self.boot.install()
+            self.scheduler.manage_scaling(TaskStates(self.stack.endpoint, self.stack.region), self._wanted)
 
     def add_pool_host(self, capacity_provider: str, zone: str | None = None) -> Host:
-        """An instance of a pool's Auto Scaling group joins the cluster."""
+        """An instance of a pool's Auto Scaling group joins the cluster. With the boot model, its group
+        launches it (its desired capacity one higher, the zone the group's: moto's, its first subnet's)
+        and it joins at once, booted already, as an instance running before the scenario began."""
         p = self.pools[capacity_provider]
+        if self.boot is not None:
+            if zone not in (None, p.zones[0]):
+                raise ValueError(f"with the boot model, {p.group} launches in {p.zones[0]}, not {zone}")
+            (boot,) = self.boot.launch(capacity_provider, 1, booted=True, why="pool host")
+            self._advance_boots()
+            return self.boot.joined[boot.instance_id][0]
         host = self.cluster.add_host(p.instance_type, zone or p.zones[0], capacity_provider, spot=p.spot)
         self.put(container_instance_event(self.cluster.describe_host(host)))
         return host
 
     def take_away(self, host: Host) -> None:
         """Spot takes the instance back: the processes of its tasks end at once (a task still running
-        there then stops with exit code 137), no task is placed on it again, and it leaves the cluster."""
+        there then stops with exit code 137), no task is placed on it again, and it leaves the cluster.
+        With the boot model, an instance of a group is terminated there, and the group launches its
+        replacement (which boots)."""
+        if self.boot is not None and host.instance_id in self.boot.joined:
+            self.boot.reclaim(host)
+            self._advance_boots()
+            return
+        self._leave(host, "taken away")
+
+    def _leave(self, host: Host, why: str) -> None:
         for arn, where in list(self.scheduler.placed.items()):
             if where == host.container_instance_arn:
                 self.runner.kill(arn)
         self.scheduler.status[host.container_instance_arn] = "INACTIVE"
         self.cluster.remove_host(host)
-        self.on_change(f"  {host.instance_id} ({host.capacity_provider}) taken away")
+        self.on_change(f"  {host.instance_id} ({host.capacity_provider}) {why}")
 
     def capacity_shortage(self, capacity_provider: str, seconds: float) -> dict[str, Any]:
         """The pool's Auto Scaling group can launch nothing for `seconds` (wall clock): RunTask finds no
@@ -250,7 +294,10 @@ class LocalSystem:
 
     # -------------------------------------------------------------------------------------- running
     def pump(self) -> int:
-        """One round: the tasks' processes, every queue until empty, the schedule. Records handled."""
+        """One round: the boot model's due work, the tasks' processes, every queue until empty, the
+        schedule. Records handled."""
+        if self.boot is not None:
+            self._advance_boots()
         for provider, until in list(self.short.items()):
             if time.monotonic() >= until:  # the shortage is over: Auto Scaling launches an instance
                 del self.short[provider]
@@ -281,6 +328,51 @@ class LocalSystem:
                 self._sweep = threading.Thread(target=self._reconcile, name="reconcile", daemon=True)
                 self._sweep.start()
         return handled
+
+    def _advance_boots(self) -> None:
+        """The boot model's due work: instances that join (ECS and Auto Scaling say so on the bus), those
+        their group let go, the PROVISIONING tasks an instance now takes, and those stopped waiting."""
+        assert self.boot is not None
+        joined, gone = self.boot.advance()
+        for host, boot in joined:
+            self.put(container_instance_event(self.cluster.describe_host(host)))
+            now = self.clock.now()
+            self.put(
+                launch_successful(
+                    boot.pool.group,
+                    host.availability_zone,
+                    host.instance_id,
+                    now,
+                    self.stack.region,
+                    self.stack.account,
+                )
+            )
+            booted = (now - boot.launched_at).total_seconds()
+            self.on_change(
+                f"  {host.instance_id} joined {boot.pool.capacity_provider} "
+                f"(launched by {boot.why}, {booted:.0f}s ago)"
+            )
+        for host in gone:
+            self._leave(host, "left its Auto Scaling group")
+        for arn in self.scheduler.place_waiting():
+            where = self.scheduler.placed[arn].rsplit("/", 1)[-1][:8]
+            self.on_change(f"  task {arn.rsplit('/', 1)[-1][:8]} placed on {where} (it waited PROVISIONING)")
+        # ECS: a task stopped before any instance took it is STOPPED, with no exit code
+        for arn, _reason in self.scheduler.take_stopped_waiting():
+            task = self.cluster.tasks([arn])[arn]
+            self.put(task_event(task, 3, stop_code="UserInitiated", at=self.clock.now()))
+            self.on_change(f"  task {arn.rsplit('/', 1)[-1][:8]} stopped while PROVISIONING")
+
+    def _wanted(self, task: dict[str, Any]) -> None:
+        """A RunTask left its task PROVISIONING (in the function's thread): ECS says so on the bus, and
+        managed scaling will look at the provider."""
+        assert self.boot is not None
+        self.boot.wanted(task)
+        self.put(task_event(task, 1, at=self.clock.now()))
+        self.on_change(
+            f"  task {task['taskArn'].rsplit('/', 1)[-1][:8]} PROVISIONING: no instance of "
+            f"{task.get('capacityProviderName')} fits it"
+        )
 
     def _reconcile(self) -> None:
         counts = self.functions["ReconcileFunction"].invoke({"id": "local-schedule"})
