@@ -70,6 +70,7 @@ bench: setup
 	$(BIN)/python bench/jobs.py
 	$(BIN)/python bench/checkpoint.py
 	$(BIN)/python bench/cold_start.py
+	$(BIN)/python bench/resume.py
 
 # The Can't Be Late spot traces (docs/traces.md) into .traces/ (git-ignored), each checked against its
 # SHA-256 in bench/traces.lock.json: copied from ../shared/traces when it is beside the clone, else
