@@ -278,3 +278,30 @@ def test_a_give_back_that_failed_is_tried_again_by_the_sweep(world):
     assert w.reconcile()["spares_given_back"] == 1
     assert w.status(job["job_id"])["spare"]["state"] == "given-back"
     assert _desired(w, group) == 0
+
+
+@pytest.mark.parametrize("groups", [GROUPS])
+def test_with_spare_on_rebalance_the_recommendation_asks_it_and_the_warning_finds_it(groups):
+    """SpareOnRebalance: the recommendation, minutes before the warning, asks the spare (its boot then
+    overlaps those minutes); the warning finds it held and asks nothing more; the relaunch goes there."""
+    with fresh_aws():
+        w = make_jobs_world(parameters={"SpareCapacityGroups": groups, "SpareOnRebalance": "true"})
+        w.cluster.add_pools(w.stack.client("autoscaling"), POOLS)
+        w.cluster.add_host("g5.xlarge", "us-east-1a", "gpu-spot-a")
+        w.cluster.add_host("g5.xlarge", "us-east-1b", "gpu-spot-b")
+        w.cluster.add_host("g5.xlarge", "us-east-1a", "gpu-od", spot=False)
+        calls: list[str] = []
+        clients.on_event(
+            "provide-client-params.autoscaling.SetDesiredCapacity", lambda **_: calls.append("raise")
+        )
+        w.reconcile()
+        job, first = _submitted_and_running(w)
+        group = f"gpu-spot-{_other(first['pool'])}-group"
+        _warn(w, first, "rebalance-recommendation")
+        assert w.status(job["job_id"])["spare"]["state"] == "raised" and calls == ["raise"]
+        _warn(w, first)  # the spot warning, minutes later
+        w.interruptions.drain()
+        assert calls == ["raise"] and _desired(w, group) == 1
+        w.commit_checkpoint(job, 1, progress=0.1)
+        _stopped(w, first["task_arn"])
+        assert _provider(w.scheduler.requests[-1]) == group.removesuffix("-group")

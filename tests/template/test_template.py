@@ -833,6 +833,12 @@ def test_the_early_replacement_scales_only_the_listed_groups_and_is_off_without_
         "EC2 Spot Instance Interruption Warning",
         "EC2 Instance-terminate Lifecycle Action",
     }
+    early = _resolve(
+        cfn, cfn["Resources"]["EarlyReplacementRule"]["Properties"], {**groups, "SpareOnRebalance": "true"}
+    )
+    assert "EC2 Instance Rebalance Recommendation" in {
+        p["detail-type"][0] for p in early["EventPattern"]["$or"]
+    }
     env = _resolve(cfn, cfn["Resources"]["TaskEventsFunction"]["Properties"]["Environment"], groups)
     assert env["Variables"]["SPOTGUARD_SPARE_GROUPS"] == "gpu-spot-a-group,gpu-od-group"
     assert (

@@ -121,3 +121,22 @@ def test_give_back_once_and_again_only_if_the_first_try_did_not_finish():
     assert done.spare.state == "given-back" and spare_unneeded(done, T0 + timedelta(hours=1)) is None
     kept = spare_given_back(giving, 1, "1 new instance(s) run tasks", None, T0).job
     assert kept.spare.state == "kept"
+
+
+def test_a_spare_asked_at_a_rebalance_is_the_warning_s_and_one_given_back_may_be_asked_again():
+    job = spare_raised(_asked(), 1, True, (), "raised", T0).job  # asked at notice ev-1 (a rebalance)
+    held = ask_spare(job, "ev-warning", "i-0aaaa", B, "gpu-spot-b-group", T0)
+    assert held.job is None and held.effects == []  # the warning finds it held: nothing more
+    later = T0 + timedelta(seconds=SPARE_BOUND_SECONDS)
+    ended = spare_given_back(
+        give_back(job, "no attempt took it", later).job, 1, "terminated", "i-new", later
+    ).job
+    assert ask_spare(ended, "ev-1", "i-0aaaa", B, "gpu-spot-b-group", later).effects == []  # ev-1 again
+    again = ask_spare(ended, "ev-warning", "i-0aaaa", B, "gpu-spot-b-group", later)
+    assert again.effects == [RaiseSpare(attempt=1, group="gpu-spot-b-group")]
+
+
+def test_the_bound_does_not_take_a_spare_the_next_attempt_waits_for():
+    job = spare_raised(_asked(), 1, True, (), "raised", T0).job
+    waiting = _relaunched(job, POOL_B)  # PROVISIONING in the spare's pool, its instance still booting
+    assert spare_unneeded(waiting, T0 + timedelta(seconds=SPARE_BOUND_SECONDS * 2)) is None

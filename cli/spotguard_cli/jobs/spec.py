@@ -56,6 +56,7 @@ from spotguard.domain.tasks import JOB_ID, MANAGED_TAG
 LOG_GROUP = "/spotguard/jobs"
 CONTAINER = "train"
 STOP_TIMEOUT = 120  # ECS's most for a container's SIGTERM -> SIGKILL: the whole spot warning
+STOP_BUDGET = "SPOTGUARD_STOP_TIMEOUT_SECONDS"  # what the agent may spend on its stop checkpoint
 _DURATION = re.compile(r"^([0-9]{1,5}(?:\.[0-9]+)?)([mhd])$")
 _ROLE = r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
@@ -229,7 +230,11 @@ def task_definition(spec: JobSpec, region: str) -> dict[str, Any] | None:
         "memory": spec.memory or 15000 * spec.gpus,
         "stopTimeout": STOP_TIMEOUT,
         "resourceRequirements": [{"type": "GPU", "value": str(spec.gpus)}],
-        "environment": [{"name": k, "value": v} for k, v in sorted(spec.environment.items())],
+        # the agent's stop budget is the container's stop timeout (a spec may say less)
+        "environment": [
+            {"name": k, "value": v}
+            for k, v in sorted({STOP_BUDGET: str(STOP_TIMEOUT), **spec.environment}.items())
+        ],
         "linuxParameters": {"sharedMemorySize": spec.shared_memory or 8192 * spec.gpus},
     }
     if spec.logs is not False:

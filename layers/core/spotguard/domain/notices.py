@@ -268,11 +268,13 @@ def classify_event(event: EventBridgeModel, settings: Settings) -> Decision:
 
 
 # The events that say an instance is going, which the task-events function gets too (the early
-# replacement: domain.jobs.spares): a spot warning and an Auto Scaling terminate action.
+# replacement: domain.jobs.spares): a spot warning and an Auto Scaling terminate action; and, with
+# SpareOnRebalance, the rebalance recommendation that often comes minutes before the warning.
 WARNINGS = frozenset(
     {
         ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
         ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action"),
+        ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
     }
 )
 

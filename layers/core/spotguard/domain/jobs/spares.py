@@ -9,7 +9,9 @@ instance while the warned task checkpoints:
 
 1. `ask_spare`: the job records its `Spare` (the decision, the group) and the effect `RaiseSpare`, in
    one compare-and-set: a warning delivered again, or a second warning for the same host, finds it and
-   asks nothing more. At most one spare per attempt, so per task.
+   asks nothing more. At most one spare at a time per attempt, so per task. (With SpareOnRebalance a
+   rebalance recommendation asks it, minutes earlier; its warning then finds it held. One given back
+   after its bound, because no warning followed, may be asked again by a warning that comes later.)
 2. `spare_raised`: what the group answered (raised by one, or not: at its maximum size, not found).
 3. The warned attempt stops (exit 75): the job's next launch carries out the spare's decision
    (`carried_spare`; trigger "warning"), so the task lands on the instance asked for.
@@ -51,8 +53,15 @@ def ask_spare(
     live = job.live_attempt
     if job.state is not JobState.RUNNING or live is None or live.instance_id != instance_id:
         return Step(note=f"no live attempt of the job runs on {instance_id}")
-    if job.spare is not None and job.spare.attempt == live.number:
-        return Step(note=f"attempt {live.number} has its spare already ({job.spare.state})")
+    spare = job.spare
+    if (
+        spare is not None
+        and spare.attempt == live.number
+        and (spare.holds or spare.state == "giving-back" or spare.notice == notice)
+    ):
+        # one spare at a time for a task; a spare that ended (given back after a rebalance
+        # recommendation no warning followed) may be asked again by the warning itself
+        return Step(note=f"attempt {live.number} has its spare already ({spare.state})")
     if job.spare is not None and job.spare.holds:
         return Step(note=f"the spare of attempt {job.spare.attempt} is not given back yet")
     if decision.placement is Market.NONE or not decision.pool:
@@ -124,6 +133,7 @@ def spare_unneeded(job: Job, now: datetime) -> str | None:
             return f"attempt {nxt.number} runs" + (f" on {nxt.instance_id}" if nxt.instance_id else "")
         if nxt.last_status == "STOPPED":
             return f"attempt {nxt.number} stopped"
+        return None  # the next attempt waits for it in its pool (its provisioning timeout bounds that)
     if now - spare.asked_at >= timedelta(seconds=SPARE_BOUND_SECONDS):
         return f"no attempt took it within {SPARE_BOUND_SECONDS // 60} minutes"
     return None
