@@ -16,6 +16,9 @@ capacity policy's choice, the warned pool being avoided):
   scaling adds the instance. On: SpotGuard raised gpu-spot-b's group at the warning.
 - "free": gpu-spot-b has a free instance already (the pool has capacity: no boot in the way). On, the
   spare SpotGuard asked for at the warning is not needed and is given back.
+- "boot" with SpareOnRebalance (`--rebalance-lead`, default 180 s): the rebalance recommendation comes
+  that long before the warning and asks the spare; the lead is a modelled wait (AWS gives no figure for
+  it; the goal needs about the boot less the checkpoint and 30 s).
 
 How it counts. The stack runs on a clock `--time-scale` times faster than the wall clock (SpotGuard's
 functions, the agent's manifests and the boot model all read it), so that a boot of minutes takes
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import runpy
@@ -101,6 +105,10 @@ def stamped_lines(log: Path) -> list[tuple[float, str]]:
 class Case:
     pool: str  # "boot": the next pool has no instance; "free": it has a free one
     early: bool  # the early replacement on
+    # SpareOnRebalance: the rebalance recommendation this long (real time) before the warning, and when
+    # it was put on the bus (seconds since the warning, on the stack's clock)
+    lead: float = 0.0
+    rebalanced: float | None = None
     # seconds since the warning on the stack's clock (None: did not happen)
     sigterm: float | None = None
     committed: float | None = None
@@ -140,7 +148,7 @@ def on_clock(clock: Any, wall: float) -> datetime:
     return clock.at + (datetime.fromtimestamp(wall, UTC) - clock.origin) * clock.scale
 
 
-def run_case(pool: str, early: bool, args: argparse.Namespace, say: Any) -> Case:
+def run_case(pool: str, early: bool, args: argparse.Namespace, say: Any, lead: float = 0.0) -> Case:
     from spotguard.adapters import clients
     from spotguard.domain.jobs.model import TERMINAL
     from spotguard_cli.answers import read_answer
@@ -148,8 +156,8 @@ def run_case(pool: str, early: bool, args: argparse.Namespace, say: Any) -> Case
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
 
-    case = Case(pool=pool, early=early)
-    work = WORK / f"{pool}-{'on' if early else 'off'}"
+    case = Case(pool=pool, early=early, lead=lead)
+    work = WORK / f"{pool}-{'on' if early else 'off'}{'-rebalance' if lead else ''}"
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("*"):
         old.unlink()
@@ -162,7 +170,11 @@ def run_case(pool: str, early: bool, args: argparse.Namespace, say: Any) -> Case
         system = LocalSystem(
             moto.endpoint,
             work,
-            parameters={"SpareCapacityGroups": SPARE_GROUPS} if early else None,
+            parameters=(
+                {"SpareCapacityGroups": SPARE_GROUPS, "SpareOnRebalance": "true" if lead else "false"}
+                if early
+                else None
+            ),
             on_change=recorder.add,
             time_scale=args.time_scale,
             boot_seconds=args.boot_seconds,
@@ -184,7 +196,8 @@ def run_case(pool: str, early: bool, args: argparse.Namespace, say: Any) -> Case
                 "task",
                 "--",
                 "--steps",
-                str(args.steps),
+                # the steps the rebalance's lead takes too, so the job is still training at the warning
+                str(args.steps + math.ceil(lead / args.time_scale / max(args.step_seconds, 0.01))),
             ]
             command += ["--out", str(work / "final.pt"), "--step-seconds", f"{args.step_seconds:g}"]
             td = system.task_definition(
@@ -218,6 +231,10 @@ def run_case(pool: str, early: bool, args: argparse.Namespace, say: Any) -> Case
                     f"the first attempt ran on {status.attempts[0].instance_id}, not on gpu-spot-a"
                 )
 
+            if lead:  # SpareOnRebalance: the recommendation first, the warning `lead` s later
+                rebalanced = system.clock.now()
+                system.notice("rebalance-recommendation", a.instance_id)
+                system.run_until(lambda: False, timeout=lead / args.time_scale, every=0.05)
             warned = system.clock.now()
             system.notice("spot-interruption", a.instance_id)
             say(f"  {pool}, early replacement {'on' if early else 'off'}: warning at step {args.warn_at}")
@@ -256,6 +273,8 @@ def run_case(pool: str, early: bool, args: argparse.Namespace, say: Any) -> Case
             done = next(((t, w) for t, w in lines1 if w.startswith("checkpointed after step")), None)
             resumed_line = next(((t, w) for t, w in lines2 if w.startswith("resumed after step")), None)
             first = next((t for t, w in lines2 if re.match(r"step \d+ loss", w)), None)
+            if lead:
+                case.rebalanced = since(rebalanced)
             case.sigterm = since(recorder.first(rf"SIGTERM -> {short1}", warned))
             case.committed = since(on_clock(system.clock, done[0])) if done else None
             case.checkpointed_after = int(done[1].split()[3].rstrip(":")) if done else None
@@ -309,7 +328,11 @@ def derive(case: Case, args: argparse.Namespace) -> None:
     }
     # real time: executed segments at their wall length, modelled waits at their figures
     runtask_real = runtask / s
-    if case.launched_by == "SpotGuard" and case.launched is not None:  # the spare, launched at the warning
+    if case.launched_by == "SpotGuard" and case.launched is not None and case.rebalanced is not None:
+        # the spare, launched at the rebalance recommendation: the lead is a modelled wait (its figure),
+        # SpotGuard's path from the recommendation to the launch a measured one
+        ready = -case.lead + (case.launched - case.rebalanced) / s + args.boot_seconds
+    elif case.launched_by == "SpotGuard" and case.launched is not None:  # the spare, launched at the warning
         ready = case.launched / s + args.boot_seconds
     elif case.launched_by == "managed scaling":  # launched a managed scaling period after the RunTask
         ready = runtask_real + args.scale_out_seconds + args.boot_seconds
@@ -336,13 +359,14 @@ def print_report(cases: list[Case], args: argparse.Namespace) -> None:
         f"{args.warn_at}"
     )
     print("\nwarning -> first training step of the next attempt (seconds)")
-    head = f"{'next pool':<28} {'early repl.':<12} {'real time':>9} {'on clock':>9}"
+    head = f"{'next pool':<48} {'early repl.':<12} {'real time':>9} {'on clock':>9}"
     head += f" {'ckpt':>6} {'restore':>8} {'instance':>9} {'other':>7}  goal (<= ckpt + restore + 30 s)"
     print(head)
     for c in cases:
         where = "gpu-spot-b, boots one" if c.pool == "boot" else "gpu-spot-b, a free instance"
+        where += f", rebalance {c.lead:g} s before" if c.lead else ""
         if not c.real:
-            print(f"{where:<28} {'on' if c.early else 'off':<12} {'-':>9}  {'; '.join(c.notes)}")
+            print(f"{where:<48} {'on' if c.early else 'off':<12} {'-':>9}  {'; '.join(c.notes)}")
             continue
         r = c.real
         goal = (
@@ -351,7 +375,7 @@ def print_report(cases: list[Case], args: argparse.Namespace) -> None:
             else f"missed by {r['total'] - r['checkpoint'] - r['restore'] - GOAL_MARGIN:.1f} s"
         )
         print(
-            f"{where:<28} {'on' if c.early else 'off':<12} {r['total']:>9.1f} {c.scaled['total']:>9.1f}"
+            f"{where:<48} {'on' if c.early else 'off':<12} {r['total']:>9.1f} {c.scaled['total']:>9.1f}"
             f" {r['checkpoint']:>6.1f} {r['restore']:>8.1f} {r['wait_for_instance']:>9.1f}"
             f" {r['spotguard_and_local_stack']:>7.1f}  {goal}"
         )
@@ -364,7 +388,8 @@ def print_report(cases: list[Case], args: argparse.Namespace) -> None:
     )
     for c in cases:
         facts = [
-            f"{c.pool}/{'on' if c.early else 'off'}: next attempt in {c.next_pool or '?'}",
+            f"{c.pool}/{'on' if c.early else 'off'}{'/rebalance' if c.lead else ''}: next attempt in "
+            f"{c.next_pool or '?'}",
             f"checkpointed after step {c.checkpointed_after}, resumed after step {c.resumed_after}",
         ]
         if c.launched_by:
@@ -393,6 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-seconds", type=float, default=0.1, help="pause per step, wall clock (default 0.1)")
     p.add_argument("--warn-at", type=int, default=15, help="the warning at this step (default 15)")
     p.add_argument("--only", choices=["boot", "free"], help="one of the two pools' cases")
+    p.add_argument(
+        "--rebalance-lead",
+        type=float,
+        default=180.0,
+        help="the boot case with SpareOnRebalance: the recommendation this long (real seconds) before the "
+        "warning (default 180; 0: no such case)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.time_scale <= 0 or args.boot_seconds < 0 or args.scale_out_seconds < 0:
@@ -405,12 +437,18 @@ def main(argv: list[str] | None = None) -> int:
     say = (lambda *_: None) if args.json else print
     cases = []
     t0 = time.monotonic()
-    for pool in ["boot", "free"] if args.only is None else [args.only]:
-        for early in (False, True):
-            try:
-                cases.append(run_case(pool, early, args, say))
-            except RuntimeError as exc:
-                cases.append(Case(pool=pool, early=early, notes=[f"FAILED: {exc}"]))
+    runs = [
+        (pool, early, 0.0)
+        for pool in (["boot", "free"] if args.only is None else [args.only])
+        for early in (False, True)
+    ]
+    if args.rebalance_lead > 0 and args.only in (None, "boot"):
+        runs.insert(2 if args.only is None else len(runs), ("boot", True, args.rebalance_lead))
+    for pool, early, lead in runs:
+        try:
+            cases.append(run_case(pool, early, args, say, lead))
+        except RuntimeError as exc:
+            cases.append(Case(pool=pool, early=early, lead=lead, notes=[f"FAILED: {exc}"]))
     if args.json:
         print(json.dumps({"args": vars(args), "cases": [asdict(c) for c in cases]}, default=str))
     else:
