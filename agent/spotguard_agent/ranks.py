@@ -52,6 +52,8 @@ class Ranks:
                 raise ValueError(f"{name}={value!r} is not a whole number") from None
 
         world = number("WORLD_SIZE", 1)
+        if not env.get("WORLD_SIZE", "").strip():
+            return cls(0, 1, 0, 1)  # no launcher's world (a stray RANK alone): one process, as before
         rank = number("RANK", 0)
         if world < 1 or not 0 <= rank < world:
             raise ValueError(f"RANK={rank} and WORLD_SIZE={world} do not fit together")

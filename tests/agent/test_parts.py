@@ -213,6 +213,7 @@ def test_the_agent_reads_the_wrapper_requests_at_the_step_boundary(tmp_path):
 
 def test_ranks_come_from_torchrun_environment():
     assert Ranks.from_env({}) == Ranks(0, 1, 0, 1)
+    assert Ranks.from_env({"RANK": "1"}) == Ranks(0, 1, 0, 1)  # a stray RANK without a world: one process
     r = Ranks.from_env({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"})
     assert r.distributed and not r.leader and r.local_world == 4
     with pytest.raises(ValueError, match="do not fit"):

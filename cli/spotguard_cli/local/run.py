@@ -299,11 +299,7 @@ def _print(result: dict[str, Any]) -> None:
         print(f"  [{'ok' if p['passed'] else 'FAILED'}] {p['check']}")
     if facts["resumed_from"]:
         lost = facts["seconds_lost"]
-        ran_on = (
-            f"; the first attempt stopped {lost:.1f} s after its last commit"
-            if lost is not None
-            else ""
-        )
+        ran_on = f"; the first attempt stopped {lost:.1f} s after its last commit" if lost is not None else ""
         print(f"\nresumed from {facts['resumed_from']} (its step {facts['resumed_at_step']}){ran_on}")
     print(f"logs: {STATE_DIR / 'run'}/ (functions.log, task-*.log, moto.log)")
     print("moto server and every task process stopped.\n" + ("run passed" if result["ok"] else "run FAILED"))
