@@ -111,7 +111,12 @@ def test_flags_override_the_file_and_make_a_spec_alone():
     spec = job_spec(
         _args(str(EXAMPLES / "train-1gpu.yaml"), "--gpus", "2", "--env", "LR=0.1", "--job-id", "mine")
     )
-    assert (spec.gpus, spec.environment, spec.name) == (2, {"LR": "0.1"}, "mine")
+    assert (spec.gpus, spec.name) == (2, "mine")
+    assert spec.environment == {  # --env adds to the file's environment
+        "SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS": "1800",
+        "SPOTGUARD_KEEP_CHECKPOINTS": "3",
+        "LR": "0.1",
+    }
     alone = job_spec(
         _args("--cluster", "c", "--image", "img:1", "--command", "python t.py", "--checkpoint-dir", "/ck")
     )

@@ -10,6 +10,7 @@ from spotguard.domain.jobs.effects import GiveBackSpare, RaiseSpare
 from spotguard.domain.jobs.model import JobState
 from spotguard.domain.jobs.placement import PlacementDecision
 from spotguard.domain.jobs.spares import (
+    GIVE_BACK_LIMIT_SECONDS,
     RETRY_GIVE_BACK_SECONDS,
     SPARE_BOUND_SECONDS,
     ask_spare,
@@ -51,8 +52,12 @@ def _asked():
 def test_a_warning_asks_one_spare_per_attempt_and_only_for_the_warned_host():
     job = _asked()
     assert job.spare.state == "asked" and job.spare.decision.trigger == "warning"
-    again = ask_spare(job, "ev-2", "i-0aaaa", B, "gpu-spot-b-group", T0)
+    again = ask_spare(job, "ev-1", "i-0aaaa", B, "gpu-spot-b-group", T0)  # the same notice again
     assert again.job is None and again.effects == [] and "already" in again.note
+    later = T0 + timedelta(minutes=5)
+    second = ask_spare(job, "ev-2", "i-0aaaa", B, "gpu-spot-b-group", later)  # another notice for the host
+    assert second.effects == [] and "already" in second.note
+    assert second.job.spare.notice == "ev-2" and second.job.spare.asked_at == later  # its bound from here
     other = ask_spare(_on_host(_running()), "ev-1", "i-0bbbb", B, "gpu-spot-b-group", T0)
     assert other.job is None and other.effects == []
 
@@ -126,7 +131,7 @@ def test_give_back_once_and_again_only_if_the_first_try_did_not_finish():
 def test_a_spare_asked_at_a_rebalance_is_the_warning_s_and_one_given_back_may_be_asked_again():
     job = spare_raised(_asked(), 1, True, (), "raised", T0).job  # asked at notice ev-1 (a rebalance)
     held = ask_spare(job, "ev-warning", "i-0aaaa", B, "gpu-spot-b-group", T0)
-    assert held.job is None and held.effects == []  # the warning finds it held: nothing more
+    assert held.effects == [] and held.job.spare.notice == "ev-warning"  # found held: nothing more asked
     later = T0 + timedelta(seconds=SPARE_BOUND_SECONDS)
     ended = spare_given_back(
         give_back(job, "no attempt took it", later).job, 1, "terminated", "i-new", later
@@ -140,3 +145,43 @@ def test_the_bound_does_not_take_a_spare_the_next_attempt_waits_for():
     job = spare_raised(_asked(), 1, True, (), "raised", T0).job
     waiting = _relaunched(job, POOL_B)  # PROVISIONING in the spare's pool, its instance still booting
     assert spare_unneeded(waiting, T0 + timedelta(seconds=SPARE_BOUND_SECONDS * 2)) is None
+
+
+def test_a_spare_not_given_back_yet_blocks_the_next_one():
+    """One at a time: a spare of attempt 1 still being given back (its call failed) is not forgotten by
+    a warning on attempt 2's host."""
+    job = spare_raised(_asked(), 1, True, (), "raised", T0).job
+    giving = give_back(job, "the job moved on", T0).job
+    second = _relaunched(giving, POOL_B)
+    second = on_task_event(second, _ev(second.attempts[-1].task_arn, 2, "RUNNING"), None, T0).job
+    on_host = second.model_copy(
+        update={
+            "attempts": [
+                *second.attempts[:-1],
+                second.attempts[-1].model_copy(update={"instance_id": "i-0bbbb"}),
+            ]
+        }
+    )
+    blocked = ask_spare(on_host, "ev-9", "i-0bbbb", B, "gpu-spot-b-group", T0)
+    assert blocked.effects == [] and "not given back yet (giving-back)" in blocked.note
+
+
+def test_a_spare_still_being_asked_is_not_given_back_until_its_answer_or_its_ask_is_stale():
+    asked = _asked()  # the group not answered yet: `before` unknown
+    cancelled = request_cancel(asked, T0, "user").job
+    assert spare_unneeded(cancelled, T0) is None  # wait for the answer, which gives `before`
+    stale = T0 + timedelta(seconds=RETRY_GIVE_BACK_SECONDS)
+    assert spare_unneeded(cancelled, stale) == "its ask did not finish"
+    ended = give_back(cancelled, "its ask did not finish", stale)
+    assert ended.effects == [] and ended.job.spare.state == "not-raised"  # nothing terminated blindly
+
+
+def test_a_give_back_with_nothing_to_terminate_yet_is_tried_again_until_its_limit():
+    job = spare_raised(_asked(), 1, True, ("i-old",), "raised", T0).job
+    giving = give_back(job, "the job succeeded", T0).job
+    pending = spare_given_back(giving, 1, "no instance listed yet", None, T0, final=False).job
+    assert pending.spare.state == "giving-back"
+    assert spare_unneeded(pending, T0 + timedelta(seconds=RETRY_GIVE_BACK_SECONDS)) == "the job succeeded"
+    late = T0 + timedelta(seconds=GIVE_BACK_LIMIT_SECONDS)
+    done = spare_given_back(pending, 1, "no instance listed yet", None, late, final=False).job
+    assert done.spare.state == "kept" and "given up after 40 minutes" in done.spare.detail

@@ -62,6 +62,11 @@ class LambdaFront:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
+    @property
+    def hosts(self) -> set[str]:
+        port = self.server.server_address[1]
+        return {f"127.0.0.1:{port}", f"localhost:{port}"}
+
     def start(self) -> LambdaFront:
         self.thread.start()
         return self
@@ -90,6 +95,14 @@ class LambdaFront:
     # ------------------------------------------------------------------------------------ requests
     def answer(self, req: BaseHTTPRequestHandler) -> None:
         body = req.rfile.read(int(req.headers.get("Content-Length") or 0))
+        # Only what an AWS SDK or CLI sends: a signed request (a web page cannot send an Authorization
+        # header to another origin without a preflight, which is refused here) to this very address (no
+        # other name pointing at 127.0.0.1). Without it, any page open in a browser could submit a job
+        # whose command the local stack would run on this machine.
+        host = req.headers.get("Host", "")
+        if not req.headers.get("Authorization", "").startswith("AWS4-HMAC-SHA256 ") or host not in self.hosts:
+            self._reply(req, 403, {"message": "the local stack answers signed AWS requests only"}, {})
+            return
         m = INVOKE.match(urlsplit(req.path).path)
         if req.command == "POST" and m:
             name = unquote(m.group("name")).rsplit(":function:", 1)[-1].split(":", 1)[0]

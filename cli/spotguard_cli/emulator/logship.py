@@ -35,14 +35,17 @@ class LogShipper:
     def __init__(self, runner: Any, logs: Any) -> None:
         self.runner, self.logs = runner, logs
         self.tasks: dict[str, _Shipped] = {}
+        self.unshipped: set[str] = set()  # tasks without awslogs: asked about once
         self._groups: set[str] = set()
 
     def ship(self) -> int:
         """One round; the events put."""
         for arn, r in list(self.runner.running.items()):
-            if arn not in self.tasks:
+            if arn not in self.tasks and arn not in self.unshipped:
                 found = self._destination(arn, r)
-                if found is not None:
+                if found is None:
+                    self.unshipped.add(arn)
+                else:
                     self.tasks[arn] = found
         for arn, t in self.tasks.items():
             if arn not in self.runner.running:

@@ -31,6 +31,7 @@ Every field is checked before anything is registered or invoked; a bad one is sa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -56,6 +57,7 @@ from spotguard.domain.tasks import JOB_ID, MANAGED_TAG
 LOG_GROUP = "/spotguard/jobs"
 CONTAINER = "train"
 STOP_TIMEOUT = 120  # ECS's most for a container's SIGTERM -> SIGKILL: the whole spot warning
+SPEC_LABEL = "spotguard.spec-sha256"  # on the container of a revision SpotGuard registered for a spec
 STOP_BUDGET = "SPOTGUARD_STOP_TIMEOUT_SECONDS"  # what the agent may spend on its stop checkpoint
 _DURATION = re.compile(r"^([0-9]{1,5}(?:\.[0-9]+)?)([mhd])$")
 _ROLE = r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$"
@@ -80,7 +82,7 @@ class JobSpec(BaseModel):
     command: list[str] | None = Field(default=None, min_length=1)
     gpus: int = Field(default=1, ge=1, le=8)
     nodes: int = Field(default=1, ge=1, le=64)
-    checkpoint_dir: str | None = Field(default=None, pattern=r"^/[^\x00]*$", max_length=1024)
+    checkpoint_dir: str | None = Field(default=None, pattern=r"^/[^\x00]+$", max_length=1024)
     environment: dict[str, str] = Field(default_factory=dict)
     cpu: int | None = Field(default=None, ge=128, le=196608)  # CPU units (1024 = one vCPU)
     memory: int | None = Field(default=None, ge=128, le=2_000_000)  # MiB
@@ -142,10 +144,15 @@ class JobSpec(BaseModel):
     def _what_runs(self) -> JobSpec:
         if (self.image is None) == (self.task_definition is None):
             raise ValueError("give image (SpotGuard registers the task definition) or task_definition")
+        if self.checkpoint_dir is not None and ".." in self.checkpoint_dir.split("/"):
+            raise ValueError("checkpoint_dir: an absolute path without ..")
         if self.task_definition is not None:
             made = [
                 f
                 for f in (
+                    "gpus",
+                    "logs",
+                    "family",
                     "checkpoint_dir",
                     "cpu",
                     "memory",
@@ -153,7 +160,7 @@ class JobSpec(BaseModel):
                     "task_role_arn",
                     "execution_role_arn",
                 )
-                if getattr(self, f) is not None
+                if f in self.model_fields_set
             ]
             if made:
                 raise ValueError(
@@ -167,9 +174,13 @@ class JobSpec(BaseModel):
 
 
 def load_spec(path: str, overrides: dict[str, Any]) -> JobSpec:
-    """The spec in the file at `path` (YAML or JSON), with `overrides` (the flags given) over it."""
+    """The spec in the file at `path` (YAML or JSON), with `overrides` (the flags given) over it; an
+    environment given both ways is merged, the flags' values over the file's."""
     fields = _read(path) if path else {}
-    fields.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if isinstance(fields.get("environment"), dict) and isinstance(given.get("environment"), dict):
+        given["environment"] = {**fields["environment"], **given["environment"]}
+    fields.update(given)
     try:
         return JobSpec.model_validate(fields)
     except ValidationError as exc:
@@ -272,8 +283,13 @@ def run_task_request(spec: JobSpec, task_definition_arn: str, container: str = C
         if spec.security_groups:
             vpc["securityGroups"] = spec.security_groups
         request["networkConfiguration"] = {"awsvpcConfiguration": vpc}
-    if spec.task_definition and spec.command:
-        request["overrides"] = {"containerOverrides": [{"name": container, "command": list(spec.command)}]}
+    if spec.task_definition and (spec.command or spec.environment):
+        override: dict[str, Any] = {"name": container}
+        if spec.command:
+            override["command"] = list(spec.command)
+        if spec.environment:
+            override["environment"] = [{"name": k, "value": v} for k, v in sorted(spec.environment.items())]
+        request["overrides"] = {"containerOverrides": [override]}
     if spec.tags:
         request["tags"] = [{"key": k, "value": v} for k, v in sorted(spec.tags.items())]
     return request
@@ -289,8 +305,8 @@ def options_of(spec: JobSpec) -> dict[str, Any]:
 
 def register(spec: JobSpec, ecs: Any, region: str) -> tuple[str, str]:
     """The task definition's ARN and its first container's name. A spec with an image: the family's
-    newest revision when it is the same definition (a job submitted again makes no new revision), else
-    a new one. A spec naming a task definition: that one, which must exist."""
+    newest revision when it was registered from the same request (a job submitted again makes no new
+    revision), else a new one. A spec naming a task definition: that one, which must exist."""
     td = task_definition(spec, region)
     if td is None:
         try:
@@ -299,8 +315,12 @@ def register(spec: JobSpec, ecs: Any, region: str) -> tuple[str, str]:
             said = f"task_definition: {spec.task_definition}: {_first_line(exc)}"
             raise CommandError("BadRequest", said) from None
         return str(named["taskDefinitionArn"]), str(named["containerDefinitions"][0]["name"])
+    # a revision is reused only when it was made from this very request (one registered by hand, or
+    # from another spec, is not: it may hold what the spec does not say)
+    digest = _spec_digest(td)
+    td["containerDefinitions"][0]["dockerLabels"] = {SPEC_LABEL: digest}
     newest = _newest_revision(ecs, td["family"])
-    if newest is None or not _same(newest, td):
+    if newest is None or _made_from(newest) != digest:
         newest = ecs.register_task_definition(**td)["taskDefinition"]
     return str(newest["taskDefinitionArn"]), CONTAINER
 
@@ -316,18 +336,14 @@ def _newest_revision(ecs: Any, name: str) -> dict[str, Any] | None:
     return dict(ecs.describe_task_definition(taskDefinition=newest)["taskDefinition"])
 
 
-def _same(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    """The registered revision is the wanted definition: every field SpotGuard sets is as it sets it
-    (ECS fills in others)."""
-    if any(existing.get(k) != wanted.get(k) for k in ("taskRoleArn", "executionRoleArn")):
-        return False
-    if existing.get("networkMode", "bridge") != wanted["networkMode"]:
-        return False
-    have = (existing.get("containerDefinitions") or [{}])[0]
-    (want,) = wanted["containerDefinitions"]
-    return len(existing.get("containerDefinitions") or []) == 1 and all(
-        have.get(k) == v for k, v in want.items()
-    )
+def _spec_digest(td: dict[str, Any]) -> str:
+    """What the registered revision was made from: the whole request, hashed (a label on its container)."""
+    return hashlib.sha256(json.dumps(td, sort_keys=True).encode()).hexdigest()
+
+
+def _made_from(revision: dict[str, Any]) -> str | None:
+    containers = revision.get("containerDefinitions") or [{}]
+    return (containers[0].get("dockerLabels") or {}).get(SPEC_LABEL)
 
 
 def spec_payload(spec: JobSpec, task_definition_arn: str, container: str = CONTAINER) -> dict[str, Any]:

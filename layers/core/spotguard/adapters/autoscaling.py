@@ -83,13 +83,14 @@ class AsgSpares:
 
     def give_back(
         self, cluster: str, group: str, before: tuple[str, ...], keep: int
-    ) -> tuple[str | None, str]:
+    ) -> tuple[str | None, str, bool]:
         """Terminate (lowering the desired capacity) one instance the group added since `before` that
         runs no task, unless no more than `keep` such instances are there (other jobs' spares still
-        wait for theirs). (the instance terminated or None, what was done)."""
+        wait for theirs). (the instance terminated or None, what was done, whether that is final: not
+        when the group has listed no new instance yet, or keeps the idle ones for other spares)."""
         g = self._group(group)
         if g is None:
-            return None, f"Auto Scaling group {group} not found: nothing to give back"
+            return None, f"Auto Scaling group {group} not found: nothing to give back", True
         known = set(before)
         new = [
             i["InstanceId"]
@@ -97,19 +98,20 @@ class AsgSpares:
             if i["InstanceId"] not in known and i.get("LifecycleState") in BUSY
         ]
         if not new:
-            return None, f"{group} added no instance since the spare was asked for"
+            return None, f"{group} has listed no instance added since the spare was asked for", False
         tasks = self._tasks_on(cluster, new)
         idle = [i for i in new if tasks.get(i, 0) == 0]
         if len(idle) <= keep:
             busy = len(new) - len(idle)
-            return None, f"{group}: {busy} new instance(s) run tasks, {len(idle)} kept for other spares"
+            said = f"{group}: {busy} new instance(s) run tasks, {len(idle)} kept for other spares"
+            return None, said, not idle  # none idle: the spare is in use; else wait for the others
         # an instance not registered yet (still booting) costs the least to give back
         idle.sort(key=lambda i: (i in tasks, i))
         instance = idle[0]
         self.autoscaling.terminate_instance_in_auto_scaling_group(
             InstanceId=instance, ShouldDecrementDesiredCapacity=True
         )
-        return instance, f"{group}: terminated {instance}, which ran no task"
+        return instance, f"{group}: terminated {instance}, which ran no task", True
 
     def _tasks_on(self, cluster: str, instances: list[str]) -> dict[str, int]:
         """Running and pending tasks per EC2 instance registered in the cluster (an instance that is

@@ -61,11 +61,11 @@ class JobsRuntime:
         signaller = SsmSignaller(LazyClient("ssm"), env.signal_document) if env.signal_document else None
         advisor = CapacityAdvisor(self.pools, store, self.now, env.clusters)  # both capacity ports
         retries = RetryQueue(sqs, env.retry_queue_url)
-        spares = Spares(
-            AsgSpares(LazyClient("autoscaling"), ecs) if env.spare_groups else None,
-            env.spare_groups,
-            store,
-            self.now,
+        # the early replacement, with the groups the stack lists (none: off, and nothing of it runs)
+        spares = (
+            Spares(AsgSpares(LazyClient("autoscaling"), ecs), env.spare_groups, store, self.now)
+            if env.spare_groups
+            else None
         )
         engine = JobEngine(
             config=JobsConfig(

@@ -36,6 +36,7 @@ from spotguard.domain.jobs.placement import PlacementDecision
 # action is held for LifecycleWaitSeconds at most, 15 minutes by default) and a GPU instance has booted.
 SPARE_BOUND_SECONDS = 1200
 RETRY_GIVE_BACK_SECONDS = 120  # a give-back not recorded as done this long after it began is tried again
+GIVE_BACK_LIMIT_SECONDS = 2 * SPARE_BOUND_SECONDS  # and no longer than this after the spare was asked
 MAX_BEFORE = 500  # the group's instances kept with the spare (ids of ~19 characters: ~10 KB at most)
 
 
@@ -54,16 +55,22 @@ def ask_spare(
     if job.state is not JobState.RUNNING or live is None or live.instance_id != instance_id:
         return Step(note=f"no live attempt of the job runs on {instance_id}")
     spare = job.spare
-    if (
-        spare is not None
-        and spare.attempt == live.number
-        and (spare.holds or spare.state == "giving-back" or spare.notice == notice)
-    ):
-        # one spare at a time for a task; a spare that ended (given back after a rebalance
-        # recommendation no warning followed) may be asked again by the warning itself
+    if spare is not None and spare.attempt == live.number and spare.holds and spare.notice != notice:
+        # the warning after the rebalance recommendation that asked it: the spare is this notice's now,
+        # its bound and its decision's age counted from here
+        fresh = spare.model_copy(
+            update={
+                "notice": notice,
+                "asked_at": now,
+                "decision": spare.decision.model_copy(update={"at": now}),
+            }
+        )
+        return Step(job=bump(job, now, spare=fresh), note=f"attempt {live.number} has its spare already")
+    if spare is not None and spare.attempt == live.number and (spare.holds or spare.notice == notice):
         return Step(note=f"attempt {live.number} has its spare already ({spare.state})")
-    if job.spare is not None and job.spare.holds:
-        return Step(note=f"the spare of attempt {job.spare.attempt} is not given back yet")
+    if spare is not None and (spare.holds or spare.state == "giving-back"):
+        # one at a time: the job keeps one spare, and one not given back yet must not be forgotten
+        return Step(note=f"the spare of attempt {spare.attempt} is not given back yet ({spare.state})")
     if decision.placement is Market.NONE or not decision.pool:
         return Step(note=f"no spare: the next attempt is not to run at once ({decision.reason})"[:300])
     if group is None:
@@ -114,12 +121,16 @@ def carried_spare(job: Job, attempt: int) -> PlacementDecision | None:
 def spare_unneeded(job: Job, now: datetime) -> str | None:
     """Why the job no longer needs the spare it holds (None: it still may)."""
     spare = job.spare
+    retry = timedelta(seconds=RETRY_GIVE_BACK_SECONDS)
     if spare is not None and spare.state == "giving-back":
-        # a give-back whose call failed (its record is retried, and finds the job written): again
-        since = now - (spare.ended_at or now)
-        return (spare.detail or "given back") if since >= timedelta(seconds=RETRY_GIVE_BACK_SECONDS) else None
+        # a give-back that did not finish (its call failed, or what it gives back is not there yet)
+        return (spare.detail or "given back") if now - (spare.ended_at or now) >= retry else None
     if spare is None or not spare.holds:
         return None
+    if spare.state == "asked":
+        # the group is being asked: what it adds is known once it answers (`before`); an ask that never
+        # answered (its Lambda died) is ended by `give_back`
+        return "its ask did not finish" if now - spare.asked_at >= retry else None
     if job.state.terminal:
         return f"the job {job.state}"
     if job.cancel_requested:
@@ -144,6 +155,12 @@ def give_back(job: Job, why: str, now: datetime) -> Step:
     spare = job.spare
     if spare is None or not (spare.holds or spare.state == "giving-back"):
         return Step(note="no spare to give back")
+    if spare.state == "asked":
+        # no answer from the group: what it added, if anything, cannot be told from what was there
+        # (the group's own scale-in, with ECS managed scaling, removes an idle instance)
+        why = f"{why}: nothing known to give back"
+        ended = spare.model_copy(update={"state": "not-raised", "detail": why[:300], "ended_at": now})
+        return Step(job=bump(job, now, spare=ended), note=why)
     changed = spare.model_copy(update={"state": "giving-back", "detail": why[:300], "ended_at": now})
     effect = GiveBackSpare(
         attempt=spare.attempt, cluster=spare.cluster, group=spare.group, before=spare.before
@@ -151,12 +168,21 @@ def give_back(job: Job, why: str, now: datetime) -> Step:
     return Step(job=bump(job, now, spare=changed), effects=[effect], note=f"spare given back: {why}")
 
 
-def spare_given_back(job: Job, attempt: int, outcome: str, terminated: str | None, now: datetime) -> Step:
-    """What giving the spare back did: an instance terminated, or none (it runs a task, or other spares
-    wait for the group's new instances)."""
+def spare_given_back(
+    job: Job, attempt: int, outcome: str, terminated: str | None, now: datetime, final: bool = True
+) -> Step:
+    """What giving the spare back did: an instance terminated, or none (every instance the group added
+    runs a task: kept). Not `final`: nothing to terminate yet (the instance not listed yet, or kept for
+    other jobs' spares that still wait): tried again after RETRY_GIVE_BACK_SECONDS, until
+    GIVE_BACK_LIMIT_SECONDS after the spare was asked."""
     spare = job.spare
     if spare is None or spare.attempt != attempt or spare.state != "giving-back":
         return Step(note="the spare moved on meanwhile")
+    if not final and now - spare.asked_at < timedelta(seconds=GIVE_BACK_LIMIT_SECONDS):
+        later = spare.model_copy(update={"ended_at": now})  # the retry counts from this try
+        return Step(job=bump(job, now, spare=later), note=f"{outcome}: tried again later")
+    if not final:
+        outcome = f"{outcome}; given up after {GIVE_BACK_LIMIT_SECONDS // 60} minutes"
     detail = f"{spare.detail}; {outcome}"[:300]
     changed = spare.model_copy(
         update={"state": "given-back" if terminated else "kept", "detail": detail, "ended_at": now}

@@ -112,15 +112,19 @@ class Reconciler:
                 isolated(job, lambda job=job: self.engine.drive(job.job_id, job))
                 counts["relaunched"] += 1
         volumes = self.jobs.volumes
-        for job in each(JobState.SNAPSHOTTING):
+        snapshotting = each(JobState.SNAPSHOTTING)
+        for job in snapshotting:
             if _age(job, now) > STUCK_SECONDS and volumes is not None:
                 isolated(job, lambda job=job: self.engine.run(job.job_id, *volumes.stuck(job), current=job))
                 counts["snapshots_settled"] += 1
         live: dict[str, list[tuple[Job, Attempt]]] = {}
         running = each(JobState.RUNNING)
-        # and the jobs that ended lately, whose spare's give-back may not have finished
-        ended = [j for s in TERMINAL for j in self.store.list(s, RECENTLY_ENDED, on_unreadable=unreadable)]
-        self._spares(waiting + running + ended, isolated, counts)
+        if self.engine.spares is not None:
+            # and the jobs that ended lately, whose spare's give-back may not have finished
+            ended = [
+                j for s in TERMINAL for j in self.store.list(s, RECENTLY_ENDED, on_unreadable=unreadable)
+            ]
+            self._spares(waiting + snapshotting + running + ended, isolated, counts)
         for job in running:
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again
                 isolated(job, lambda job=job: self._delete_volumes(job))

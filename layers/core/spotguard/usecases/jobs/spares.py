@@ -87,9 +87,12 @@ class Spares:
     # ------------------------------------------------------------------------------------- effects
     def carry(self, job: Job, effect: RaiseSpare | GiveBackSpare) -> list[Transition]:
         """Carry out a spare's effect; the transition that records its outcome."""
-        if self.capacity is None:
-            log.warning("job %s: a spare effect without Auto Scaling access: %s", job.job_id, effect)
-            return []
+        if self.capacity is None:  # the stack lists no groups any more: nothing may be asked or terminated
+            why = "the stack lists no SpareCapacityGroups now: left to the group's own scale-in"
+            log.warning("job %s: %s", job.job_id, why)
+            if isinstance(effect, GiveBackSpare):
+                return [lambda j: spare_given_back(j, effect.attempt, why, None, self.clock())]
+            return [lambda j: spare_raised(j, effect.attempt, False, (), why, self.clock())]
         if isinstance(effect, RaiseSpare):
             # asked once (the spare is written before): a failure is recorded, not retried, and the
             # warning's record is not failed for it (the relaunch then waits for the boot, as without)
@@ -105,14 +108,17 @@ class Spares:
             return [lambda j: spare_raised(j, effect.attempt, raised, before, detail, self.clock())]
         try:
             keep = self._others_waiting(job, effect.group)
-            terminated, outcome = self.capacity.give_back(effect.cluster, effect.group, effect.before, keep)
-        except Exception:
-            # the spare stays "giving-back": the job's next change, or the sweep, tries again once
-            # RETRY_GIVE_BACK_SECONDS have passed; what the caller was doing (a cancel) is not failed for it
+            terminated, outcome, final = self.capacity.give_back(
+                effect.cluster, effect.group, effect.before, keep
+            )
+        except Exception as exc:
+            # not failed for it, whatever the caller was doing (a cancel): the job's next change, or the
+            # sweep, tries again once RETRY_GIVE_BACK_SECONDS have passed, up to GIVE_BACK_LIMIT_SECONDS
             log.warning("job %s: the spare could not be given back yet", job.job_id, exc_info=True)
-            return []
+            terminated, final = None, False
+            outcome = "could not be given back: " + " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
         log.info("job %s: spare given back: %s", job.job_id, outcome)
-        return [lambda j: spare_given_back(j, effect.attempt, outcome, terminated, self.clock())]
+        return [lambda j: spare_given_back(j, effect.attempt, outcome, terminated, self.clock(), final)]
 
     def unneeded(self, job: Job) -> Transition | None:
         """The transition that gives the job's spare back, if the job no longer needs it."""
