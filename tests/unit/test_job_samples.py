@@ -39,7 +39,7 @@ def test_the_task_event_sample_is_acted_on():
         ("{", "reject", "not valid JSON"),
         (json.dumps({"id": "1"}), "reject", "missing"),
         (
-            json.dumps(json.loads((EVENTS / "rebalance-recommendation.json").read_text())),
+            json.dumps(json.loads((EVENTS / "instance-state-shutting-down.json").read_text())),
             "ignore",
             "does not act",
         ),
