@@ -305,3 +305,33 @@ def test_with_spare_on_rebalance_the_recommendation_asks_it_and_the_warning_find
         w.commit_checkpoint(job, 1, progress=0.1)
         _stopped(w, first["task_arn"])
         assert _provider(w.scheduler.requests[-1]) == group.removesuffix("-group")
+
+
+def test_an_idle_spare_that_registered_is_drained_then_given_back(world):
+    """The spare booted and registered, but the next attempt ran on the pool's older instance: the spare
+    is drained (nothing more placed on it), then terminated, with the role's own rights."""
+    w, calls = world
+    job, first = _submitted_and_running(w)
+    other = _other(first["pool"])
+    group = f"gpu-spot-{other}-group"
+    _warn(w, first)
+    w.interruptions.drain()
+    (spare_id,) = [
+        i["InstanceId"]
+        for i in w.stack.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])[
+            "AutoScalingGroups"
+        ][0]["Instances"]
+    ]
+    spare_host = w.cluster.register_host(spare_id, "g5.xlarge", f"us-east-1{other}", f"gpu-spot-{other}")
+    w.scheduler.status[spare_host.container_instance_arn] = "DRAINING"  # the relaunch takes the older one
+    w.commit_checkpoint(job, 1, progress=0.1)
+    _stopped(w, first["task_arn"])
+    second = _running(w, job["job_id"])
+    assert second["instance_id"] != spare_id
+    spare = w.status(job["job_id"])["spare"]
+    assert spare["state"] == "given-back" and f"terminated {spare_id}" in spare["detail"], spare
+    ci = w.stack.client("ecs").describe_container_instances(
+        cluster="gpu-spot", containerInstances=[spare_host.container_instance_arn]
+    )["containerInstances"][0]
+    assert ci["status"] == "DRAINING"
+    assert calls[-1][0] == "TerminateInstanceInAutoScalingGroup"

@@ -99,7 +99,8 @@ class AsgSpares:
         ]
         if not new:
             return None, f"{group} has listed no instance added since the spare was asked for", False
-        tasks = self._tasks_on(cluster, new)
+        registered = self._registered(cluster, new)
+        tasks = {i: n for i, (_, n) in registered.items()}
         idle = [i for i in new if tasks.get(i, 0) == 0]
         if len(idle) <= keep:
             busy = len(new) - len(idle)
@@ -108,21 +109,33 @@ class AsgSpares:
         # an instance not registered yet (still booting) costs the least to give back
         idle.sort(key=lambda i: (i in tasks, i))
         instance = idle[0]
+        if instance in registered:
+            # drained first, so that ECS places nothing more on it, then looked at again: a task placed
+            # on it since (another job's relaunch) keeps it, and it is made ACTIVE again
+            arn = registered[instance][0]
+            self.ecs.update_container_instances_state(
+                cluster=cluster, containerInstances=[arn], status="DRAINING"
+            )
+            if self._registered(cluster, [instance]).get(instance, (arn, 0))[1] > 0:
+                self.ecs.update_container_instances_state(
+                    cluster=cluster, containerInstances=[arn], status="ACTIVE"
+                )
+                return None, f"{group}: a task was placed on {instance} meanwhile: kept", False
         self.autoscaling.terminate_instance_in_auto_scaling_group(
             InstanceId=instance, ShouldDecrementDesiredCapacity=True
         )
         return instance, f"{group}: terminated {instance}, which ran no task", True
 
-    def _tasks_on(self, cluster: str, instances: list[str]) -> dict[str, int]:
-        """Running and pending tasks per EC2 instance registered in the cluster (an instance that is
-        not registered yet is absent)."""
+    def _registered(self, cluster: str, instances: list[str]) -> dict[str, tuple[str, int]]:
+        """Per EC2 instance registered in the cluster: its container instance and its running and
+        pending tasks (an instance that is not registered yet is absent)."""
         wanted = set(instances)
         arns: list[str] = []
         paginator = self.ecs.get_paginator("list_container_instances")
         query = f"ec2InstanceId in [{', '.join(instances)}]"
         for page in paginator.paginate(cluster=cluster, filter=query):
             arns += page.get("containerInstanceArns") or []
-        counts: dict[str, int] = {}
+        counts: dict[str, tuple[str, int]] = {}
         for i in range(0, len(arns), ECS_DESCRIBE_LIMIT):
             resp = self.ecs.describe_container_instances(
                 cluster=cluster, containerInstances=arns[i : i + ECS_DESCRIBE_LIMIT]
@@ -130,5 +143,6 @@ class AsgSpares:
             for ci in resp.get("containerInstances") or []:
                 ec2 = ci.get("ec2InstanceId")
                 if ec2 in wanted:  # moto ignores the filter: keep only the instances asked about
-                    counts[ec2] = int(ci.get("runningTasksCount", 0)) + int(ci.get("pendingTasksCount", 0))
+                    n = int(ci.get("runningTasksCount", 0)) + int(ci.get("pendingTasksCount", 0))
+                    counts[ec2] = (str(ci["containerInstanceArn"]), n)
         return counts
