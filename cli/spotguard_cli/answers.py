@@ -98,6 +98,17 @@ class MoveView(_View):
     requested_at: Time | None = None
 
 
+class SpareView(_View):
+    """The early replacement's spare instance (docs/capacity.md)."""
+
+    attempt: int = 0
+    group: str = ""
+    state: str = ""
+    detail: str = ""
+    asked_at: Time | None = None
+    decision: DecisionView = DecisionView()
+
+
 class RequestView(_View):
     cluster: str = ""
     taskDefinition: str = ""
@@ -139,6 +150,7 @@ class StatusView(_JobView):
     decisions: list[DecisionView] = Field(default_factory=list)  # newest last
     move: MoveView | None = None
     moves_made: int = 0
+    spare: SpareView | None = None  # a stack with the early replacement
 
 
 # ---------------------------------------------------------------------------------------- an answer

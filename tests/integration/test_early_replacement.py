@@ -15,6 +15,7 @@ import pytest
 from spotguard.adapters import clients
 from spotguard_cli.emulator.inject import make_event
 from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
+from spotguard_cli.jobs.render import render
 
 from .conftest import fresh_aws
 from .test_capacity import POOLS, _provider, _running, _stopped
@@ -88,6 +89,8 @@ def test_a_warning_boots_the_next_pool_s_instance_and_the_relaunch_goes_there(wo
     assert calls == [
         ("SetDesiredCapacity", {"AutoScalingGroupName": group, "DesiredCapacity": 1, "HonorCooldown": False})
     ]
+    shown = render(w.invoke({"action": "status", "job_id": job["job_id"]}))  # spotguard jobs status
+    assert f"spare instance for attempt 2 in gpu-spot-{other}/" in shown and f"({group})" in shown
     assert _desired(w, group) == 1
 
     # the same warning again, and the task's own stop: never a second spare for the task

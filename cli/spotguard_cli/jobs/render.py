@@ -105,6 +105,12 @@ def _status_lines(job: StatusView) -> list[str]:
     if job.move is not None:
         to = job.move.to
         lines.append(f"moving to {to.placement or '?'} {to.pool or ''}: waiting for its checkpoint")
+    if job.spare is not None:
+        s = job.spare
+        lines.append(
+            f"spare instance for attempt {s.attempt + 1} in {s.decision.pool or '?'} ({s.group}), asked "
+            f"{_when(s.asked_at)}: {s.state}" + (f"; {s.detail}" if s.detail else "")
+        )
     if job.spend is not None:
         lines.append(spend_text(job.spend))
     return lines
