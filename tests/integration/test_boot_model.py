@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from moto import mock_aws
 from moto.autoscaling.models import FakeAutoScalingGroup
-from moto.moto_api import state_manager
 
 from spotguard.adapters import clients
 from spotguard_cli.emulator import motopatch
 from spotguard_cli.emulator.boot import BootModel
 from spotguard_cli.emulator.gpucluster import GpuCluster, GpuScheduler, PoolGroup, TaskStates
+
+from .conftest import fresh_aws
 
 POOLS = [
     PoolGroup("gpu-spot-a", "gpu-spot-a-group", "g5.xlarge", ("us-east-1a",), spot=True),
@@ -98,15 +98,8 @@ def boot_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(
         FakeAutoScalingGroup, "replace_autoscaling_group_instances", motopatch.launched_as_pools(original)
     )
-    with mock_aws():
-        state_manager.set_transition(
-            model_name="ecs::task", transition={"progression": "manual", "times": 10**9}
-        )
-        try:
-            yield
-        finally:
-            state_manager.unset_transition("ecs::task")
-            clients.reset()
+    with fresh_aws():  # moto in this process, tasks held, and every call held to its role
+        yield
 
 
 @pytest.fixture

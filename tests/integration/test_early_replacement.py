@@ -54,6 +54,12 @@ def _desired(w: JobsWorld, group: str) -> int:
     return int(g["AutoScalingGroups"][0]["DesiredCapacity"])
 
 
+def _instances(w: JobsWorld, group: str) -> list[str]:
+    """The group's instances, as Auto Scaling lists them."""
+    g = w.stack.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])
+    return [i["InstanceId"] for i in g["AutoScalingGroups"][0]["Instances"]]
+
+
 def _warn(w: JobsWorld, attempt: dict[str, Any], kind: str = "spot-interruption") -> dict[str, Any]:
     """The spot warning for the attempt's instance, through EventBridge as AWS delivers it: to the
     interruption function (which stops the task) and to the task-events function (the spare)."""
@@ -116,12 +122,7 @@ def test_the_spare_is_given_back_once_the_next_attempt_runs_elsewhere(world):
     group = f"gpu-spot-{_other(first['pool'])}-group"
     _warn(w, first)
     w.interruptions.drain()
-    added = [
-        i["InstanceId"]
-        for i in w.stack.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])[
-            "AutoScalingGroups"
-        ][0]["Instances"]
-    ]
+    added = _instances(w, group)
     assert len(added) == 1  # moto launched the group's instance at once (on AWS: it boots meanwhile)
     w.commit_checkpoint(job, 1, progress=0.1)
     _stopped(w, first["task_arn"])
@@ -146,12 +147,7 @@ def test_a_spare_whose_instance_runs_the_next_attempt_is_kept(world):
     group = f"gpu-spot-{other}-group"
     _warn(w, first)
     w.interruptions.drain()
-    (spare_id,) = [
-        i["InstanceId"]
-        for i in w.stack.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])[
-            "AutoScalingGroups"
-        ][0]["Instances"]
-    ]
+    (spare_id,) = _instances(w, group)
     # the pool's instance that was there is drained; the spare boots and registers with ECS in the pool
     for h in w.cluster.hosts:
         if h.capacity_provider == f"gpu-spot-{other}":
@@ -319,12 +315,7 @@ def test_an_idle_spare_that_registered_is_drained_then_given_back(world):
     group = f"gpu-spot-{other}-group"
     _warn(w, first)
     w.interruptions.drain()
-    (spare_id,) = [
-        i["InstanceId"]
-        for i in w.stack.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])[
-            "AutoScalingGroups"
-        ][0]["Instances"]
-    ]
+    (spare_id,) = _instances(w, group)
     spare_host = w.cluster.register_host(spare_id, "g5.xlarge", f"us-east-1{other}", f"gpu-spot-{other}")
     w.scheduler.status[spare_host.container_instance_arn] = "DRAINING"  # the relaunch takes the older one
     w.commit_checkpoint(job, 1, progress=0.1)
