@@ -68,3 +68,19 @@ def test_a_flood_of_errors_stays_one_short_line():
         _Many.model_validate({"values": ["x"] * 30})
     line = one_line(err.value)
     assert "\n" not in line and line.endswith("(and 22 more)") and line.startswith("values.0, values.1")
+
+
+def test_a_key_holding_a_newline_stays_one_line_in_every_refusal():
+    """Found by the random property profile in CI: a Launch Due message with an extra detail key '\\n' was
+    dead-lettered with the reason 'detail.\\n: Extra inputs are not permitted', on two lines."""
+    import json
+    from datetime import UTC, datetime
+
+    from spotguard.domain.own_events import launch_due_message
+    from spotguard.domain.settings import Settings
+    from spotguard.domain.task_events import classify_task_message
+
+    body = json.loads(launch_due_message("job-1", 1, datetime.now(UTC)))
+    body["detail"]["\n"] = None
+    msg = classify_task_message(json.dumps(body), Settings())
+    assert msg.outcome == "reject" and "\n" not in msg.reason and "\\n" in msg.reason, msg.reason

@@ -26,7 +26,7 @@ from pydantic import (
     field_validator,
 )
 
-from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
+from spotguard.domain.errors import MAX_DEPTH, one_line, printable, too_deep
 
 MAX_VERSION = 2**53  # ECS versions are small counters; DynamoDB numbers hold 38 digits at most
 _ID = r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})"
@@ -49,11 +49,6 @@ class Refused(BaseModel):
         """The refusal, its reason on one line whatever the input put in it (a key or a value with a
         newline or another control character is shown escaped: `version.\\n`)."""
         return cls(reason=printable(reason), event_id=event_id)
-
-
-def printable(text: str) -> str:
-    """`text` with every character that is not printable written as its escape, so it stays one line."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def instance_id_of(value: str) -> str | None:

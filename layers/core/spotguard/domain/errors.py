@@ -73,7 +73,13 @@ def one_line(exc: ValidationError) -> str:
         parts.append(f"{', '.join(at[:room])}: {what}")
         named += min(len(at), room)
     rest = len(seen) - named
-    return "; ".join(parts) + (f" (and {rest} more)" if rest > 0 else "")
+    # one line whatever the input put in it: a key or value holding a newline is written as its escape
+    return printable("; ".join(parts) + (f" (and {rest} more)" if rest > 0 else ""))
+
+
+def printable(text: str) -> str:
+    """`text` with every character that is not printable written as its escape, so it stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 MAX_DEPTH = 64  # far deeper than any real event or request; deeper input is refused before it is read
