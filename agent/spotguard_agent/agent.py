@@ -161,6 +161,7 @@ class Agent:
         # what a manifest's `step` counts, as the logs name it: the training loop's step; under
         # `spotguard-agent run`, the wrapper's commits of the directory (it knows no step of the job)
         self.step_name = "step"
+        self.install_signals = install_signals
         if install_signals:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGUSR1, self._on_signal)
@@ -547,6 +548,12 @@ class Agent:
             raise err
 
     def close(self) -> None:
+        """The training is done: stop watching, wait for the commit in flight. From here a late SIGUSR1
+        (a move SpotGuard decided as the job finished) is ignored: Python's exit puts SIGUSR1 back to its
+        default action, which would end a job that succeeded with exit 138, a failure; an ignored signal
+        it leaves ignored."""
+        if self.install_signals:
+            signal_safe_ignore_usr1()
         if self.watcher is not None:
             self.watcher.close()
         self.wait()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
+from pathlib import Path
 
 import pytest
 
@@ -241,3 +242,31 @@ def test_the_relay_passes_the_exit_code_through_and_forwards_sigterm_after_the_d
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and 5 <= time.monotonic() - started < 30
     assert "no process reported a committed checkpoint" in err
+
+
+@pytest.mark.slow  # a process
+def test_a_late_sigusr1_after_close_does_not_turn_a_finished_job_into_a_failure(tmp_path):
+    """Found by CI's capacity demo: a move's SIGUSR1 reached the job as it finished; Python's exit had put
+    SIGUSR1 back to its default action, and the job that succeeded exited 138, a failure."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "late.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal, sys
+            sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "agent")!r})
+            os.environ["SPOTGUARD_CHECKPOINT_URI"] = "file://{tmp_path}/ckpt/"
+            os.environ["SPOTGUARD_WATCH_METADATA"] = "false"
+            from spotguard_agent.agent import Agent
+            agent = Agent.from_env()
+            agent.close()  # the training is done
+            os.kill(os.getpid(), signal.SIGUSR1)  # a late move's signal, as the process ends
+            print("finished", flush=True)
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "finished" in done.stdout, done.stderr

@@ -56,3 +56,16 @@ def test_a_cost_is_still_shown_where_the_deadline_is_safe():
     d = choose_capacity(JobNeeds(1, 3.1476, 1.1492, 12.0), pools)
     assert d.expected_cost is not None and 0 < d.expected_cost < 12 * (18.04 + 0.05 * 12.31)
     assert "cannot be met" not in d.reason
+
+
+def test_a_job_on_spot_that_cannot_meet_its_deadline_stays_where_it_finishes_soonest():
+    """Found by CI's capacity demo: a job on spot with 8 steps (0.053 h) left and 0.05 h to its deadline
+    was moved to on-demand 'to finish as soon as possible', a restart that made it finish later (and
+    whose SIGUSR1 reached it as it ended). Where it runs, it finishes soonest."""
+    pools = [PoolOption("a", 1, 0.45, 1.006, True, None, 8), PoolOption("b", 1, 0.45, 1.006, True, None, 8)]
+    held = JobNeeds(1, 0.053, 0.03, 0.05, placement=Market.SPOT, pool="a")
+    answer = choose_capacity(held, pools, 1 / 6)
+    assert answer.placement is Market.SPOT and answer.pool == "a"
+    assert "the spot instance it holds finishes soonest" in answer.reason
+    waiting = JobNeeds(1, 0.053, 0.03, 0.05)  # not running: on-demand is the soonest
+    assert choose_capacity(waiting, pools, 1 / 6).placement is Market.ON_DEMAND

@@ -514,6 +514,11 @@ def _choose(job: JobNeeds, pools: Sequence[PoolOption], tick_hours: float) -> Pl
             held, "only the spot instance it holds can still meet the deadline: a move costs a restart"
         )
     if job.time_left_hours < job.work_left_hours + job.restart_hours - EPS:
+        if held is not None:
+            # running on spot, it finishes soonest where it is: a move to on-demand first pays a restart
+            return run_spot(
+                held, "the deadline cannot be met any more: the spot instance it holds finishes soonest"
+            )
         return run_on_demand(
             "the deadline cannot be met any more: on-demand, to finish as soon as possible",
             recheck=RECHECK_MAX_SECONDS,
