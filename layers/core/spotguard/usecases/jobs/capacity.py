@@ -74,9 +74,11 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
 
     # ------------------------------------------------------------------------------------ decisions
     def decide(self, job: Job, trigger: str) -> PlacementDecision | None:
-        if job.options.capacity != "auto" or job.request.fargate or job.gpus < 1:
+        if not _policy_places(job):
             return None
-        pools = self.book.pools(job.request.cluster_name)
+        return self._decide(job, trigger, self.book.pools(job.request.cluster_name))
+
+    def _decide(self, job: Job, trigger: str, pools: Sequence[PoolRecord]) -> PlacementDecision | None:
         if not pools:
             return None
         now = self.clock()
@@ -136,11 +138,14 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
         live = job.live_attempt
         if live is None:
             return None
+        if not _policy_places(job):
+            return None
+        pools = self.book.pools(job.request.cluster_name)  # read once: the decision and its pool's group
         after_stop = revised(job, placement=None, move=None, **avoidance(job, live, self.clock()))
-        decision = self.decide(after_stop, "launch")
+        decision = self._decide(after_stop, "launch", pools)
         if decision is None:
             return None
-        pool = by_name(self.book.pools(job.request.cluster_name)).get(decision.pool or "")
+        pool = by_name(pools).get(decision.pool or "")
         return decision, (pool.auto_scaling_group if pool is not None else "")
 
     def _placed(
@@ -341,3 +346,8 @@ def _avoided(job: Job, pool: PoolRecord, now: datetime) -> bool:
     """A pool the job stays off for now (interrupted there lately: `options.avoid_pool_seconds`)."""
     where = (pool.instance_type, pool.availability_zone)
     return any(p.until > now and (p.instance_type, p.availability_zone) == where for p in job.avoid_pools)
+
+
+def _policy_places(job: Job) -> bool:
+    """The policy places the job's launches: capacity auto, not Fargate, GPUs (others run as submitted)."""
+    return job.options.capacity == "auto" and not job.request.fargate and job.gpus >= 1
