@@ -389,8 +389,11 @@ class Agent:
         return done
 
     def _report_outcome(self) -> None:
-        """Tell the wrapper (SPOTGUARD_CONTROL_DIR) that the job stops on a committed checkpoint."""
-        if self.control is None or self._outcome_written or not self.ranks.leader:
+        """Tell the wrapper (SPOTGUARD_CONTROL_DIR) that the job stops on a committed checkpoint. Each
+        machine's first local rank tells its own: in a job of several nodes every node has a wrapper
+        (its container's first process) that must exit 75, not only rank 0's. The outcome is the same
+        in every rank (the stop agreed at one step boundary, the checkpoint's result broadcast)."""
+        if self.control is None or self._outcome_written or self.ranks.local_rank != 0:
             return
         committed = self._committed_step()
         sequence, step = committed if committed is not None else (None, None)

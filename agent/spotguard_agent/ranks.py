@@ -10,8 +10,9 @@
   container's first process; torchrun turns SIGTERM into a shutdown of its workers (killed
   --shutdown-timeout later) and does not pass SIGUSR1 on at all. So the wrapper, as the first process,
   keeps the signals and writes them as files in a directory it names in SPOTGUARD_CONTROL_DIR; every rank
-  reads it at each step boundary (one stat and, rarely, a read), and the rank that commits the stop
-  checkpoint writes the outcome there for the wrapper to exit 75.
+  reads it at each step boundary (one stat and, rarely, a read), and once the stop checkpoint is
+  committed each machine's first local rank writes the outcome there for its wrapper to exit 75 (a job
+  of several nodes has a wrapper, and a control directory, per node).
 
 Nothing here imports torch until a Collective is made: the agent works without torch in one process.
 """
