@@ -3,10 +3,15 @@
 The runner watches moto's ECS for tasks placed on the simulated GPU instances and plays the ECS agent:
 it starts each task's first container command as a local process (its own process group) with the task
 definition's environment, the task's overrides, and the local AWS endpoint; StopTask becomes SIGTERM
-and, after the container's stopTimeout, SIGKILL; SSM's `docker kill --signal=SIG <runtime id>` becomes
-that signal to that process. Every state change goes on the bus as the ECS Task State Change event AWS
-would send (RUNNING with the container's runtime id, STOPPED with its exit code), so the template's rule
-routes it to the task-events queue.
+to that process, as `docker stop` sends it to the container's first process only, and, after the
+container's stopTimeout, SIGKILL to its whole process group (every process of the container ends);
+SSM's `docker kill --signal=SIG <runtime id>` becomes that signal to that process. Every state change
+goes on the bus as the ECS Task State Change event AWS would send (RUNNING with the container's runtime
+id, STOPPED with its exit code), so the template's rule routes it to the task-events queue.
+
+Every instance of the local stack is this machine: a node of a multi-node job is told its rendezvous at
+node 0's private address (PET_MASTER_ADDR, SPOTGUARD_RENDEZVOUS), which the runner makes 127.0.0.1 in
+the process's environment (`rendezvous_here`).
 """
 
 from __future__ import annotations
@@ -199,6 +204,7 @@ class TaskRunner:
             **local_environment(self.endpoint, self.region),
             **self.environment(),
         }
+        env, rendezvous = rendezvous_here(env)
         log_path = self.log_dir / f"task-{_short(arn)}.log"
         log: IO[bytes] | None = None
         proc: subprocess.Popen[bytes] | SimulatedProcess
@@ -230,7 +236,10 @@ class TaskRunner:
         self.containers[arn] = name
         host = task.get("containerInstanceArn", "")
         what = f"pid {proc.pid}" if proc.pid else "a simulated container"
-        self.on_change(f"  task {_short(arn)} started as {what} on {_short(host)} ({log_path.name})")
+        self.on_change(
+            f"  task {_short(arn)}{node_words(env)} started as {what} on {_short(host)} ({log_path.name})"
+            + (f"; rendezvous {rendezvous}" if rendezvous else "")
+        )
         self._put(task, r, "RUNNING", None)
 
     def _terminate(self, r: Running) -> None:
@@ -246,7 +255,10 @@ class TaskRunner:
             r.proc.signal(sig)
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(r.proc.pid, sig)
+            if sig == signal.SIGKILL:  # the container ends: every process in it
+                os.killpg(r.proc.pid, sig)
+            else:  # docker stop and docker kill --signal reach the container's first process only
+                os.kill(r.proc.pid, sig)
 
     def _exited(self, r: Running, code: int) -> None:
         del self.running[r.task_arn]
@@ -302,6 +314,37 @@ def local_environment(endpoint: str, region: str) -> dict[str, str]:
         "SPOTGUARD_WATCH_METADATA": "false",
         "PYTHONUNBUFFERED": "1",
     }
+
+
+LOOPBACK = "127.0.0.1"
+NODE_RANK = "SPOTGUARD_NODE_RANK"
+NODES = "SPOTGUARD_NODES"
+RENDEZVOUS = "SPOTGUARD_RENDEZVOUS"
+MASTER_ADDR = "PET_MASTER_ADDR"  # torchrun's --master-addr, read from its environment
+
+
+def rendezvous_here(env: dict[str, str]) -> tuple[dict[str, str], str]:
+    """The environment with a multi-node job's rendezvous address made 127.0.0.1 (every instance of the
+    local stack is this machine: node 0's private address in moto's EC2 leads nowhere), and what was
+    changed, in words ('' when nothing was). The port stays: node 0's store listens on it here."""
+    out = dict(env)
+    host, colon, port = out.get(RENDEZVOUS, "").rpartition(":")
+    address = host if colon and host else out.get(MASTER_ADDR, "")
+    if not address or address == LOOPBACK:
+        return out, ""
+    if out.get(MASTER_ADDR):
+        out[MASTER_ADDR] = LOOPBACK
+    if colon and host:
+        out[RENDEZVOUS] = f"{LOOPBACK}:{port}"
+    port = port or out.get("PET_MASTER_PORT", "")
+    at = f":{port}" if port else ""
+    return out, f"{address}{at} is {LOOPBACK}{at} here (every instance is this machine)"
+
+
+def node_words(env: dict[str, str]) -> str:
+    """' (node 1 of 2)' for a task of a multi-node job; '' for any other."""
+    rank, nodes = env.get(NODE_RANK, ""), env.get(NODES, "")
+    return f" (node {rank} of {nodes})" if rank and nodes and nodes != "1" else ""
 
 
 def _short(arn: str) -> str:

@@ -69,6 +69,9 @@ RECONCILE_WORDS = {
     "moves_stop_retried": "tried a move's stop again",
     "moves_abandoned": "abandoned a move (no checkpoint came)",
     "spares_given_back": "gave back a spare instance no attempt needed",
+    "gangs_abandoned": "gave up a gang that did not form in time",
+    "gang_nodes_launched": "launched a gang's other nodes",
+    "gang_stragglers_stopped": "stopped a gang's nodes still running after another stopped",
 }
 QUIET = ("checked", "pools")
 
@@ -93,7 +96,18 @@ def runtask_line(params: Mapping[str, Any]) -> str:
     where = [p.get("capacityProvider") for p in params.get("capacityProviderStrategy") or []]
     pool = f" in {', '.join(w for w in where if w)}" if any(where) else ""
     attempt = env.get("SPOTGUARD_ATTEMPT", "?")
-    return f"  RunTask attempt {attempt}{pool} from {checkpoint_name(env.get('SPOTGUARD_RESUME_FROM'))}"
+    nodes = env.get("SPOTGUARD_NODES", "")
+    node = f" node {env.get('SPOTGUARD_NODE_RANK', '?')} of {nodes}" if nodes not in ("", "1") else ""
+    beside = [
+        c["expression"].removeprefix("ec2InstanceId !in ")
+        for c in params.get("placementConstraints") or []
+        if node and str(c.get("expression", "")).startswith("ec2InstanceId !in ")
+    ]
+    off = f" off {beside[0]}" if beside else ""
+    return (
+        f"  RunTask attempt {attempt}{node}{pool}{off} from "
+        f"{checkpoint_name(env.get('SPOTGUARD_RESUME_FROM'))}"
+    )
 
 
 FAILURE_WORDS = {"RESOURCE:GPU": "no instance with a free GPU"}
