@@ -226,9 +226,9 @@ def test_a_move_without_its_checkpoint_is_abandoned_and_the_job_goes_on():
 def test_a_task_without_an_instance_is_stopped_to_launch_elsewhere():
     job = _running()
     waiting = revised(job, attempts=[revised(job.attempts[0], last_status="PROVISIONING", started_at=None)])
-    step = abandon_provisioning(waiting, "still provisioning after 700 s")
+    step = abandon_provisioning(waiting, "still provisioning after 700 s", T0)
     assert isinstance(step.effects[0], Stop) and "gpu-spot/g5.xlarge/us-east-1a" in step.effects[0].reason
-    assert abandon_provisioning(job, "x").effects == []  # it runs: nothing to abandon
+    assert abandon_provisioning(job, "x", T0).effects == []  # it runs: nothing to abandon
 
 
 # ------------------------------------------------------------------------------------------ the engine

@@ -45,6 +45,7 @@ class Ec2Hosts:
             lifecycle=lifecycle,
             instance_price=price,
             instance_gpus=self._instance_gpus(itype) if itype else None,
+            private_ip=inst.get("PrivateIpAddress"),
         )
 
     def _spot_price(self, instance_type: str, az: str) -> float | None:

@@ -35,6 +35,7 @@ class HostFacts(BaseModel):
     lifecycle: str | None = None  # spot | on-demand
     instance_price: float | None = None  # USD per hour for the whole instance
     instance_gpus: int | None = None
+    private_ip: str | None = None  # where a gang's other nodes find node 0 (bridge and host networking)
 
 
 class Notification(BaseModel):

@@ -225,17 +225,18 @@ def _task_event(d: TaskDetail, event_id: str, time: datetime | None) -> TaskEven
         time=time,
         created_at=d.createdAt,
         platform_version=d.platformVersion,
-        subnet_id=_subnet(d.attachments),
+        subnet_id=_eni_detail(d.attachments, "subnetId"),
+        private_ip=_eni_detail(d.attachments, "privateIPv4Address"),
         tags={str(tag["key"]): str(tag.get("value", "")) for tag in d.tags if "key" in tag},
     )
 
 
-def _subnet(attachments: list[dict[str, Any]]) -> str | None:
-    """awsvpc tasks carry an ENI attachment that names their subnet."""
+def _eni_detail(attachments: list[dict[str, Any]], name: str) -> str | None:
+    """awsvpc tasks carry an ENI attachment that names their subnet and their private address."""
     eni = next((a for a in attachments if a.get("type") == "ElasticNetworkInterface"), None)
     details = {d.get("name"): d.get("value") for d in (eni or {}).get("details") or [] if isinstance(d, dict)}
-    subnet = details.get("subnetId")
-    return str(subnet) if subnet else None
+    value = details.get(name)
+    return str(value) if value else None
 
 
 def _launch_due(event: EventBridgeModel) -> TaskMessage:

@@ -23,7 +23,10 @@ STARTED_BY = "spotguard"
 CHECKPOINT_CONTAINER_TAG = "spotguard:checkpoint-container"
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 # startedBy carries the job and the attempt, so every task event names its job without a lookup.
-_STARTED_BY = re.compile(rf"^{STARTED_BY}/(?P<job>[A-Za-z0-9][A-Za-z0-9_-]{{0,63}})/(?P<attempt>\d{{1,4}})$")
+# node 0 (and every task of a one-node job): spotguard/<job>/<attempt>; node k of a gang: .../<attempt>/<k>
+_STARTED_BY = re.compile(
+    rf"^{STARTED_BY}/(?P<job>[A-Za-z0-9][A-Za-z0-9_-]{{0,63}})/(?P<attempt>\d{{1,4}})(?:/(?P<node>[1-9]\d?))?$"
+)
 
 
 def cluster_arn_of(container_instance_arn: str) -> str | None:
@@ -116,6 +119,7 @@ class TaskEvent(BaseModel):
     created_at: datetime | None = None
     platform_version: str | None = None
     subnet_id: str | None = None  # awsvpc tasks: the subnet of their network interface
+    private_ip: str | None = None  # awsvpc tasks: their network interface's private address
     tags: Mapping[str, str] = Field(default_factory=dict)  # DescribeTasks with TAGS only; events have none
 
     @property
@@ -123,6 +127,12 @@ class TaskEvent(BaseModel):
         """(job id, attempt) when SpotGuard started this task."""
         m = _STARTED_BY.fullmatch(self.started_by)  # whole: `$` lets a trailing newline through
         return (m["job"], int(m["attempt"])) if m else None
+
+    @property
+    def node(self) -> int:
+        """The task's node in its attempt's gang (0: node 0, or a one-node job's task)."""
+        m = _STARTED_BY.fullmatch(self.started_by)
+        return int(m["node"]) if m and m["node"] else 0
 
     @property
     def detail(self) -> dict[str, Any]:

@@ -97,7 +97,10 @@ class JobStatus(_Job):
             **cls.common(job),
             request=job.request.model_dump(mode="json", exclude_none=True),
             options=job.options.model_dump(mode="json"),
-            attempts=[a.model_dump(mode="json", exclude_none=True) for a in job.attempts],
+            attempts=[
+                a.model_dump(mode="json", exclude_none=True, exclude=None if a.gang else {"nodes", "peers"})
+                for a in job.attempts
+            ],
             checkpoints=[r.model_dump(mode="json", exclude_none=True) for r in refs],
             snapshots=list(job.snapshots),
             spend=spend(job, by_attempt, now).model_dump(mode="json"),

@@ -19,6 +19,14 @@ class Launch(BaseModel):
     resume_from_hint: str | None = None  # a checkpoint a manual resubmit chose; else the newest
 
 
+class LaunchPeers(BaseModel):
+    """A gang's node 0 runs: call RunTask for the attempt's nodes not launched yet, each told node 0's
+    address (safe to repeat: each node's client token is fixed per attempt)."""
+
+    model_config = ConfigDict(frozen=True)
+    attempt: int
+
+
 class Snapshot(BaseModel):
     """EBS mode: snapshot the volume of this (stopped) attempt."""
 
@@ -88,7 +96,16 @@ class GiveBackSpare(BaseModel):
 
 
 Effect = (
-    Launch | Stop | Notify | CapacityWanted | Snapshot | Cleanup | Checkpoint | RaiseSpare | GiveBackSpare
+    Launch
+    | LaunchPeers
+    | Stop
+    | Notify
+    | CapacityWanted
+    | Snapshot
+    | Cleanup
+    | Checkpoint
+    | RaiseSpare
+    | GiveBackSpare
 )
 
 

@@ -18,7 +18,17 @@ ENV_JOB_ID = "SPOTGUARD_JOB_ID"
 ENV_ATTEMPT = "SPOTGUARD_ATTEMPT"
 ENV_CHECKPOINT_URI = "SPOTGUARD_CHECKPOINT_URI"
 ENV_RESUME_FROM = "SPOTGUARD_RESUME_FROM"
-SPOTGUARD_ENV = (ENV_JOB_ID, ENV_ATTEMPT, ENV_CHECKPOINT_URI, ENV_RESUME_FROM)
+# A multi-node job's tasks (a gang, docs/jobs.md "Multi-node jobs") also get their node rank, the node
+# count and node 0's address (nodes 1..N-1), as SpotGuard's names and as torchrun's PET_ variables
+# (torchrun reads PET_<ARGUMENT> for an argument not given: a plain `torchrun` finds the others).
+ENV_NODE_RANK = "SPOTGUARD_NODE_RANK"
+ENV_NODES = "SPOTGUARD_NODES"
+ENV_RENDEZVOUS = "SPOTGUARD_RENDEZVOUS"
+TORCHRUN_ENV = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+GANG_ENV = (ENV_NODE_RANK, ENV_NODES, ENV_RENDEZVOUS, *TORCHRUN_ENV)
+SPOTGUARD_ENV = (ENV_JOB_ID, ENV_ATTEMPT, ENV_CHECKPOINT_URI, ENV_RESUME_FROM, *GANG_ENV)
+NODE_TAG = "spotguard:node"
+MAX_NODES = 64
 MAX_PLACEMENT_CONSTRAINTS = 10  # ECS's limit per task
 RETRY_BASE_SECONDS = 30
 RETRY_MAX_SECONDS = 900
@@ -108,7 +118,7 @@ class RunTaskRequest(BaseModel):
         for t in self.tags or []:
             if t.key.startswith("aws:"):
                 raise ValueError(f"tag {t.key!r}: keys starting with aws: are reserved")
-            if t.key in (JOB_TAG, ATTEMPT_TAG, CHECKPOINT_CONTAINER_TAG):
+            if t.key in (JOB_TAG, ATTEMPT_TAG, NODE_TAG, CHECKPOINT_CONTAINER_TAG):
                 raise ValueError(f"tag {t.key!r} is set by SpotGuard")
         return self
 
@@ -171,6 +181,12 @@ class JobOptions(BaseModel):
     # A task of a pool still PROVISIONING (no instance for it) this long: the pool has no capacity now;
     # the task is stopped and the job launched again where the policy says.
     provisioning_timeout_seconds: int = Field(default=600, ge=60, le=86400)
+    # A multi-node job (a gang): this many tasks of the request, one per instance, in one pool, started
+    # together and relaunched together (docs/jobs.md, "Multi-node jobs"). An attempt that cannot place
+    # all of them within `provisioning_timeout_seconds` is stopped and tried again.
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    # the port node 0 hosts the rendezvous on (torchrun's --master-port)
+    rendezvous_port: int = Field(default=29500, ge=1024, le=65535)
 
 
 # ----------------------------------------------------------------------------------------- the job
@@ -181,11 +197,13 @@ class Pool(BaseModel):
     until: datetime
 
 
-class Attempt(BaseModel):
-    number: int = Field(ge=1)
+class NodeTask(BaseModel):
+    """One task of an attempt: what ECS said of it and what it runs on. An attempt is its node 0's task
+    (every job's), with the other nodes of a multi-node job's gang in `Attempt.peers`."""
+
+    node: int = Field(default=0, ge=0, lt=MAX_NODES)
     task_arn: str
     client_token: str = ""
-    resume_from: str = ""
     launched_at: datetime
     ecs_version: int = -1  # the highest ECS task event version applied (stale ones are dropped)
     last_status: str = "PROVISIONING"
@@ -197,11 +215,26 @@ class Attempt(BaseModel):
     launch_type: str | None = None
     lifecycle: str | None = None  # spot | on-demand, when known
     price_per_hour: float | None = None  # the task's share of its instance's price, when known
+    private_ip: str | None = None  # its network interface's (awsvpc) or its instance's private address
     started_at: datetime | None = None
     stopped_at: datetime | None = None
     stop_code: str | None = None
     stopped_reason: str | None = None
     exit_codes: dict[str, int | None] = Field(default_factory=dict)
+    # A gang's node: what its own stop meant (domain.stops), before the attempt's outcome, which is
+    # decided once every node has stopped (transitions.gang_outcome). Unused for a one-node job.
+    verdict: str | None = None
+    verdict_reason: str | None = None
+    notice: str | None = None  # the notice SpotGuard stopped this node's instance for
+
+    @property
+    def stopped(self) -> bool:
+        return self.last_status == "STOPPED"
+
+
+class Attempt(NodeTask):
+    number: int = Field(ge=1)
+    resume_from: str = ""
     outcome: str | None = None  # succeeded | resubmit | cancelled | failed (see domain.stops)
     outcome_reason: str | None = None
     interrupted_by: str | None = None  # the notice that stopped it, or the ECS stop code
@@ -209,10 +242,42 @@ class Attempt(BaseModel):
     snapshot_id: str | None = None
     pool: str | None = None  # the pool a capacity decision placed it in, and the market
     market: Literal["spot", "on-demand"] | None = None
+    # A gang (nodes > 1): the other nodes' tasks, launched once node 0 runs; when all ran together; why
+    # SpotGuard gave up an attempt whose gang did not form (stopped, tried again, not counted); when
+    # SpotGuard stopped the nodes still running after one of them stopped.
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    peers: list[NodeTask] = Field(default_factory=list)
+    formed_at: datetime | None = None
+    abandoned: str | None = None
+    gang_stopped_at: datetime | None = None
 
     @property
     def live(self) -> bool:
-        return self.outcome is None and self.last_status != "STOPPED"
+        return self.outcome is None and not all(t.stopped for t in self.tasks)
+
+    @property
+    def tasks(self) -> list[NodeTask]:
+        """Every task of the attempt, node 0 (the attempt itself) first."""
+        return [self, *self.peers]
+
+    @property
+    def gang(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def formed(self) -> bool:
+        """All its nodes ran together (a one-node attempt: always)."""
+        return self.nodes == 1 or self.formed_at is not None
+
+    def node_task(self, task_arn: str) -> NodeTask | None:
+        return next((t for t in self.tasks if t.task_arn == task_arn), None)
+
+    def with_node(self, task: NodeTask) -> Attempt:
+        """The attempt with one of its tasks replaced (node 0's is the attempt's own fields)."""
+        if task.node == 0:
+            fields = NodeTask.model_fields
+            return revised(self, **{k: v for k, v in dict(task).items() if k in fields})
+        return revised(self, peers=[task if p.node == task.node else p for p in self.peers])
 
 
 SpareState = Literal["asked", "raised", "not-raised", "giving-back", "given-back", "kept"]
@@ -306,11 +371,12 @@ class Job(BaseModel):
         return len(self.attempts) - self.budget_base
 
     def attempt_for(self, task_arn: str) -> Attempt | None:
-        return next((a for a in self.attempts if a.task_arn == task_arn), None)
+        """The attempt one of whose tasks (any node's) this is."""
+        return next((a for a in self.attempts if a.node_task(task_arn) is not None), None)
 
 
-def started_by(job_id: str, attempt: int) -> str:
-    return f"{STARTED_BY}/{job_id}/{attempt}"
+def started_by(job_id: str, attempt: int, node: int = 0) -> str:
+    return f"{STARTED_BY}/{job_id}/{attempt}" + (f"/{node}" if node else "")
 
 
 def adopted_job_id(task_arn: str) -> str:
@@ -319,9 +385,9 @@ def adopted_job_id(task_arn: str) -> str:
     return f"adopted-{task_arn.rsplit('/', 1)[-1]}"[:64]
 
 
-def client_token(job_id: str, attempt: int, launch_try: int) -> str:
-    """<= 64 printable characters, the same for a repeated call of the same try."""
-    raw = f"{job_id}/{attempt}/{launch_try}"
+def client_token(job_id: str, attempt: int, launch_try: int, node: int = 0) -> str:
+    """<= 64 printable characters, the same for a repeated call of the same try (of the same node)."""
+    raw = f"{job_id}/{attempt}/{launch_try}" + (f"/{node}" if node else "")
     return raw if len(raw) <= 64 else hashlib.sha256(raw.encode()).hexdigest()
 
 

@@ -15,9 +15,13 @@ from spotguard.domain.jobs.model import (
     ENV_ATTEMPT,
     ENV_CHECKPOINT_URI,
     ENV_JOB_ID,
+    ENV_NODE_RANK,
+    ENV_NODES,
+    ENV_RENDEZVOUS,
     ENV_RESUME_FROM,
     MAX_DEADLINE_HOURS,
     MAX_PLACEMENT_CONSTRAINTS,
+    NODE_TAG,
     SPOTGUARD_ENV,
     EbsOptions,
     Job,
@@ -32,12 +36,21 @@ from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG
 
 
 def run_task_params(
-    job: Job, launch: Launch, resume_from: str, avoid_at: datetime, ebs_role: str | None = None
+    job: Job,
+    launch: Launch,
+    resume_from: str,
+    avoid_at: datetime,
+    ebs_role: str | None = None,
+    node: int = 0,
+    rendezvous: str | None = None,
+    beside: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The RunTask parameters for an attempt: the job's request placed as its capacity decision says,
     the SpotGuard environment in every container, the attempt's startedBy, tags and client token, and
     constraints away from the interrupted instances and (for a while, unless it goes on-demand) their
-    spot pools."""
+    spot pools. A gang's node (`node`, from 0) also gets its rank, the node count and, for nodes after
+    the first, node 0's address (`rendezvous`), and keeps off the instances of the nodes placed already
+    (`beside`): one node an instance."""
     # where the job's capacity decision placed it (the request as submitted when there is none)
     params = placement_params(job.request.model_dump(mode="json", exclude_none=True), job.placement)
     env = {
@@ -45,15 +58,18 @@ def run_task_params(
         ENV_ATTEMPT: str(launch.attempt),
         ENV_CHECKPOINT_URI: job.checkpoint_uri,
         ENV_RESUME_FROM: resume_from,
+        **gang_env(job.options.nodes, node, rendezvous, job.options.rendezvous_port),
     }
     params["overrides"] = _with_env(params.get("overrides") or {}, job.containers, env)
-    params["startedBy"] = started_by(job.job_id, launch.attempt)
+    params["startedBy"] = started_by(job.job_id, launch.attempt, node)
     params["clientToken"] = launch.client_token
     params["tags"] = [
         *(params.get("tags") or []),
         {"key": JOB_TAG, "value": job.job_id},
         {"key": ATTEMPT_TAG, "value": str(launch.attempt)},
     ]
+    if job.options.nodes > 1:
+        params["tags"].append({"key": NODE_TAG, "value": str(node)})
     if job.options.checkpoint_container:  # where the interruption path sends SIGUSR1
         params["tags"].append({"key": CHECKPOINT_CONTAINER_TAG, "value": job.options.checkpoint_container})
     if job.ebs_volume:
@@ -64,10 +80,30 @@ def run_task_params(
         # an avoided pool is spot capacity of a type in a zone: on-demand there is not what was reclaimed
         on_demand = job.placement is not None and job.placement.placement == "on-demand"
         pools = [] if on_demand else job.avoid_pools
-        constraints += avoid_constraints(job.avoid_instances, pools, avoid_at)[: max(0, room)]
+        avoided = [*job.avoid_instances, *(i for i in beside if i not in job.avoid_instances)]
+        constraints += avoid_constraints(avoided, pools, avoid_at)[: max(0, room)]
         if constraints:
             params["placementConstraints"] = constraints
     return params
+
+
+def gang_env(nodes: int, node: int, rendezvous: str | None, port: int) -> dict[str, str]:
+    """A gang's environment for its node `node`: SpotGuard's names and torchrun's (PET_NNODES,
+    PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT: torchrun reads PET_<ARGUMENT> for an argument not
+    given). Node 0 hosts the rendezvous: it keeps torchrun's default address (itself). Nothing for a
+    one-node job."""
+    if nodes <= 1:
+        return {}
+    env = {
+        ENV_NODE_RANK: str(node),
+        ENV_NODES: str(nodes),
+        "PET_NNODES": str(nodes),
+        "PET_NODE_RANK": str(node),
+        "PET_MASTER_PORT": str(port),
+    }
+    if node > 0 and rendezvous:
+        env |= {"PET_MASTER_ADDR": rendezvous, ENV_RENDEZVOUS: f"{rendezvous}:{port}"}
+    return env
 
 
 def ebs_volume_configuration(job: Job, attempt: int, default_role: str | None) -> dict[str, Any]:

@@ -24,22 +24,23 @@ def spend(job: Job, checkpoint_times: Mapping[int, list[datetime]], now: datetim
     dollars = dollars_lost = 0.0
     priced = True
     for a in job.attempts:
-        if a.started_at is None:
-            continue
-        end = a.stopped_at or now
-        hours = max(0.0, (end - a.started_at).total_seconds() / 3600)
-        wasted = 0.0
-        if a.outcome in ("resubmit", "failed", "cancelled"):
-            commits = [t for t in checkpoint_times.get(a.number, []) if a.started_at <= t <= end]
-            since = max(commits) if commits else a.started_at
-            wasted = max(0.0, (end - since).total_seconds() / 3600)
-        total += hours * max(job.gpus, 1)
-        lost += wasted * max(job.gpus, 1)
-        if a.price_per_hour is None:
-            priced = False
-        else:
-            dollars += hours * a.price_per_hour
-            dollars_lost += wasted * a.price_per_hour
+        for t in a.tasks:  # a multi-node job's attempt: every node's instance
+            if t.started_at is None:
+                continue
+            end = t.stopped_at or now
+            hours = max(0.0, (end - t.started_at).total_seconds() / 3600)
+            wasted = 0.0
+            if a.outcome in ("resubmit", "failed", "cancelled"):
+                commits = [c for c in checkpoint_times.get(a.number, []) if t.started_at <= c <= end]
+                since = max(commits) if commits else t.started_at
+                wasted = max(0.0, (end - since).total_seconds() / 3600)
+            total += hours * max(job.gpus, 1)
+            lost += wasted * max(job.gpus, 1)
+            if t.price_per_hour is None:
+                priced = False
+            else:
+                dollars += hours * t.price_per_hour
+                dollars_lost += wasted * t.price_per_hour
     return Spend(
         gpu_hours=round(total, 4),
         gpu_hours_lost=round(lost, 4),

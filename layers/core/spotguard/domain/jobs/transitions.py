@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from spotguard.domain.jobs import gangs
 from spotguard.domain.jobs.effects import (
     CapacityWanted,
     Checkpoint,
@@ -28,6 +29,7 @@ from spotguard.domain.jobs.model import (
     Job,
     JobError,
     JobState,
+    NodeTask,
     Pool,
     bump,
     client_token,
@@ -36,7 +38,7 @@ from spotguard.domain.jobs.model import (
 )
 from spotguard.domain.jobs.placement import Move, PlacementDecision, remember
 from spotguard.domain.jobs.spares import carried_spare
-from spotguard.domain.stops import OwnRecord, classify_stop
+from spotguard.domain.stops import OwnRecord, StopVerdict, classify_stop
 from spotguard.domain.tasks import TaskEvent
 
 
@@ -134,6 +136,7 @@ def launch_succeeded(
         launched_at=now,
         pool=placed.pool if placed else None,
         market=placed.placement if placed and placed.placement != "none" else None,
+        nodes=job.options.nodes,
     )
     new = bump(
         job,
@@ -142,7 +145,8 @@ def launch_succeeded(
         attempts=[*job.attempts, attempt],
         launch_tries=0,
         resume_override=None,
-        last_reason=f"attempt {attempt.number} started",
+        last_reason=f"attempt {attempt.number} started"
+        + (f" (node 0 of {attempt.nodes}; the others once it runs)" if attempt.gang else ""),
     )
     effects: list[Effect] = []
     if resubmitted:
@@ -200,22 +204,15 @@ def launch_refused(job: Job, reason: str, now: datetime) -> Step:
 
 def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: datetime) -> Step:
     """Apply one task event. Stale and repeated events (version not above the last applied) change
-    nothing; a task that is not one of the job's attempts and still runs is stopped."""
+    nothing; a task that is not one of the job's attempts and still runs is stopped. A gang's task
+    (`options.nodes` > 1) is one node of its attempt (domain.jobs.gangs)."""
     attempt = job.attempt_for(ev.task_arn)
-    if attempt is None and job.state is JobState.LAUNCHING and ev.job_ref == (job.job_id, job.next_attempt):
-        # The task of the launch in flight, seen before RunTask's answer was written (or after the Lambda
-        # that called it died): bind it, then apply the event to it.
-        bound = launch_succeeded(
-            job,
-            ev.task_arn,
-            client_token(job.job_id, job.next_attempt, job.launch_tries),
-            _env_of(ev.overrides).get(ENV_RESUME_FROM, ""),
-            now,
-            resubmitted=job.next_attempt > 1,
-        )
-        assert bound.job is not None
-        step = on_task_event(bound.job, ev, own_stop_notice, now)
-        return Step(job=step.job or bound.job, effects=[*bound.effects, *step.effects], note=step.note)
+    if attempt is None:
+        bound = _bind(job, ev, now)
+        if bound is not None:
+            assert bound.job is not None
+            step = on_task_event(bound.job, ev, own_stop_notice, now)
+            return Step(job=step.job or bound.job, effects=[*bound.effects, *step.effects], note=step.note)
     if attempt is None:
         if ev.last_status == "STOPPED" or ev.desired_status == "STOPPED":
             return Step(note="a task that is not one of the job's attempts, already stopping")
@@ -223,12 +220,15 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             effects=[Stop(cluster=ev.cluster_arn, task_arn=ev.task_arn, reason=stray_reason(job))],
             note="a task that is not the job's live attempt: stopped so the job never runs twice",
         )
-    if ev.version <= attempt.ecs_version:
-        return Step(note=f"stale or repeated event (version {ev.version} <= {attempt.ecs_version})")
+    task = attempt.node_task(ev.task_arn)
+    assert task is not None
+    if ev.version <= task.ecs_version:
+        return Step(note=f"stale or repeated event (version {ev.version} <= {task.ecs_version})")
 
-    updated = _observe(attempt, ev, own_stop_notice)
+    updated = attempt.with_node(_observe(task, ev, own_stop_notice))
+    if own_stop_notice and updated.interrupted_by is None:
+        updated = revised(updated, interrupted_by=own_stop_notice)
     effects: list[Effect] = []
-    changes: dict[str, Any] = {}
     if ev.last_status != "STOPPED":
         if job.cancel_requested or job.state.terminal:
             effects.append(Stop(cluster=ev.cluster_arn, task_arn=ev.task_arn, reason=cancel_reason(job)))
@@ -241,7 +241,13 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             effects.append(
                 Notify(kind="interrupted", message=f"attempt {attempt.number}: Fargate Spot interruption")
             )
-        return Step(job=replace_attempt(job, updated, now, **changes), effects=effects)
+        elif updated.gang and attempt.number == len(job.attempts):
+            updated, launches = gangs.progress(job, attempt, updated, now)
+            effects.extend(launches)
+            if updated.formed and not attempt.formed:
+                changes = {"last_reason": f"attempt {attempt.number} started on all {updated.nodes} nodes"}
+                return Step(job=replace_attempt(job, updated, now, **changes), effects=effects)
+        return Step(job=replace_attempt(job, updated, now), effects=effects)
 
     # ------------------------------------------------------------------------------ the task stopped
     if not (job.state is JobState.RUNNING and attempt.number == len(job.attempts)):
@@ -252,8 +258,30 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
         OwnRecord(stopped_for_notice=own_stop_notice, cancelled=job.cancel_requested),
         job.options.checkpoint_container or (job.containers[0] if job.containers else None),
     )
+    if updated.gang:
+        node = updated.node_task(ev.task_arn)
+        assert node is not None
+        step = gangs.node_stopped(job, updated, node, verdict, now)
+        if step is None or live_left(step):
+            return step or Step()
+        assert step.job is not None
+        ended = step.job.attempts[-1]
+        return attempt_ended(job, ended, gangs.gang_outcome(ended, job.cancel_requested), now)
+    return attempt_ended(job, updated, verdict, now)
+
+
+def live_left(step: Step) -> bool:
+    """A gang's node stopped, and others of its attempt still run."""
+    return step.job is None or step.job.attempts[-1].live
+
+
+def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetime) -> Step:
+    """The job's running attempt ended (its task stopped; a gang: its last node), `verdict` what that
+    means: the job succeeds, fails, is cancelled, or is queued to be launched again."""
     updated = revised(updated, outcome=verdict.outcome, outcome_reason=verdict.reason)
-    n = attempt.number
+    n = updated.number
+    effects: list[Effect] = []
+    changes: dict[str, Any] = {}
     if verdict.outcome == "succeeded":
         return Step(
             job=replace_attempt(job, updated, now, state=JobState.SUCCEEDED, last_reason=verdict.reason),
@@ -265,7 +293,11 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             effects=[Notify(kind="cancelled", message=f"attempt {n}: {verdict.reason}")],
         )
     moved = job.move is not None and job.move.attempt == n and job.move.stop_requested_at is not None
-    if verdict.outcome == "resubmit" and moved and job.move is not None:
+    if updated.abandoned:
+        # A gang that did not form: launched again where the policy now says (its pool was marked), an
+        # attempt that does not count against max_attempts.
+        changes = {"move": None, "placement": None, "budget_base": job.budget_base + 1}
+    elif verdict.outcome == "resubmit" and moved and job.move is not None:
         # SpotGuard's own move: not an interruption; the next launch follows the move's decision, marked
         # as the move's (trigger "move") so that the capacity advisor carries it out rather than decide
         # again: a fresh decision a few minutes on, with the stop's minutes spent, could send the job
@@ -286,7 +318,7 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
                 effects=[Notify(kind="failed", message=f"attempt {n}: {verdict.reason}")],
             )
         changes = {"error_retries_used": job.error_retries_used + 1, "move": None, "placement": None}
-    if job.attempts_used >= job.options.max_attempts:
+    if job.attempts_used >= job.options.max_attempts and not updated.abandoned:
         used, most = job.attempts_used, job.options.max_attempts
         why = f"{used} attempts used (max_attempts {most}); last: {verdict.reason}"
         return Step(
@@ -309,6 +341,30 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
     return Step(job=requeued, effects=effects)
 
 
+def _bind(job: Job, ev: TaskEvent, now: datetime) -> Step | None:
+    """A task of the job's own launch seen before RunTask's answer was written (or after the Lambda that
+    called it died): node 0 of the launch in flight, or another node of the running gang. None: not one."""
+    ref = ev.job_ref
+    if ref is None or ref[0] != job.job_id:
+        return None
+    if ev.node == 0 and job.state is JobState.LAUNCHING and ref[1] == job.next_attempt:
+        return launch_succeeded(
+            job,
+            ev.task_arn,
+            client_token(job.job_id, job.next_attempt, job.launch_tries),
+            _env_of(ev.overrides).get(ENV_RESUME_FROM, ""),
+            now,
+            resubmitted=job.next_attempt > 1,
+        )
+    live = job.attempts[-1] if job.attempts else None
+    if ev.node > 0 and live is not None and live.number == ref[1] and ev.node < live.nodes:
+        step = gangs.peer_launched(
+            job, ref[1], ev.node, ev.task_arn, client_token(job.job_id, ref[1], 0, ev.node), now
+        )
+        return step if step.job is not None else None
+    return None
+
+
 def _env_of(overrides: Mapping[str, Any] | None) -> dict[str, str]:
     env: dict[str, str] = {}
     for c in (overrides or {}).get("containerOverrides") or []:
@@ -318,7 +374,8 @@ def _env_of(overrides: Mapping[str, Any] | None) -> dict[str, str]:
     return env
 
 
-def _observe(attempt: Attempt, ev: TaskEvent, own_stop_notice: str | None) -> Attempt:
+def _observe(task: NodeTask, ev: TaskEvent, own_stop_notice: str | None) -> NodeTask:
+    """One task of an attempt (node 0's: the attempt itself) as the event says it now is."""
     changes: dict[str, Any] = {"ecs_version": ev.version, "last_status": ev.last_status}
     for field, value in (
         ("container_instance_arn", ev.container_instance_arn),
@@ -329,38 +386,40 @@ def _observe(attempt: Attempt, ev: TaskEvent, own_stop_notice: str | None) -> At
         ("stopped_at", ev.stopped_at),
         ("stop_code", ev.stop_code),
         ("stopped_reason", ev.stopped_reason),
+        ("private_ip", ev.private_ip),
     ):
         if value is not None:
             changes[field] = value
     if ev.containers:
         changes["exit_codes"] = {str(c.get("name", "")): c.get("exitCode") for c in ev.containers}
-    if own_stop_notice and attempt.interrupted_by is None:
-        changes["interrupted_by"] = own_stop_notice
+    if own_stop_notice and task.notice is None:
+        changes["notice"] = own_stop_notice
     if ev.last_status == "STOPPED" and ev.stopped_at is None:
         changes["stopped_at"] = ev.time or ev.stopping_at
-    return revised(attempt, **changes)
+    return revised(task, **changes)
 
 
 def avoidance(job: Job, attempt: Attempt, now: datetime) -> dict[str, Any]:
     """Remember the interrupted instance for good and its spot pool for `avoid_pool_seconds` (the job's
-    changes; the early replacement decides at the warning with them, as the launch after the stop will)."""
+    changes; the early replacement decides at the warning with them, as the launch after the stop will).
+    A gang: the instances of the nodes that were lost (domain.jobs.gangs.lost_nodes), and their pool."""
+    lost: list[NodeTask] = gangs.lost_nodes(attempt) if attempt.gang else [attempt]
     instances = list(job.avoid_instances)
-    if attempt.instance_id and attempt.instance_id not in instances:
-        instances = [*instances, attempt.instance_id][-20:]
+    for task in lost:
+        if task.instance_id and task.instance_id not in instances:
+            instances = [*instances, task.instance_id][-20:]
     pools = [p for p in job.avoid_pools if p.until > now]
-    if attempt.instance_type and attempt.availability_zone and job.options.avoid_pool_seconds > 0:
-        pools = [
-            p
-            for p in pools
-            if (p.instance_type, p.availability_zone) != (attempt.instance_type, attempt.availability_zone)
-        ]
-        pools.append(
-            Pool(
-                instance_type=attempt.instance_type,
-                availability_zone=attempt.availability_zone,
-                until=now + timedelta(seconds=job.options.avoid_pool_seconds),
+    for task in lost:
+        if task.instance_type and task.availability_zone and job.options.avoid_pool_seconds > 0:
+            key = (task.instance_type, task.availability_zone)
+            pools = [p for p in pools if (p.instance_type, p.availability_zone) != key]
+            pools.append(
+                Pool(
+                    instance_type=task.instance_type,
+                    availability_zone=task.availability_zone,
+                    until=now + timedelta(seconds=job.options.avoid_pool_seconds),
+                )
             )
-        )
     return {"avoid_instances": instances, "avoid_pools": pools}
 
 
@@ -378,7 +437,7 @@ def request_cancel(job: Job, now: datetime, reason: str) -> Step:
     new = bump(job, now, cancel_requested=True, last_reason=reason)
     effects: list[Effect] = []
     if live is not None:
-        effects.append(Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=cancel_reason(job)))
+        effects.extend(gangs.stops(job, live, cancel_reason(job)))
     return Step(job=new, effects=effects)
 
 
@@ -420,7 +479,13 @@ def request_move(job: Job, decision: PlacementDecision, now: datetime) -> Step:
     once that checkpoint is committed (`move_checkpointed`) the task is stopped and the job relaunched as
     `decision` says. Refused (no change) when a move is under way or the job is not running."""
     live = job.live_attempt
-    if job.state is not JobState.RUNNING or live is None or job.move is not None or job.cancel_requested:
+    if (
+        job.state is not JobState.RUNNING
+        or live is None
+        or not live.formed
+        or job.move is not None
+        or job.cancel_requested
+    ):
         return Step(note="no move: the job is not running one attempt, or a move is under way")
     move = Move(attempt=live.number, to=decision, requested_at=now)
     new = bump(
@@ -440,7 +505,7 @@ def move_checkpointed(job: Job, now: datetime) -> Step:
     if move is None or live is None or live.number != move.attempt:
         return Step(note="no move under way for the live attempt")
     new = job if move.stop_requested_at else bump(job, now, move=revised(move, stop_requested_at=now))
-    return Step(job=None if new is job else new, effects=[_move_stop(job, move, live)])
+    return Step(job=None if new is job else new, effects=_move_stops(job, move, live))
 
 
 def move_stop_retried(job: Job, now: datetime) -> Step:
@@ -451,15 +516,16 @@ def move_stop_retried(job: Job, now: datetime) -> Step:
     if move is None or live is None or live.number != move.attempt or move.stop_requested_at is None:
         return Step(note="no stopped move under way for the live attempt")
     new = bump(job, now, move=revised(move, stop_requested_at=now))
-    return Step(job=new, effects=[_move_stop(job, move, live)])
+    return Step(job=new, effects=_move_stops(job, move, live))
 
 
-def _move_stop(job: Job, move: Move, live: Attempt) -> Stop:
+def _move_stops(job: Job, move: Move, live: Attempt) -> list[Effect]:
+    """StopTask for the moving attempt's tasks (a gang's every node: it moves whole)."""
     where = "on-demand" if move.to.placement == "on-demand" else f"spot in {move.to.pool}"
     # the policy's reason may say where already ("spot in gpu-spot-b/...: the plan ..."): once is enough
     why = move.to.reason if move.to.reason.startswith(where) else f"{where}: {move.to.reason}"
     reason = f"SpotGuard: moving job {job.job_id} to {why}"[:255]
-    return Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=reason)
+    return list(gangs.stops(job, live, reason))
 
 
 def move_abandoned(job: Job, now: datetime, why: str) -> Step:
@@ -470,11 +536,13 @@ def move_abandoned(job: Job, now: datetime, why: str) -> Step:
     return Step(job=bump(job, now, move=None, last_reason=f"move abandoned: {why}"[:500]))
 
 
-def abandon_provisioning(job: Job, why: str) -> Step:
+def abandon_provisioning(job: Job, why: str, now: datetime) -> Step:
     """The live attempt waits for an instance its pool cannot give (`why`: the provisioning bound
     passed, or Auto Scaling said it could not launch): stop it, a SpotGuard stop, so that the job is
     launched again where the policy now says (the caller has marked the pool unavailable)."""
     live = job.live_attempt
+    if live is not None and live.gang and not live.formed:
+        return gangs.abandon_gang(job, why, now)
     waiting = live is not None and live.last_status in ("PROVISIONING", "PENDING")
     if job.state is not JobState.RUNNING or live is None or not waiting:
         return Step(note="no attempt waiting for an instance")

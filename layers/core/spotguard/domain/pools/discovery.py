@@ -106,6 +106,7 @@ class AutoScalingGroup(_Api):
     launch_configuration: str | None = Field(None, alias="LaunchConfigurationName")
     subnets: str = Field("", alias="VPCZoneIdentifier")  # comma-separated subnet ids
     zones: tuple[str, ...] = Field((), alias="AvailabilityZones")
+    max_size: int | None = Field(None, alias="MaxSize", ge=0)
 
     @property
     def subnet_ids(self) -> list[str]:
@@ -325,6 +326,7 @@ def discover_pools(described: ClusterDescription, now: datetime) -> Discovery:
                         constrain_type=len(types) > 1,
                         constrain_zone=len(zones) > 1,
                         group_instance_types=tuple(types),
+                        max_instances=group.max_size,
                         on_demand_price=price,
                         on_demand_price_source=source,
                         discovered_at=now,

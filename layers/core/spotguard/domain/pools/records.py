@@ -133,6 +133,7 @@ class PoolRecord(Frozen):
     constrain_type: bool  # the provider spans several types: RunTask adds ecs.instance-type == T
     constrain_zone: bool  # ... several zones: RunTask adds ecs.availability-zone == Z
     group_instance_types: tuple[str, ...] = ()  # every type of the provider, in the group's order
+    max_instances: int | None = None  # the group's MaxSize: a multi-node job needs a pool that holds it
     on_demand_price: float | None = Field(None, gt=0)  # $/h per instance; None: not known
     on_demand_price_source: Literal["table", "tag"] | None = None
     spot_price: float | None = Field(None, ge=0)  # $/h per instance, the newest EC2 answered

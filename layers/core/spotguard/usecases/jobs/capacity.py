@@ -109,7 +109,9 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
         here = live.pool if live is not None and held is Market.SPOT else None
         options = [
             replace(o, available=False)
-            if _avoided(job, named[o.name], now) or _unconfirmed(trigger, named[o.name], here, now)
+            if _avoided(job, named[o.name], now)
+            or _unconfirmed(trigger, named[o.name], here, now)
+            or not holds(named[o.name], job.options.nodes)
             else o
             for o in pool_options(pools, now, TICK_HOURS)
         ]
@@ -128,6 +130,9 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
             "time_left_hours": round(needs.time_left_hours, 4) if needs.time_left_hours is not None else None,
             "restart_hours": round(needs.restart_hours, 4),
         }
+        if job.options.nodes > 1 and answer.expected_cost is not None:
+            # the plan prices one instance; a gang holds one an node
+            asked_about["expected_cost"] = round(answer.expected_cost * job.options.nodes, 4)
         placed = self._placed(job, answer.model_copy(update=asked_about), pools, options, now)
         # model_copy does not validate: the completed decision is checked once, as a new one would be
         return PlacementDecision.model_validate(placed.model_dump())
@@ -165,8 +170,9 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
             spot_twin = named.get(answer.instance_pool or "")
             zone = spot_twin.availability_zone if spot_twin else None
             wanted = spot_twin.instance_type if spot_twin else None
-            pool = (on_demand_pool(pools, wanted, now, zone) if wanted else None) or _any_on_demand(
-                pools, job.gpus, now
+            room = [p for p in pools if holds(p, job.options.nodes)]  # a gang: groups that hold it
+            pool = (on_demand_pool(room, wanted, now, zone) if wanted else None) or _any_on_demand(
+                room, job.gpus, now
             )
             if pool is not None:
                 return _in_pool(answer, pool, Market.ON_DEMAND, answer.reason)
@@ -299,6 +305,11 @@ def _in_pool(answer: PlacementDecision, pool: PoolRecord, market: Market, reason
             "reason": reason[:500],
         }
     )
+
+
+def holds(pool: PoolRecord, nodes: int) -> bool:
+    """The pool's group can hold a gang of `nodes` instances (its MaxSize; unknown: assumed so)."""
+    return nodes <= 1 or pool.max_instances is None or pool.max_instances >= nodes
 
 
 def _any_on_demand(pools: Sequence[PoolRecord], gpus: int, now: datetime) -> PoolRecord | None:

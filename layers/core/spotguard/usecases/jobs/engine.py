@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from spotguard.domain.commands import CommandError
 from spotguard.domain.facts import Notification
+from spotguard.domain.jobs import gangs
 from spotguard.domain.jobs.effects import (
     CapacityWanted,
     Checkpoint,
@@ -33,13 +34,14 @@ from spotguard.domain.jobs.effects import (
     Effect,
     GiveBackSpare,
     Launch,
+    LaunchPeers,
     Notify,
     RaiseSpare,
     Snapshot,
     Step,
     Stop,
 )
-from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem, revised
+from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem, client_token, revised
 from spotguard.domain.jobs.placement import PlacementDecision
 from spotguard.domain.jobs.request import run_task_params
 from spotguard.domain.jobs.transitions import (
@@ -313,6 +315,8 @@ class JobEngine:
             self.ecs.stop_task(effect.cluster, effect.task_arn, effect.reason)
         elif isinstance(effect, Launch):
             return [self._launch(job, effect)]
+        elif isinstance(effect, LaunchPeers):
+            return self._launch_peers(job, effect)
         elif isinstance(effect, Snapshot):
             return self.volumes.snapshot(job, effect.attempt)
         elif isinstance(effect, Cleanup):
@@ -376,6 +380,48 @@ class JobEngine:
             self.placement.provider_refused(job, reason)
             delay = 0
         return lambda j: launch_failed(j, reason, self.clock(), delay, capacity=capacity)
+
+    def _launch_peers(self, job: Job, effect: LaunchPeers) -> list[Transition]:
+        """RunTask for the gang's nodes not launched yet, each told node 0's address and kept off the
+        instances of the nodes placed already; the transitions that record them. A node that cannot be
+        placed gives the whole gang up (all or nothing): its pool is marked as for a failed launch, and
+        the job launched again once the gang's tasks have stopped."""
+        attempt = next((a for a in job.attempts if a.number == effect.attempt), None)
+        if attempt is None or gangs.peers_wanted(job) is not attempt:
+            return []
+        address = gangs.rendezvous(attempt)
+        if address is None:  # node 0's address unknown yet: reconcile launches the others once it is
+            log.warning("job %s: node 0 of attempt %s has no known address yet", job.job_id, attempt.number)
+            return []
+        out: list[Transition] = []
+        beside = [t.instance_id for t in attempt.tasks if t.instance_id]
+        for node in gangs.missing_nodes(attempt):
+            token = client_token(job.job_id, attempt.number, 0, node)
+            launch = Launch(attempt=attempt.number, client_token=token)
+            params = run_task_params(
+                job,
+                launch,
+                attempt.resume_from,
+                self.clock(),
+                self.config.ebs_role_arn,
+                node=node,
+                rendezvous=address,
+                beside=beside,
+            )
+            result = self.ecs.run_task(params)
+            if result.task_arn is None:
+                reason = f"node {node}: {result.reason or 'no task was placed'}"
+                if result.failure == "capacity" and job.placement is not None:
+                    self.placement.launch_failed(job, reason)
+                out.append(lambda j, why=reason: gangs.abandon_gang(j, why, self.clock()))
+                break
+            arn = result.task_arn
+            out.append(
+                lambda j, n=node, a=arn, t=token: gangs.peer_launched(
+                    j, attempt.number, n, a, t, self.clock()
+                )
+            )
+        return out
 
     def _newest(self, job: Job) -> str:
         ref = self.checkpoints.newest(job.checkpoint_uri)

@@ -28,8 +28,18 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from spotguard.domain.jobs import gangs
 from spotguard.domain.jobs.effects import Cleanup
-from spotguard.domain.jobs.model import TERMINAL, Attempt, Job, JobState, UnreadableJob, revised, started_by
+from spotguard.domain.jobs.model import (
+    TERMINAL,
+    Attempt,
+    Job,
+    JobState,
+    NodeTask,
+    UnreadableJob,
+    revised,
+    started_by,
+)
 from spotguard.domain.jobs.transitions import (
     abandon_provisioning,
     move_abandoned,
@@ -66,6 +76,9 @@ COUNTS = (
     "moves_stop_retried",
     "moves_abandoned",
     "spares_given_back",
+    "gangs_abandoned",
+    "gang_nodes_launched",
+    "gang_stragglers_stopped",
 )
 
 
@@ -117,7 +130,7 @@ class Reconciler:
             if _age(job, now) > STUCK_SECONDS and volumes is not None:
                 isolated(job, lambda job=job: self.engine.run(job.job_id, *volumes.stuck(job), current=job))
                 counts["snapshots_settled"] += 1
-        live: dict[str, list[tuple[Job, Attempt]]] = {}
+        live: dict[str, list[tuple[Job, Attempt, NodeTask]]] = {}
         running = each(JobState.RUNNING)
         if self.engine.spares is not None:
             # and the jobs that ended lately, whose spare's give-back may not have finished
@@ -135,25 +148,26 @@ class Reconciler:
                 )
                 # a task this sweep just stopped is left to its STOPPED event: described now, it may
                 # show the exit of a container not yet given its signal's time to checkpoint and exit
-                if not stopped:
-                    live.setdefault(job.request.cluster, []).append((job, attempt))
+                if not stopped:  # every task of the attempt still running (a gang: each node's)
+                    tasks = [t for t in attempt.tasks if not t.stopped]
+                    live.setdefault(job.request.cluster, []).extend((job, attempt, t) for t in tasks)
         for cluster, pairs in live.items():
             try:
-                found, missing = self.jobs.ecs.describe_many(cluster, [a.task_arn for _, a in pairs])
+                found, missing = self.jobs.ecs.describe_many(cluster, [t.task_arn for _, _, t in pairs])
             except Exception:  # a cluster gone or no longer ours stops no sweep of the others
                 log.exception(
                     "reconcile could not describe the tasks of cluster %s; the sweep goes on", cluster
                 )
                 counts["failed"] += len(pairs)
                 continue
-            for job, attempt in pairs:
-                task = found.get(attempt.task_arn)
+            for job, attempt, node in pairs:
+                task = found.get(node.task_arn)
                 if task is not None and task.last_status == "STOPPED":
-                    event = _as_event(task, now, attempt.ecs_version + 1)
+                    event = _as_event(task, now, node.ecs_version + 1)
                     isolated(job, lambda event=event: self.jobs.on_task_event(event))
                     counts["stops_applied"] += 1
-                elif attempt.task_arn in missing:
-                    event = _vanished(job, attempt, now)
+                elif node.task_arn in missing:
+                    event = _vanished(job, attempt, node, now)
                     isolated(job, lambda event=event: self.jobs.on_task_event(event))
                     counts["vanished"] += 1
         return counts
@@ -199,19 +213,54 @@ class Reconciler:
                 self.engine.run(job.job_id, lambda j: move_abandoned(j, now, why), current=job, drive=False)
                 counts["moves_abandoned"] += 1
             return False
+        if attempt.gang:
+            gang = self._gang(job, attempt, now, counts)
+            if gang is not None:
+                return gang
         pool_observations.still_running(job)
         waited = (now - attempt.launched_at).total_seconds()
         if attempt.last_status in ("PROVISIONING", "PENDING"):
             if attempt.pool is not None and waited > options.provisioning_timeout_seconds:
                 pool_observations.provisioning_timed_out(job)
                 why = f"still {attempt.last_status.lower()} after {int(waited)} s"
-                self.engine.run(job.job_id, lambda j: abandon_provisioning(j, why), current=job, drive=False)
+                self.engine.run(
+                    job.job_id, lambda j: abandon_provisioning(j, why, now), current=job, drive=False
+                )
                 counts["provisioning_abandoned"] += 1
                 return True
             return False
         if self.jobs.consider_move(job, "reconcile"):
             counts["moves_started"] += 1
         return False
+
+    def _gang(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> bool | None:
+        """A gang's sweep (domain.jobs.gangs): one that did not form within the provisioning bound is
+        given up, its pool marked unavailable; one whose other nodes were not all launched gets them;
+        nodes still running well after another stopped on a checkpoint are stopped. True when it
+        stopped tasks; None when the gang needs nothing of it (the single task's sweep goes on)."""
+        if attempt.abandoned or attempt.gang_stopped_at is not None:
+            return False  # its tasks were stopped: their STOPPED events end it
+        waited = (now - attempt.launched_at).total_seconds()
+        if not attempt.formed and waited > job.options.provisioning_timeout_seconds:
+            if attempt.pool is not None:
+                self.pool_observations.provisioning_timed_out(job)
+            ran = sum(t.last_status == "RUNNING" for t in attempt.tasks)
+            why = f"{ran} of {attempt.nodes} nodes running after {int(waited)} s"
+            self.engine.run(job.job_id, lambda j: abandon_provisioning(j, why, now), current=job, drive=False)
+            counts["gangs_abandoned"] += 1
+            return True
+        if gangs.peers_wanted(job) is not None:
+            self.engine.run(job.job_id, gangs.launch_peers_again, current=job, drive=False)
+            counts["gang_nodes_launched"] += 1
+            return False
+        if any(t.stopped for t in attempt.tasks):
+            step = gangs.stragglers(job, now)
+            if step.effects:
+                self.engine.run(job.job_id, lambda j: gangs.stragglers(j, now), current=job, drive=False)
+                counts["gang_stragglers_stopped"] += 1
+                return True
+            return False
+        return None if attempt.formed else False
 
     def _committed_since(self, job: Job, attempt: int, since: datetime) -> bool:
         return any(
@@ -236,14 +285,14 @@ def _as_event(task: TaskEvent, now: datetime, at_least: int) -> TaskEvent:
     return revised(task, version=max(task.version, at_least), time=now)
 
 
-def _vanished(job: Job, attempt: Attempt, now: datetime) -> TaskEvent:
+def _vanished(job: Job, attempt: Attempt, task: NodeTask, now: datetime) -> TaskEvent:
     return TaskEvent(
-        task_arn=attempt.task_arn,
+        task_arn=task.task_arn,
         cluster_arn=job.request.cluster,
-        version=attempt.ecs_version + 1,
+        version=task.ecs_version + 1,
         last_status="STOPPED",
         desired_status="STOPPED",
-        started_by=started_by(job.job_id, attempt.number)
+        started_by=started_by(job.job_id, attempt.number, task.node)
         if job.origin == "submitted" or attempt.number > 1
         else "",
         stopped_reason=VANISHED_REASON,

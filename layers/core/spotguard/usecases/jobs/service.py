@@ -109,6 +109,9 @@ class JobService:
         if refused:
             raise CommandError("BadRequest", refused)
         ebs = ebs_checkpointing(cmd, td, self.config.ebs_role_arn)
+        gang_refused = _gang_refused(cmd, ebs is not None)
+        if gang_refused:
+            raise CommandError("BadRequest", gang_refused)
         now = self.clock()
         job = Job(
             job_id=job_id,
@@ -253,7 +256,9 @@ class JobService:
             if live.launched_at > ev.at:  # launched after the failure: it says nothing of this task
                 continue
             why = f"Auto Scaling: {ev.message}"[:150]
-            self.engine.run(job.job_id, lambda j, why=why: abandon_provisioning(j, why), current=job)
+            self.engine.run(
+                job.job_id, lambda j, why=why: abandon_provisioning(j, why, self.clock()), current=job
+            )
             moved += 1
         return f"marked unavailable: {pools}; {moved} waiting task(s) stopped to launch elsewhere"
 
@@ -327,9 +332,11 @@ class JobService:
         self.index.index_task(info, ev.version, self.clock())
 
     def _with_host(self, job: Job, ev: TaskEvent, cache: dict[str, Any]) -> Job:
-        """Fill in what the attempt runs on (once per attempt): instance, type, zone, price."""
+        """Fill in what the event's task runs on (once per task): instance, type, zone, price, and its
+        private address (a gang's node 0: where the other nodes find it)."""
         attempt = job.attempt_for(ev.task_arn)
-        if attempt is None or attempt.instance_id or not ev.container_instance_arn:
+        task = attempt.node_task(ev.task_arn) if attempt is not None else None
+        if attempt is None or task is None or task.instance_id or not ev.container_instance_arn:
             return job
         if "facts" not in cache:
             cache["facts"] = self.hosts.facts(ev.cluster_arn, ev.container_instance_arn)
@@ -342,14 +349,31 @@ class JobService:
             else None
         )
         updated = revised(
-            attempt,
+            task,
             instance_id=facts.instance_id,
             instance_type=facts.instance_type,
-            availability_zone=facts.availability_zone or attempt.availability_zone,
+            availability_zone=facts.availability_zone or task.availability_zone,
             lifecycle=facts.lifecycle,
             price_per_hour=price,
+            private_ip=task.private_ip or facts.private_ip,  # awsvpc: the task's own address first
         )
-        return revised(job, attempts=[updated if a.number == attempt.number else a for a in job.attempts])
+        changed = attempt.with_node(updated)
+        return revised(job, attempts=[changed if a.number == attempt.number else a for a in job.attempts])
+
+
+def _gang_refused(cmd: Submit, ebs: bool) -> str | None:
+    """Why a multi-node job cannot run as submitted (None: it can, or it is one node): its nodes are
+    instances (no Fargate), each with its own disk (no EBS mode: one volume a job)."""
+    if cmd.options.nodes <= 1:
+        return None
+    if cmd.request.fargate:
+        return "options.nodes: a multi-node job runs one node an EC2 instance; Fargate has none"
+    if ebs:
+        return (
+            "options.nodes: a multi-node job checkpoints to S3; EBS mode gives a job one volume "
+            "(set options.checkpoint_mode to s3)"
+        )
+    return None
 
 
 def _same_submit(job: Job, cmd: Submit) -> Job:

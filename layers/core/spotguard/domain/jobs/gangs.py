@@ -1,0 +1,211 @@
+"""Multi-node jobs (a gang: `options.nodes` tasks of one request, one per instance, docs/jobs.md
+"Multi-node jobs"): the gang's own steps, pure. The state machine (transitions.py) calls them.
+
+- Forming: node 0 is launched first (the job's launch, as for every job); once it runs, its address is
+  known and the other nodes are launched with it (`LaunchPeers`, `peer_launched`). The attempt has
+  started when every node runs (`formed_at`). A gang that does not form (a node's RunTask placed
+  nothing, or not every node runs within `provisioning_timeout_seconds`) is given up whole
+  (`abandon_gang`): its tasks are stopped and it is launched again, an attempt that does not count.
+- Ending: one node's stop is everyone's. A node that stopped on a committed checkpoint (exit 75) or
+  finished (exit 0) agreed with the others (the agent decides for every rank at once): they stop by
+  themselves, and reconcile stops those that do not within `STRAGGLER_SECONDS`. A node that stopped any
+  other way (killed, its host gone, a failure) cannot be waited for: the others are stopped at once.
+  The attempt ends when its last node has stopped, with one outcome for all (`gang_outcome`), and so the
+  job is relaunched once however the nodes' events arrive.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from spotguard.domain.jobs.effects import LaunchPeers, Step, Stop
+from spotguard.domain.jobs.model import Attempt, Job, JobState, NodeTask, replace_attempt, revised
+from spotguard.domain.stops import RESUME_ME, StopVerdict
+
+GANG_STOP_PREFIX = "SpotGuard: gang of job "
+# A node that agreed to stop (exit 75 or 0) and the others still running this long after: stopped.
+# Longer than ECS's longest stopTimeout (120 s), so a commit in progress on the others is not cut.
+STRAGGLER_SECONDS = 180
+# The reasons domain.stops gives a task lost with its instance (not one that stopped on a checkpoint)
+_LOST_REASONS = ("ECS stopCode", "the host went away", "the task vanished", "stopped by SpotGuard for")
+
+
+def gang_stop_reason(job: Job, why: str) -> str:
+    return f"{GANG_STOP_PREFIX}{job.job_id}: {why}"[:255]
+
+
+def live_tasks(attempt: Attempt) -> list[NodeTask]:
+    return [t for t in attempt.tasks if not t.stopped]
+
+
+def stops(job: Job, attempt: Attempt, reason: str, but: NodeTask | None = None) -> list[Stop]:
+    """StopTask for every task of the attempt still running (but `but`)."""
+    return [
+        Stop(cluster=job.request.cluster, task_arn=t.task_arn, reason=reason)
+        for t in live_tasks(attempt)
+        if but is None or t.task_arn != but.task_arn
+    ]
+
+
+def progress(job: Job, before: Attempt, attempt: Attempt, now: datetime) -> tuple[Attempt, list[LaunchPeers]]:
+    """A running gang's task moved on (not to STOPPED): node 0 running -> launch the others; every node
+    running -> the attempt has started."""
+    if job.state is not JobState.RUNNING or attempt.abandoned or attempt.gang_stopped_at or attempt.formed:
+        return attempt, []
+    tasks = attempt.tasks
+    if len(tasks) == attempt.nodes and all(t.last_status == "RUNNING" for t in tasks):
+        return revised(attempt, formed_at=now), []
+    if attempt.last_status == "RUNNING" and before.last_status != "RUNNING" and missing_nodes(attempt):
+        return attempt, [LaunchPeers(attempt=attempt.number)]
+    return attempt, []
+
+
+def missing_nodes(attempt: Attempt) -> list[int]:
+    """The nodes of a gang not launched yet."""
+    have = {t.node for t in attempt.tasks}
+    return [k for k in range(1, attempt.nodes) if k not in have]
+
+
+def rendezvous(attempt: Attempt) -> str | None:
+    """Node 0's address, once it runs: where the other nodes find it."""
+    return attempt.private_ip if attempt.last_status == "RUNNING" else None
+
+
+def peers_wanted(job: Job) -> Attempt | None:
+    """The live gang whose node 0 runs and whose other nodes are not all launched (reconcile launches
+    them again when the Lambda that was to do it died)."""
+    live = job.live_attempt
+    if (
+        job.state is JobState.RUNNING
+        and live is not None
+        and live.gang
+        and not live.formed
+        and not live.abandoned
+        and live.gang_stopped_at is None
+        and rendezvous(live) is not None
+        and missing_nodes(live)
+    ):
+        return live
+    return None
+
+
+def launch_peers_again(job: Job) -> Step:
+    """Reconcile: the gang's other nodes were to be launched once node 0 ran, and are not all there (the
+    Lambda that was to launch them died, or node 0's address was not known yet): launch them now."""
+    live = peers_wanted(job)
+    if live is None:
+        return Step(note="no gang waiting for its other nodes")
+    return Step(effects=[LaunchPeers(attempt=live.number)])
+
+
+def peer_launched(job: Job, number: int, node: int, task_arn: str, token: str, now: datetime) -> Step:
+    """RunTask answered with node `node`'s task of attempt `number`: record it. A gang that ended or was
+    given up meanwhile does not get it: the task is stopped."""
+    attempt = next((a for a in job.attempts if a.number == number), None)
+    if attempt is not None and attempt.node_task(task_arn) is not None:
+        return Step(note="this task is already the gang's node")
+    if (
+        attempt is None
+        or job.state is not JobState.RUNNING
+        or not attempt.live
+        or attempt.abandoned
+        or attempt.gang_stopped_at
+        or attempt is not job.attempts[-1]
+        or any(t.node == node for t in attempt.peers)
+    ):
+        reason = gang_stop_reason(job, f"attempt {number} is over; node {node} is not wanted")
+        return Step(
+            effects=[Stop(cluster=job.request.cluster, task_arn=task_arn, reason=reason)],
+            note=f"attempt {number} no longer wants node {node}: stopping its task",
+        )
+    peer = NodeTask(node=node, task_arn=task_arn, client_token=token, launched_at=now)
+    peers = sorted([*attempt.peers, peer], key=lambda p: p.node)
+    return Step(job=replace_attempt(job, revised(attempt, peers=peers), now))
+
+
+def abandon_gang(job: Job, why: str, now: datetime) -> Step:
+    """The live gang did not form (`why`): stop every task it has, and launch it again once they have
+    stopped, an attempt that does not count (`gang_outcome`)."""
+    live = job.live_attempt
+    if job.state is not JobState.RUNNING or live is None or not live.gang or live.formed or live.abandoned:
+        return Step(note="no gang forming to give up")
+    given_up = revised(live, abandoned=why[:300], gang_stopped_at=now)
+    reason = gang_stop_reason(job, f"attempt {live.number} did not start on all {live.nodes} nodes ({why})")
+    return Step(
+        job=replace_attempt(job, given_up, now, last_reason=f"gang not formed: {why}"[:500]),
+        effects=stops(job, live, reason),
+    )
+
+
+def node_stopped(
+    job: Job, attempt: Attempt, task: NodeTask, verdict: StopVerdict, now: datetime
+) -> Step | None:
+    """One node of the job's running gang stopped, `verdict` what its own stop says. While other nodes
+    run: they are stopped now unless this one agreed to stop (exit 75 or 0). None when every node has
+    stopped: the attempt ends (the caller decides with `gang_outcome`)."""
+    task = revised(
+        task, verdict=verdict.outcome, verdict_reason=verdict.reason[:500], stopped_at=task.stopped_at or now
+    )
+    attempt = attempt.with_node(task)
+    if not live_tasks(attempt):
+        return Step(job=replace_attempt(job, attempt, now))
+    agreed = verdict.outcome == "succeeded" or verdict.exit_code == RESUME_ME
+    effects: list[Stop] = []
+    if not agreed and attempt.gang_stopped_at is None:
+        why = f"node {task.node} stopped ({verdict.reason})"
+        effects = stops(job, attempt, gang_stop_reason(job, why))
+        attempt = revised(attempt, gang_stopped_at=now)
+    note = f"node {task.node} of attempt {attempt.number} stopped; {len(live_tasks(attempt))} still running"
+    return Step(job=replace_attempt(job, attempt, now), effects=list(effects), note=note)
+
+
+def stragglers(job: Job, now: datetime) -> Step:
+    """Reconcile: nodes still running `STRAGGLER_SECONDS` after another node of their gang stopped on a
+    checkpoint or finished (they agreed to stop too, and have not): stopped."""
+    live = job.live_attempt
+    if job.state is not JobState.RUNNING or live is None or not live.gang or live.gang_stopped_at:
+        return Step(note="no gang waiting for its nodes")
+    ended = [t.stopped_at for t in live.tasks if t.stopped and t.stopped_at is not None]
+    if not ended or (now - min(ended)).total_seconds() <= STRAGGLER_SECONDS:
+        return Step(note="no node stopped long enough ago")
+    why = f"still running {STRAGGLER_SECONDS} s after another node stopped"
+    return Step(
+        job=replace_attempt(job, revised(live, gang_stopped_at=now), now),
+        effects=stops(job, live, gang_stop_reason(job, why)),
+    )
+
+
+def gang_outcome(attempt: Attempt, cancelled: bool) -> StopVerdict:
+    """What a gang's attempt came to once every node has stopped: given up before it formed (a
+    resubmit that does not count), cancelled, resubmitted when any node's own stop says so (a failure
+    of another node is then most likely the lost peer's), succeeded when every node finished, else
+    failed. Nodes SpotGuard stopped because of another say nothing of their own."""
+    if attempt.abandoned:
+        return StopVerdict(outcome="resubmit", reason=f"the gang did not form: {attempt.abandoned}")
+    own = [t for t in attempt.tasks if not (t.stopped_reason or "").startswith(GANG_STOP_PREFIX)]
+    own = own or attempt.tasks
+    if cancelled or any(t.verdict == "cancelled" for t in own):
+        return StopVerdict(outcome="cancelled", reason="cancelled by the user through SpotGuard")
+    resubmit = next((t for t in own if t.verdict == "resubmit"), None)
+    if resubmit is not None:
+        return StopVerdict(outcome="resubmit", reason=f"node {resubmit.node}: {resubmit.verdict_reason}")
+    if all(t.verdict == "succeeded" for t in attempt.tasks):
+        return StopVerdict(outcome="succeeded", reason=f"all {attempt.nodes} nodes exited 0")
+    failed = next((t for t in own if t.verdict == "failed"), own[0])
+    return StopVerdict(outcome="failed", reason=f"node {failed.node}: {failed.verdict_reason}")
+
+
+def lost_nodes(attempt: Attempt) -> list[NodeTask]:
+    """The nodes whose instance went away (a notice, its host gone, ECS's interruption): their
+    instances and pool are avoided by the next attempt. Nodes that stopped on a checkpoint because
+    another did are not."""
+    return [
+        t
+        for t in attempt.tasks
+        if t.notice
+        or (
+            t.verdict == "resubmit"
+            and (t.verdict_reason or "").startswith(_LOST_REASONS)
+            and not (t.stopped_reason or "").startswith(GANG_STOP_PREFIX)
+        )
+    ]

@@ -1,0 +1,239 @@
+"""Multi-node jobs (gangs), the pure part: the gang forms (node 0 first, then the others with its
+address), ends once for all its nodes however their events arrive, and is given up whole when it does not
+form. Over moto: tests/integration/test_gangs.py."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spotguard.domain.jobs import gangs
+from spotguard.domain.jobs.effects import Launch, LaunchPeers, Stop
+from spotguard.domain.jobs.model import Job, JobOptions, JobState, RunTaskRequest, client_token, started_by
+from spotguard.domain.jobs.request import run_task_params
+from spotguard.domain.jobs.spend import spend
+from spotguard.domain.jobs.transitions import (
+    abandon_provisioning,
+    begin_launch,
+    launch_succeeded,
+    on_task_event,
+    request_cancel,
+)
+from spotguard.domain.tasks import TaskEvent
+
+T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+CLUSTER = "arn:aws:ecs:us-east-1:123456789012:cluster/gpu-spot"
+TASK = "arn:aws:ecs:us-east-1:123456789012:task/gpu-spot/"
+
+
+def _arn(attempt: int, node: int) -> str:
+    return f"{TASK}{attempt:016x}{node:016x}"
+
+
+def _job(nodes: int = 3, **options) -> Job:
+    return Job(
+        job_id="g1",
+        state=JobState.QUEUED,
+        request=RunTaskRequest(cluster="gpu-spot", taskDefinition="train-8gpu:1", launchType="EC2"),
+        options=JobOptions(nodes=nodes, **options),
+        checkpoint_uri="s3://bucket/jobs/g1/",
+        gpus=8,
+        containers=["train"],
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+def _ev(attempt: int, node: int, version: int, status: str, exit_code: int | None = None, **kw) -> TaskEvent:
+    containers = ({"name": "train", "exitCode": exit_code},) if status == "STOPPED" else ({"name": "train"},)
+    return TaskEvent(
+        task_arn=_arn(attempt, node),
+        cluster_arn=CLUSTER,
+        version=version,
+        last_status=status,
+        desired_status="STOPPED" if status == "STOPPED" else "RUNNING",
+        started_by=started_by("g1", attempt, node),
+        containers=containers,
+        **kw,
+    )
+
+
+def _apply(job: Job, ev: TaskEvent, notice: str | None = None, at: datetime = T0):
+    step = on_task_event(job, ev, notice, at)
+    return (step.job or job), step
+
+
+def _formed(nodes: int = 3, attempt: int = 1) -> Job:
+    """A gang whose every node runs (node 0 with its address, then the others launched and running)."""
+    job = _job(nodes)
+    job = begin_launch(job, T0).job
+    job = launch_succeeded(job, _arn(attempt, 0), "tok", "", T0, resubmitted=False).job
+    job, step = _apply(job, _ev(attempt, 0, 2, "RUNNING", private_ip="10.0.0.5"))
+    assert step.effects == [LaunchPeers(attempt=attempt)]
+    for k in range(1, nodes):
+        token = client_token("g1", attempt, 0, k)
+        job = gangs.peer_launched(job, attempt, k, _arn(attempt, k), token, T0).job
+    for k in range(1, nodes):
+        job, _ = _apply(job, _ev(attempt, k, 2, "RUNNING"))
+    return job
+
+
+def test_node_0_runs_first_then_the_others_are_launched_and_the_gang_forms():
+    job = _job(3)
+    job = begin_launch(job, T0).job
+    job = launch_succeeded(job, _arn(1, 0), "tok", "", T0, resubmitted=False).job
+    live = job.live_attempt
+    assert live is not None and live.nodes == 3 and live.gang and not live.formed
+    job, step = _apply(job, _ev(1, 0, 1, "PENDING"))
+    assert step.effects == []  # not running yet: no address to give the others
+    job, step = _apply(job, _ev(1, 0, 2, "RUNNING", private_ip="10.0.0.5"))
+    assert step.effects == [LaunchPeers(attempt=1)]
+    assert gangs.rendezvous(job.attempts[-1]) == "10.0.0.5"
+    assert gangs.missing_nodes(job.attempts[-1]) == [1, 2]
+    job = _formed(3)
+    assert job.attempts[-1].formed and "all 3 nodes" in job.last_reason
+
+
+def test_every_node_gets_its_rank_the_count_and_node_0s_address():
+    job = _formed(2)
+    launch = Launch(attempt=1, client_token="t")
+    first = run_task_params(job, launch, "", T0)
+    second = run_task_params(job, launch, "", T0, node=1, rendezvous="10.0.0.5", beside=["i-0aaa"])
+
+    def env(params) -> dict[str, str]:
+        (c,) = params["overrides"]["containerOverrides"]
+        return {e["name"]: e["value"] for e in c["environment"]}
+
+    e0, e1 = env(first), env(second)
+    assert (e0["SPOTGUARD_NODE_RANK"], e0["PET_NODE_RANK"], e0["PET_NNODES"]) == ("0", "0", "2")
+    assert "PET_MASTER_ADDR" not in e0  # node 0 hosts the rendezvous
+    assert e1["PET_MASTER_ADDR"] == "10.0.0.5" and e1["PET_MASTER_PORT"] == "29500"
+    assert e1["SPOTGUARD_RENDEZVOUS"] == "10.0.0.5:29500" and e1["SPOTGUARD_NODES"] == "2"
+    assert first["startedBy"] == "spotguard/g1/1" and second["startedBy"] == "spotguard/g1/1/1"
+    assert {"key": "spotguard:node", "value": "1"} in second["tags"]
+    assert {"type": "memberOf", "expression": "ec2InstanceId !in [i-0aaa]"} in second["placementConstraints"]
+    # one node: nothing of the gang's
+    single = _job(1)
+    (c,) = run_task_params(single, launch, "", T0)["overrides"]["containerOverrides"]
+    assert not {e["name"] for e in c["environment"]} & {"SPOTGUARD_NODES", "PET_NNODES"}
+
+
+def test_a_peer_seen_before_its_runtask_answer_is_bound_to_its_node():
+    job = _job(2)
+    job = begin_launch(job, T0).job
+    job = launch_succeeded(job, _arn(1, 0), "tok", "", T0, resubmitted=False).job
+    job, _ = _apply(job, _ev(1, 0, 2, "RUNNING", private_ip="10.0.0.5"))
+    job, step = _apply(job, _ev(1, 1, 2, "RUNNING"))
+    assert [t.node for t in job.attempts[-1].tasks] == [0, 1] and job.attempts[-1].formed
+    assert not any(isinstance(e, Stop) for e in step.effects)
+    # the RunTask answer written after: already there
+    assert gangs.peer_launched(job, 1, 1, _arn(1, 1), "t", T0).job is None
+
+
+def _stop_all(
+    job: Job, order: list[tuple[int, int | None, str | None]], version: int = 3
+) -> tuple[Job, list]:
+    effects: list = []
+    for node, code, notice in order:
+        job, step = _apply(job, _ev(1, node, version, "STOPPED", code), notice)
+        effects += step.effects
+    return job, effects
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_warned_node_checkpoints_with_the_others_and_the_gang_is_relaunched_once(seed):
+    """Node 1's instance is warned (SpotGuard stopped it for the notice); every node exits 75 on the one
+    checkpoint. Whatever the order of the three STOPPED events, repeated: one relaunch, after the last."""
+    job = _formed(3)
+    stopped = [(0, 75, None), (1, 75, "spot-interruption:i-1"), (2, 75, None)]
+    events = stopped * 2
+    random.Random(seed).shuffle(events)
+    relaunches = 0
+    for node, code, notice in events:
+        before = job.state
+        job, step = _apply(job, _ev(1, node, 3, "STOPPED", code), notice)
+        assert not any(isinstance(e, Stop) for e in step.effects)  # they agreed: nobody is cut
+        relaunches += before is JobState.RUNNING and job.state is JobState.QUEUED
+    assert relaunches == 1 and job.state is JobState.QUEUED
+    a = job.attempts[-1]
+    assert a.outcome == "resubmit" and a.outcome_reason.startswith("node ")
+    assert job.attempts_used == 1
+
+
+def test_a_node_lost_without_a_notice_stops_the_others_and_one_relaunch_follows():
+    job = _formed(3)
+    job, step = _apply(
+        job, _ev(1, 2, 3, "STOPPED", 137, stopped_reason="Host EC2 (instance i-0abc) terminated.")
+    )
+    stops = [e for e in step.effects if isinstance(e, Stop)]
+    assert {s.task_arn for s in stops} == {_arn(1, 0), _arn(1, 1)}
+    assert all(s.reason.startswith(gangs.GANG_STOP_PREFIX) for s in stops)
+    assert job.state is JobState.RUNNING  # until every node has stopped
+    # the others, stopped by SpotGuard (their exit says nothing of their own: 143)
+    job, step = _apply(job, _ev(1, 0, 3, "STOPPED", 143, stopped_reason=stops[0].reason))
+    assert step.effects == [] and job.state is JobState.RUNNING
+    job, step = _apply(job, _ev(1, 1, 3, "STOPPED", 143, stopped_reason=stops[1].reason))
+    assert job.state is JobState.QUEUED
+    a = job.attempts[-1]
+    assert a.outcome == "resubmit" and "host went away" in a.outcome_reason
+    assert [t.node for t in gangs.lost_nodes(a)] == [2]
+
+
+def test_a_failure_of_one_node_fails_the_job_when_no_node_was_interrupted():
+    job = _formed(2)
+    job, step = _apply(job, _ev(1, 1, 3, "STOPPED", 1, stopped_reason="Essential container in task exited"))
+    (stop,) = [e for e in step.effects if isinstance(e, Stop)]
+    job, _ = _apply(job, _ev(1, 0, 3, "STOPPED", 143, stopped_reason=stop.reason))
+    assert job.state is JobState.FAILED and job.attempts[-1].outcome_reason.startswith("node 1: exit 1")
+
+
+def test_the_gang_succeeds_when_every_node_exits_0():
+    job = _formed(2)
+    job, _ = _stop_all(job, [(1, 0, None)])
+    assert job.state is JobState.RUNNING
+    job, _ = _stop_all(job, [(0, 0, None)])
+    assert job.state is JobState.SUCCEEDED
+
+
+def test_cancel_stops_every_node():
+    job = _formed(3)
+    step = request_cancel(job, T0, "no longer needed")
+    assert {e.task_arn for e in step.effects if isinstance(e, Stop)} == {_arn(1, k) for k in range(3)}
+
+
+def test_a_gang_that_does_not_form_is_stopped_whole_and_launched_again_without_counting():
+    job = _job(3)
+    job = begin_launch(job, T0).job
+    job = launch_succeeded(job, _arn(1, 0), "tok", "", T0, resubmitted=False).job
+    job, _ = _apply(job, _ev(1, 0, 2, "RUNNING", private_ip="10.0.0.5"))
+    job = gangs.peer_launched(job, 1, 1, _arn(1, 1), "t", T0).job  # node 2's RunTask placed nothing
+    step = abandon_provisioning(job, "1 of 3 nodes running after 700 s", T0 + timedelta(seconds=700))
+    assert {e.task_arn for e in step.effects if isinstance(e, Stop)} == {_arn(1, 0), _arn(1, 1)}
+    job = step.job
+    # a node launched meanwhile is not taken
+    late = gangs.peer_launched(job, 1, 2, _arn(1, 2), "t", T0)
+    assert late.job is None and isinstance(late.effects[0], Stop)
+    job, _ = _stop_all(job, [(1, None, None), (0, 143, None)])
+    assert job.state is JobState.QUEUED and job.attempts[-1].abandoned
+    assert job.attempts_used == 0  # a gang that never ran costs no attempt
+
+
+def test_stragglers_are_stopped_after_the_bound():
+    job = _formed(2)
+    job, _ = _stop_all(job, [(0, 75, None)])
+    assert gangs.stragglers(job, T0 + timedelta(seconds=60)).effects == []
+    later = T0 + timedelta(seconds=gangs.STRAGGLER_SECONDS + 1)
+    (stop,) = gangs.stragglers(job, later).effects
+    assert stop.task_arn == _arn(1, 1)
+
+
+def test_spend_counts_every_node():
+    job = _formed(2)
+    job, _ = _stop_all(job, [])
+    one = on_task_event(job, _ev(1, 0, 3, "RUNNING", started_at=T0), None, T0)
+    job = one.job or job
+    job = on_task_event(job, _ev(1, 1, 3, "RUNNING", started_at=T0), None, T0).job or job
+    s = spend(job, {}, T0 + timedelta(hours=1))
+    assert s.gpu_hours == 16.0  # two nodes of 8 GPUs for an hour
