@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spotguard.domain.jobs import gangs
-from spotguard.domain.jobs.effects import Launch, LaunchPeers, Stop
+from spotguard.domain.jobs.effects import Launch, LaunchLater, LaunchPeers, Stop
 from spotguard.domain.jobs.model import Job, JobOptions, JobState, RunTaskRequest, client_token, started_by
 from spotguard.domain.jobs.request import run_task_params
 from spotguard.domain.jobs.spend import spend
@@ -215,9 +215,11 @@ def test_a_gang_that_does_not_form_is_stopped_whole_and_launched_again_without_c
     # a node launched meanwhile is not taken
     late = gangs.peer_launched(job, 1, 2, _arn(1, 2), "t", T0)
     assert late.job is None and isinstance(late.effects[0], Stop)
-    job, _ = _stop_all(job, [(1, None, None), (0, 143, None)])
+    job, effects = _stop_all(job, [(1, None, None), (0, 143, None)])
     assert job.state is JobState.QUEUED and job.attempts[-1].abandoned
     assert job.attempts_used == 0  # a gang that never ran costs no attempt
+    # tried again later, not at once: a wait that grows with each gang in a row that did not form
+    assert LaunchLater(launch_try=0, delay_seconds=30) in effects and job.retry_at is not None
 
 
 def test_stragglers_are_stopped_after_the_bound():
@@ -237,3 +239,20 @@ def test_spend_counts_every_node():
     job = on_task_event(job, _ev(1, 1, 3, "RUNNING", started_at=T0), None, T0).job or job
     s = spend(job, {}, T0 + timedelta(hours=1))
     assert s.gpu_hours == 16.0  # two nodes of 8 GPUs for an hour
+
+
+def test_a_node_stopped_for_its_instance_stops_every_other_node_once():
+    job = _formed(3)
+    warned = "SpotGuard: spot-interruption i-0bbb (event e-1)"
+    ev = _ev(1, 1, 3, "RUNNING", stopped_reason=warned)
+    ev = ev.model_copy(update={"desired_status": "STOPPED"})
+    job, step = _apply(job, ev)
+    stops = [e for e in step.effects if isinstance(e, Stop)]
+    assert {s.task_arn for s in stops} == {_arn(1, 0), _arn(1, 2)}
+    assert "node 1's instance is going" in stops[0].reason
+    again = ev.model_copy(update={"version": 4})
+    job, step = _apply(job, again)
+    assert step.effects == []  # asked once
+    # then all stop on the one checkpoint: the attempt ends once, the warned node's instance avoided
+    job, _ = _stop_all(job, [(0, 75, None), (2, 75, None), (1, 75, "spot-interruption:i-0bbb")], version=5)
+    assert job.state is JobState.QUEUED and job.attempts[-1].outcome == "resubmit"

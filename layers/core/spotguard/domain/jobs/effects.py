@@ -27,6 +27,15 @@ class LaunchPeers(BaseModel):
     attempt: int
 
 
+class LaunchLater(BaseModel):
+    """Schedule the retry message that brings the queued job back after `delay_seconds` (its try
+    `launch_try`): a job that waits must have something that ends the wait."""
+
+    model_config = ConfigDict(frozen=True)
+    launch_try: int
+    delay_seconds: int
+
+
 class Snapshot(BaseModel):
     """EBS mode: snapshot the volume of this (stopped) attempt."""
 
@@ -98,6 +107,7 @@ class GiveBackSpare(BaseModel):
 Effect = (
     Launch
     | LaunchPeers
+    | LaunchLater
     | Stop
     | Notify
     | CapacityWanted

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from spotguard.domain.jobs.effects import LaunchPeers, Step, Stop
 from spotguard.domain.jobs.model import Attempt, Job, JobState, NodeTask, replace_attempt, revised
-from spotguard.domain.stops import RESUME_ME, StopVerdict
+from spotguard.domain.stops import RESUME_ME, SPOTGUARD_REASON, StopVerdict
 
 GANG_STOP_PREFIX = "SpotGuard: gang of job "
 # A node that agreed to stop (exit 75 or 0) and the others still running this long after: stopped.
@@ -45,6 +45,23 @@ def stops(job: Job, attempt: Attempt, reason: str, but: NodeTask | None = None) 
         for t in live_tasks(attempt)
         if but is None or t.task_arn != but.task_arn
     ]
+
+
+def node_stopping(job: Job, attempt: Attempt, task: NodeTask, reason: str, now: datetime) -> list[Stop]:
+    """A node of the running gang is being stopped by SpotGuard for its instance (a spot warning, a
+    terminate action, maintenance: `reason`, SpotGuard's stop reason): every other node is stopped now
+    too, so that all of them checkpoint together on the warning's time rather than each find out when its
+    peer is gone. Nothing when the gang's stop was asked already (a cancel, a move, an earlier node)."""
+    if (
+        attempt.gang_stopped_at is not None
+        or job.cancel_requested
+        or job.move is not None
+        or not reason.startswith(SPOTGUARD_REASON)
+        or reason.startswith(GANG_STOP_PREFIX)
+    ):
+        return []
+    why = f"node {task.node}'s instance is going ({reason.removeprefix(SPOTGUARD_REASON)})"
+    return stops(job, attempt, gang_stop_reason(job, why), but=task)
 
 
 def progress(job: Job, before: Attempt, attempt: Attempt, now: datetime) -> tuple[Attempt, list[LaunchPeers]]:
@@ -195,6 +212,16 @@ def gang_outcome(attempt: Attempt, cancelled: bool) -> StopVerdict:
     return StopVerdict(outcome="failed", reason=f"node {failed.node}: {failed.verdict_reason}")
 
 
+def unformed_in_a_row(attempts: list[Attempt]) -> int:
+    """How many of the newest attempts in a row were gangs given up before they formed."""
+    count = 0
+    for a in reversed(attempts):
+        if not a.abandoned:
+            break
+        count += 1
+    return count
+
+
 def lost_nodes(attempt: Attempt) -> list[NodeTask]:
     """The nodes whose instance went away (a notice, its host gone, ECS's interruption): their
     instances and pool are avoided by the next attempt. Nodes that stopped on a checkpoint because
@@ -202,10 +229,10 @@ def lost_nodes(attempt: Attempt) -> list[NodeTask]:
     return [
         t
         for t in attempt.tasks
-        if t.notice
-        or (
-            t.verdict == "resubmit"
-            and (t.verdict_reason or "").startswith(_LOST_REASONS)
-            and not (t.stopped_reason or "").startswith(GANG_STOP_PREFIX)
+        if not (t.stopped_reason or "").startswith(GANG_STOP_PREFIX)
+        and (
+            t.notice is not None
+            or (t.stopped_reason or "").startswith(SPOTGUARD_REASON)  # stopped for its instance
+            or (t.verdict == "resubmit" and (t.verdict_reason or "").startswith(_LOST_REASONS))
         )
     ]

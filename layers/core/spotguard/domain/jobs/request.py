@@ -44,13 +44,14 @@ def run_task_params(
     node: int = 0,
     rendezvous: str | None = None,
     beside: Sequence[str] = (),
+    pool: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The RunTask parameters for an attempt: the job's request placed as its capacity decision says,
     the SpotGuard environment in every container, the attempt's startedBy, tags and client token, and
     constraints away from the interrupted instances and (for a while, unless it goes on-demand) their
     spot pools. A gang's node (`node`, from 0) also gets its rank, the node count and, for nodes after
-    the first, node 0's address (`rendezvous`), and keeps off the instances of the nodes placed already
-    (`beside`): one node an instance."""
+    the first, node 0's address (`rendezvous`), keeps off the instances of the nodes placed already
+    (`beside`): one node an instance, and goes where node 0 runs (`pool`: its instance type and zone)."""
     # where the job's capacity decision placed it (the request as submitted when there is none)
     params = placement_params(job.request.model_dump(mode="json", exclude_none=True), job.placement)
     env = {
@@ -76,6 +77,11 @@ def run_task_params(
         params["volumeConfigurations"] = [ebs_volume_configuration(job, launch.attempt, ebs_role)]
     if not job.request.fargate:  # Fargate takes no placement constraints
         constraints = list(params.get("placementConstraints") or [])
+        if pool is not None:  # a gang runs in one pool: training across zones is slow and billed
+            same = (
+                f"attribute:ecs.instance-type == {pool[0]} and attribute:ecs.availability-zone == {pool[1]}"
+            )
+            constraints.append({"type": "memberOf", "expression": same})
         room = MAX_PLACEMENT_CONSTRAINTS - len(constraints)
         # an avoided pool is spot capacity of a type in a zone: on-demand there is not what was reclaimed
         on_demand = job.placement is not None and job.placement.placement == "on-demand"

@@ -15,6 +15,7 @@ from spotguard.domain.jobs.effects import (
     Checkpoint,
     Effect,
     Launch,
+    LaunchLater,
     Notify,
     Snapshot,
     Step,
@@ -241,7 +242,16 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             effects.append(
                 Notify(kind="interrupted", message=f"attempt {attempt.number}: Fargate Spot interruption")
             )
-        elif updated.gang and attempt.number == len(job.attempts):
+        elif updated.gang and attempt.number == len(job.attempts) and job.state is JobState.RUNNING:
+            node = updated.node_task(ev.task_arn)
+            assert node is not None
+            stopping = ev.desired_status == "STOPPED" and node.stopped_reason
+            others = (
+                gangs.node_stopping(job, updated, node, node.stopped_reason or "", now) if stopping else []
+            )
+            if others:  # one node's instance is going: every node checkpoints and stops now
+                updated = revised(updated, gang_stopped_at=now)
+                return Step(job=replace_attempt(job, updated, now), effects=list(others))
             updated, launches = gangs.progress(job, attempt, updated, now)
             effects.extend(launches)
             if updated.formed and not attempt.formed:
@@ -294,9 +304,13 @@ def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetim
         )
     moved = job.move is not None and job.move.attempt == n and job.move.stop_requested_at is not None
     if updated.abandoned:
-        # A gang that did not form: launched again where the policy now says (its pool was marked), an
-        # attempt that does not count against max_attempts.
+        # A gang that did not form: launched again after a wait that grows with each gang in a row that
+        # did not form (30 s up to 15 min), where the policy then says (its pool was marked), an attempt
+        # that does not count against max_attempts.
+        delay = retry_delay(gangs.unformed_in_a_row([*job.attempts[:-1], updated]))
         changes = {"move": None, "placement": None, "budget_base": job.budget_base + 1}
+        changes |= {"retry_at": now + timedelta(seconds=delay)}
+        effects = [LaunchLater(launch_try=0, delay_seconds=delay)]
     elif verdict.outcome == "resubmit" and moved and job.move is not None:
         # SpotGuard's own move: not an interruption; the next launch follows the move's decision, marked
         # as the move's (trigger "move") so that the capacity advisor carries it out rather than decide
@@ -331,10 +345,9 @@ def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetim
         updated,
         now,
         state=next_state,
-        retry_at=None,
         launch_tries=0,
         last_reason=verdict.reason,
-        **changes,
+        **{"retry_at": None, **changes},
     )
     if job.ebs_volume:
         effects.append(Snapshot(attempt=n))

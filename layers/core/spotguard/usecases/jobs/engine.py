@@ -34,6 +34,7 @@ from spotguard.domain.jobs.effects import (
     Effect,
     GiveBackSpare,
     Launch,
+    LaunchLater,
     LaunchPeers,
     Notify,
     RaiseSpare,
@@ -317,6 +318,8 @@ class JobEngine:
             return [self._launch(job, effect)]
         elif isinstance(effect, LaunchPeers):
             return self._launch_peers(job, effect)
+        elif isinstance(effect, LaunchLater):
+            self.retries.schedule(job.job_id, effect.launch_try, effect.delay_seconds)
         elif isinstance(effect, Snapshot):
             return self.volumes.snapshot(job, effect.attempt)
         elif isinstance(effect, Cleanup):
@@ -395,6 +398,8 @@ class JobEngine:
             return []
         out: list[Transition] = []
         beside = [t.instance_id for t in attempt.tasks if t.instance_id]
+        known = attempt.instance_type and attempt.availability_zone
+        pool = (str(attempt.instance_type), str(attempt.availability_zone)) if known else None
         for node in gangs.missing_nodes(attempt):
             token = client_token(job.job_id, attempt.number, 0, node)
             launch = Launch(attempt=attempt.number, client_token=token)
@@ -407,6 +412,7 @@ class JobEngine:
                 node=node,
                 rendezvous=address,
                 beside=beside,
+                pool=pool,
             )
             result = self.ecs.run_task(params)
             if result.task_arn is None:

@@ -307,9 +307,10 @@ class JobService:
 
         def transition(job: Job) -> Step:
             attempt = job.attempt_for(ev.task_arn)
+            task = attempt.node_task(ev.task_arn) if attempt is not None else None  # a gang: its node
             notice = None
-            if ev.last_status == "STOPPED" and attempt is not None and attempt.instance_id:
-                notice = self.claims.stop_claim(attempt.instance_id)
+            if ev.last_status == "STOPPED" and task is not None and task.instance_id:
+                notice = self.claims.stop_claim(task.instance_id)
             step = on_task_event(job, ev, notice, self.clock())
             if step.job is not None:
                 step = revised(step, job=self._with_host(step.job, ev, facts_cache))

@@ -1,0 +1,174 @@
+"""Multi-node jobs (gangs) through the stack's functions over moto: an N-node attempt is N RunTask
+placements (node 0 first, then the others with its address), a gang that cannot be placed whole is stopped
+and tried again, and one node's warning or loss brings exactly one relaunch of the whole gang from the
+same checkpoint, however the nodes' events arrive. The pure rules: tests/unit/test_gangs.py."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from spotguard_cli.emulator.gpucluster import Host
+from spotguard_cli.emulator.world import JobsWorld
+
+pytestmark = pytest.mark.slow  # every test deploys the stack into moto
+
+
+def _env(request: dict[str, Any]) -> dict[str, str]:
+    (override,) = request["overrides"]["containerOverrides"]
+    return {e["name"]: e["value"] for e in override["environment"]}
+
+
+def _private_ip(jobs: JobsWorld, host: Host) -> str:
+    (r,) = jobs.stack.client("ec2").describe_instances(InstanceIds=[host.instance_id])["Reservations"]
+    return r["Instances"][0]["PrivateIpAddress"]
+
+
+def _host_of(jobs: JobsWorld, arn: str) -> Host:
+    placed = jobs.scheduler.placed[arn]
+    return next(h for h in jobs.hosts.values() if h.container_instance_arn == placed)
+
+
+@pytest.fixture
+def gang_world(jobs: JobsWorld) -> JobsWorld:
+    """Two more single-GPU hosts, one a zone, so a 2-node gang of g5.xlarge fits in either zone."""
+    jobs.hosts["a1b"] = jobs.cluster.add_host("g5.xlarge", "us-east-1a")
+    jobs.hosts["b1b"] = jobs.cluster.add_host("g5.xlarge", "us-east-1b")
+    return jobs
+
+
+def _formed(jobs: JobsWorld, nodes: int = 2) -> tuple[dict[str, Any], list[str]]:
+    """Submit an N-node job and run it until every node runs: its task ARNs, node 0 first."""
+    job = jobs.submit(gpus=1, nodes=nodes)
+    arn0 = job["task_arn"]
+    jobs.emit(arn0)  # node 0 RUNNING: the others are launched with its address
+    status = jobs.status(job["job_id"])
+    arns = [arn0, *(p["task_arn"] for p in status["attempts"][-1]["peers"])]
+    assert len(arns) == nodes
+    for arn in arns[1:]:
+        jobs.emit(arn)
+    return job, arns
+
+
+def test_an_n_node_attempt_is_n_placements_each_told_the_rendezvous(gang_world: JobsWorld):
+    jobs = gang_world
+    job = jobs.submit(gpus=1, nodes=2)
+    (first,) = jobs.scheduler.requests  # node 0 alone until it runs
+    env0 = _env(first)
+    assert env0["SPOTGUARD_NODE_RANK"] == "0" and env0["PET_NNODES"] == "2" and "PET_MASTER_ADDR" not in env0
+    assert first["startedBy"] == f"spotguard/{job['job_id']}/1"
+    host0 = _host_of(jobs, job["task_arn"])
+
+    jobs.emit(job["task_arn"])  # RUNNING
+    assert len(jobs.scheduler.requests) == 2
+    second = jobs.scheduler.requests[1]
+    env1 = _env(second)
+    address = _private_ip(jobs, host0)
+    assert env1["PET_MASTER_ADDR"] == address and env1["PET_NODE_RANK"] == "1"
+    assert env1["SPOTGUARD_RENDEZVOUS"] == f"{address}:29500"
+    assert env1["SPOTGUARD_ATTEMPT"] == "1" and env1["SPOTGUARD_CHECKPOINT_URI"] == job["checkpoint_uri"]
+    assert second["startedBy"] == f"spotguard/{job['job_id']}/1/1"
+    assert {"key": "spotguard:node", "value": "1"} in second["tags"]
+    expressions = [c["expression"] for c in second["placementConstraints"]]
+    assert f"ec2InstanceId !in [{host0.instance_id}]" in expressions
+    assert any("ecs.instance-type == g5.xlarge" in e and "us-east-1a" in e for e in expressions)
+    status = jobs.status(job["job_id"])
+    (peer,) = status["attempts"][0]["peers"]
+    host1 = _host_of(jobs, peer["task_arn"])
+    assert host1 is not host0 and host1.availability_zone == host0.availability_zone  # one pool
+    jobs.emit(peer["task_arn"])
+    status = jobs.status(job["job_id"])
+    assert status["attempts"][0]["formed_at"] and "all 2 nodes" in status["last_reason"]
+    # a repeated RUNNING of node 0 launches nothing more
+    jobs.emit(job["task_arn"])
+    assert len(jobs.scheduler.requests) == 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_warning_for_one_node_stops_every_node_once_and_relaunches_the_gang_once(gang_world, seed):
+    jobs = gang_world
+    job, (arn0, arn1) = _formed(jobs)
+    newest = jobs.commit_checkpoint(job, 1)
+    warned = _host_of(jobs, arn1)
+    jobs.interrupt(warned)  # the interruption function stops node 1's task for the warning
+    assert jobs.task(arn1)["stoppedReason"].startswith("SpotGuard: spot-interruption")
+    # ECS's event for node 1 being stopped (still running, desired STOPPED): node 0 is stopped too
+    stopping = jobs.event(arn1)
+    stopping["detail"].update(lastStatus="RUNNING", desiredStatus="STOPPED")
+    jobs.put(stopping)
+    jobs.task_events.drain()
+    assert jobs.task(arn0)["stoppedReason"].startswith("SpotGuard: gang of job")
+    jobs.put(stopping)  # repeated: nothing more
+    jobs.task_events.drain()
+    # both nodes exit 75 on the one checkpoint; their STOPPED events three times each, shuffled
+    stopped = [jobs.event(arn0, exit_code=75), jobs.event(arn1, exit_code=75)] * 3
+    random.Random(seed).shuffle(stopped)
+    for e in stopped:
+        jobs.put(e)
+    jobs.task_events.drain()
+
+    requests = jobs.scheduler.requests
+    assert len(requests) == 3  # node 0 of attempt 2, once
+    assert (
+        _env(requests[2])["SPOTGUARD_RESUME_FROM"] == newest and _env(requests[2])["SPOTGUARD_ATTEMPT"] == "2"
+    )
+    status = jobs.status(job["job_id"])
+    a1, a2 = status["attempts"]
+    assert a1["outcome"] == "resubmit" and a1["outcome_reason"].startswith("node ")
+    assert warned.instance_id in status["avoiding"]["instances"]
+    jobs.emit(a2["task_arn"])  # node 0 of attempt 2 runs: node 1 is launched, from the same checkpoint
+    assert len(jobs.scheduler.requests) == 4
+    env = _env(jobs.scheduler.requests[3])
+    assert env["SPOTGUARD_RESUME_FROM"] == newest and env["SPOTGUARD_NODE_RANK"] == "1"
+    hosts = {_host_of(jobs, a2["task_arn"]).instance_id}
+    hosts.add(_host_of(jobs, jobs.status(job["job_id"])["attempts"][1]["peers"][0]["task_arn"]).instance_id)
+    assert warned.instance_id not in hosts and len(hosts) == 2
+
+
+def test_a_node_lost_without_a_notice_stops_the_rest_and_one_relaunch_follows(gang_world: JobsWorld):
+    jobs = gang_world
+    job, (arn0, arn1) = _formed(jobs)
+    lost = _host_of(jobs, arn1)
+    jobs.stop(arn1, reason=f"Host EC2 (instance {lost.instance_id}) terminated.", exit_code=137)
+    jobs.emit(arn1, exit_code=137)
+    assert jobs.task(arn0)["stoppedReason"].startswith("SpotGuard: gang of job")
+    assert len(jobs.scheduler.requests) == 2  # nothing relaunched while node 0 still stops
+    jobs.emit(arn0, exit_code=143)
+    jobs.emit(arn0, exit_code=143)  # repeated
+    assert len(jobs.scheduler.requests) == 3
+    status = jobs.status(job["job_id"])
+    assert (
+        status["attempts"][0]["outcome"] == "resubmit"
+        and "host went away" in status["attempts"][0]["outcome_reason"]
+    )
+    assert status["avoiding"]["instances"] == [lost.instance_id]
+
+
+def test_a_gang_that_cannot_be_placed_whole_is_stopped_and_tried_again(jobs: JobsWorld):
+    """Three 8-GPU nodes, and one 8-GPU host in node 0's zone: node 1 cannot be placed. The started
+    node is stopped at once; the job waits, costs no attempt, and forms once the hosts are there."""
+    job = jobs.submit(gpus=8, nodes=3)
+    arn0 = job["task_arn"]
+    jobs.emit(arn0)  # node 0 runs; node 1's RunTask finds no room beside it in its pool
+    assert jobs.task(arn0)["stoppedReason"].startswith("SpotGuard: gang of job")
+    jobs.emit(arn0, exit_code=143)
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "queued" and status["retry_at"] is not None
+    assert status["attempts"][0]["abandoned"].startswith("node 1")
+    # capacity comes: two more 8-GPU hosts in node 0's zone; the retry brings the gang back whole
+    zone = _host_of(jobs, arn0).availability_zone
+    jobs.hosts["a8b"] = jobs.cluster.add_host("g5.48xlarge", zone)
+    jobs.hosts["a8c"] = jobs.cluster.add_host("g5.48xlarge", zone)
+    jobs.shift_clock(400)  # past the wait (30 s, its retry message on the queue) and reconcile's bound
+    jobs.reconcile()  # the sweep launches a due job whose retry message has not come (the backstop)
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "running" and len(status["attempts"]) == 2
+    jobs.emit(status["attempts"][1]["task_arn"])
+    status = jobs.status(job["job_id"])
+    assert len(status["attempts"][1]["peers"]) == 2
+    for p in status["attempts"][1]["peers"]:
+        jobs.emit(p["task_arn"])
+    status = jobs.status(job["job_id"])
+    assert status["attempts"][1]["formed_at"] is not None and status["state"] == "running"
