@@ -58,10 +58,12 @@ class Spares:
         per attempt)."""
         if not self.on:
             return "early replacement is off (the stack lists no SpareCapacityGroups)"
+        # One-node jobs: a multi-node job's next attempt needs a whole gang's instances, not one spare
+        # (docs/capacity.md, "Early replacement"); its relaunch waits for managed scaling as without.
         jobs = [
             j
             for j in self.store.list(JobState.RUNNING, MAX_JOBS_LOOKED_AT)
-            if (a := j.live_attempt) is not None and a.instance_id == notice.instance_id
+            if (a := j.live_attempt) is not None and not a.gang and a.instance_id == notice.instance_id
         ]
         if not jobs:
             return f"no job runs on {notice.instance_id}"
