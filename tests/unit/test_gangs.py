@@ -256,3 +256,41 @@ def test_a_node_stopped_for_its_instance_stops_every_other_node_once():
     # then all stop on the one checkpoint: the attempt ends once, the warned node's instance avoided
     job, _ = _stop_all(job, [(0, 75, None), (2, 75, None), (1, 75, "spot-interruption:i-0bbb")], version=5)
     assert job.state is JobState.QUEUED and job.attempts[-1].outcome == "resubmit"
+
+
+def test_old_gangs_are_folded_so_the_ledger_item_stays_small_and_spend_still_counts_them():
+    """A 64-node gang interrupted twelve times: the job's JSON stays far below DynamoDB's 400 KB, the
+    newest gangs keep every node, and spend counts the folded nodes over node 0's time."""
+    job = _job(64)
+    for n in range(1, 13):
+        job = begin_launch(job, T0).job
+        job = launch_succeeded(job, _arn(n, 0), "tok", "", T0, resubmitted=n > 1).job
+        job, _ = _apply(job, _ev(n, 0, 2, "RUNNING", private_ip="10.0.0.5", started_at=T0))
+        for k in range(1, 64):
+            job = gangs.peer_launched(job, n, k, _arn(n, k), client_token("g1", n, 0, k), T0).job
+            job, _ = _apply(job, _ev(n, k, 2, "RUNNING", started_at=T0))
+            job = job.model_copy(
+                update={
+                    "attempts": [
+                        *job.attempts[:-1],
+                        job.attempts[-1].with_node(
+                            job.attempts[-1].peers[-1].model_copy(update={"price_per_hour": 1.0})
+                        ),
+                    ]
+                }
+            )
+        job = job.model_copy(
+            update={
+                "attempts": [*job.attempts[:-1], job.attempts[-1].model_copy(update={"price_per_hour": 1.0})]
+            }
+        )
+        hour = T0 + timedelta(hours=1)
+        for k in range(64):
+            reason = "Host EC2 (instance i-0abc) terminated." if k == 1 else None
+            job, _ = _apply(job, _ev(n, k, 3, "STOPPED", 75, stopped_at=hour, stopped_reason=reason))
+        assert job.state is JobState.QUEUED
+    assert len(job.model_dump_json()) < 200_000
+    whole = [a.number for a in job.attempts if a.peers]
+    assert whole == [10, 11, 12] and job.attempts[0].folded_peers == 63
+    s = spend(job, {}, T0 + timedelta(hours=2))
+    assert s.gpu_hours == 12 * 64 * 8 and s.dollars == 12 * 64

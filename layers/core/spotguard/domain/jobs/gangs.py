@@ -26,6 +26,7 @@ GANG_STOP_PREFIX = "SpotGuard: gang of job "
 # A node that agreed to stop (exit 75 or 0) and the others still running this long after: stopped.
 # Longer than ECS's longest stopTimeout (120 s), so a commit in progress on the others is not cut.
 STRAGGLER_SECONDS = 180
+KEEP_GANGS_WHOLE = 3  # ended gangs whose every node's record is kept (older ones: domain.jobs.gangs.compact)
 # The reasons domain.stops gives a task lost with its instance (not one that stopped on a checkpoint)
 _LOST_REASONS = ("ECS stopCode", "the host went away", "the task vanished", "stopped by SpotGuard for")
 
@@ -210,6 +211,24 @@ def gang_outcome(attempt: Attempt, cancelled: bool) -> StopVerdict:
         return StopVerdict(outcome="succeeded", reason=f"all {attempt.nodes} nodes exited 0")
     failed = next((t for t in own if t.verdict == "failed"), own[0])
     return StopVerdict(outcome="failed", reason=f"node {failed.node}: {failed.verdict_reason}")
+
+
+def compact(attempts: list[Attempt], keep: int = KEEP_GANGS_WHOLE) -> list[Attempt]:
+    """The attempts with every ended gang but the newest `keep` folded: its nodes after the first become
+    a count and their price per hour (spend then counts them over node 0's time: a gang's nodes run
+    together). A 64-node gang's tasks take about 50 KB of the job's ledger item, which DynamoDB bounds at
+    400 KB; node 0 keeps its whole record, and `spotguard jobs status` says how many were folded."""
+    ended = [a for a in attempts if a.gang and a.peers and a.outcome is not None]
+    fold = {a.number for a in ended[: max(0, len(ended) - keep)]}
+    out = []
+    for a in attempts:
+        if a.number not in fold:
+            out.append(a)
+            continue
+        prices = [p.price_per_hour for p in a.peers]
+        price = None if any(p is None for p in prices) else sum(p for p in prices if p is not None)
+        out.append(revised(a, peers=[], folded_peers=len(a.peers), folded_price_per_hour=price))
+    return out
 
 
 def unformed_in_a_row(attempts: list[Attempt]) -> int:

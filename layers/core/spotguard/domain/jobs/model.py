@@ -250,6 +250,10 @@ class Attempt(NodeTask):
     formed_at: datetime | None = None
     abandoned: str | None = None
     gang_stopped_at: datetime | None = None
+    # An old gang's nodes after the first, folded to keep the job's ledger item small (DynamoDB's 400 KB;
+    # domain.jobs.gangs.compact): how many, and their instances' price per hour together (None: unknown).
+    folded_peers: int = 0
+    folded_price_per_hour: float | None = None
 
     @property
     def live(self) -> bool:
@@ -406,5 +410,5 @@ def bump(job: Job, now: datetime, **changes: Any) -> Job:
 
 
 def replace_attempt(job: Job, attempt: Attempt, now: datetime, **changes: Any) -> Job:
-    attempts = [attempt if a.number == attempt.number else a for a in job.attempts]
+    attempts = [attempt if a.number == attempt.number else a for a in changes.pop("attempts", job.attempts)]
     return bump(job, now, attempts=attempts, **changes)

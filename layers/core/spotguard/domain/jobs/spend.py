@@ -27,6 +27,8 @@ def spend(job: Job, checkpoint_times: Mapping[int, list[datetime]], now: datetim
         for t in a.tasks:  # a multi-node job's attempt: every node's instance
             if t.started_at is None:
                 continue
+            # an old gang's folded nodes (domain.jobs.gangs.compact) ran over node 0's time
+            count = 1 + (a.folded_peers if t is a else 0)
             end = t.stopped_at or now
             hours = max(0.0, (end - t.started_at).total_seconds() / 3600)
             wasted = 0.0
@@ -34,13 +36,17 @@ def spend(job: Job, checkpoint_times: Mapping[int, list[datetime]], now: datetim
                 commits = [c for c in checkpoint_times.get(a.number, []) if t.started_at <= c <= end]
                 since = max(commits) if commits else t.started_at
                 wasted = max(0.0, (end - since).total_seconds() / 3600)
-            total += hours * max(job.gpus, 1)
-            lost += wasted * max(job.gpus, 1)
-            if t.price_per_hour is None:
+            total += hours * max(job.gpus, 1) * count
+            lost += wasted * max(job.gpus, 1) * count
+            price = t.price_per_hour
+            if t is a and a.folded_peers:
+                folded = a.folded_price_per_hour
+                price = None if price is None or folded is None else price + folded
+            if price is None:
                 priced = False
             else:
-                dollars += hours * t.price_per_hour
-                dollars_lost += wasted * t.price_per_hour
+                dollars += hours * price
+                dollars_lost += wasted * price
     return Spend(
         gpu_hours=round(total, 4),
         gpu_hours_lost=round(lost, 4),

@@ -340,6 +340,8 @@ def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetim
             effects=[*effects, Notify(kind="gave-up", message=why)],
         )
     next_state = JobState.SNAPSHOTTING if job.ebs_volume else JobState.QUEUED
+    if updated.gang:  # the ledger item stays small however many times a big gang comes back
+        changes["attempts"] = gangs.compact([updated if a.number == n else a for a in job.attempts])
     requeued = replace_attempt(
         job,
         updated,
