@@ -453,3 +453,32 @@ def test_free_spot_is_taken_at_once_and_after_its_pool_fails_the_other_pool_not_
     late = world.submit(gpus=1, work_hours=10, deadline=far)
     assert late["state"] == "running", world.status(late["job_id"])["decisions"]
     assert _running(world, late["job_id"])["pool"].startswith(f"gpu-spot-{other}/")
+
+
+def test_a_gang_is_placed_only_in_a_pool_whose_group_holds_all_its_nodes(world: JobsWorld):
+    """Pool a's group can hold one instance (MaxSize 1): a 2-node job goes to pool b, and its decision's
+    expected cost is for two instances."""
+    autoscaling = world.stack.client("autoscaling")
+    (group,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["gpu-spot-a-group"])[
+        "AutoScalingGroups"
+    ]
+    # moto drops a mixed instances policy an update does not give again (AWS keeps it)
+    mixed = copy.deepcopy(group["MixedInstancesPolicy"])
+    spec = mixed["LaunchTemplate"]["LaunchTemplateSpecification"]
+    spec.pop("LaunchTemplateName")  # the API takes the id or the name, not both
+    autoscaling.update_auto_scaling_group(
+        AutoScalingGroupName="gpu-spot-a-group", MaxSize=1, MixedInstancesPolicy=mixed
+    )
+    world.reconcile()
+    assert _pools(world)["gpu-spot-a/g5.xlarge/us-east-1a"]["max_instances"] == 1
+    deadline = (datetime.now(UTC) + timedelta(hours=48)).isoformat()
+    one = world.submit(gpus=1, work_hours=10, deadline=deadline)
+    gang = world.submit(gpus=1, work_hours=10, nodes=2, deadline=deadline)
+    (single,) = world.status(one["job_id"])["decisions"]
+    (decision,) = world.status(gang["job_id"])["decisions"]
+    assert single["pool"] == "gpu-spot-a/g5.xlarge/us-east-1a"  # where a one-node job goes
+    assert (
+        decision["pool"] == "gpu-spot-b/g5.xlarge/us-east-1b"
+        and _provider(world.scheduler.requests[-1]) == "gpu-spot-b"
+    )
+    assert decision["expected_cost"] > 1.5 * single["expected_cost"]
