@@ -172,3 +172,46 @@ def test_a_gang_that_cannot_be_placed_whole_is_stopped_and_tried_again(jobs: Job
         jobs.emit(p["task_arn"])
     status = jobs.status(job["job_id"])
     assert status["attempts"][1]["formed_at"] is not None and status["state"] == "running"
+
+
+def test_reconcile_gives_up_a_gang_that_does_not_form_within_the_bound(gang_world: JobsWorld):
+    jobs = gang_world
+    job = jobs.submit(gpus=1, nodes=2, provisioning_timeout_seconds=300)
+    arn0 = job["task_arn"]
+    jobs.emit(arn0)  # node 0 runs; node 1 is launched but never reaches RUNNING
+    (peer,) = jobs.status(job["job_id"])["attempts"][0]["peers"]
+    jobs.shift_clock(200)
+    assert jobs.reconcile()["gangs_abandoned"] == 0  # within the bound
+    jobs.shift_clock(400)
+    assert jobs.reconcile()["gangs_abandoned"] == 1
+    for arn in (arn0, peer["task_arn"]):
+        assert "did not start on all 2 nodes" in jobs.task(arn)["stoppedReason"]
+        jobs.emit(arn, exit_code=143)
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "queued" and status["attempts"][0]["abandoned"].startswith("1 of 2 nodes")
+
+
+def test_reconcile_stops_a_node_still_running_well_after_the_others_stopped_on_the_checkpoint(
+    gang_world: JobsWorld,
+):
+    jobs = gang_world
+    job, (arn0, arn1) = _formed(jobs)
+    jobs.stop(arn0, exit_code=75)  # node 0 committed and exited 75; node 1 hangs
+    jobs.emit(arn0, exit_code=75)
+    assert jobs.task(arn1)["lastStatus"] != "STOPPED"  # it agreed: not cut at once
+    jobs.shift_clock(600)
+    assert jobs.reconcile()["gang_stragglers_stopped"] == 1
+    assert "still running 180 s after another node stopped" in jobs.task(arn1)["stoppedReason"]
+    jobs.emit(arn1, exit_code=143)
+    assert len(jobs.scheduler.requests) == 3  # the gang's relaunch, once
+
+
+def test_a_multi_node_job_that_cannot_run_as_one_is_refused_in_one_line(gang_world: JobsWorld):
+    jobs = gang_world
+    td = jobs.cluster.gpu_task_definition(gpus=1)
+    request = {"cluster": "gpu-spot", "taskDefinition": td, "launchType": "FARGATE"}
+    answer = jobs.invoke({"action": "submit", "request": request, "options": {"nodes": 2}})
+    assert not answer["ok"] and "Fargate" in answer["error"]["message"]
+    request["launchType"] = "EC2"
+    answer = jobs.invoke({"action": "submit", "request": request, "options": {"nodes": 65}})
+    assert not answer["ok"] and "options.nodes" in answer["error"]["message"]
