@@ -294,3 +294,22 @@ def test_old_gangs_are_folded_so_the_ledger_item_stays_small_and_spend_still_cou
     assert whole == [10, 11, 12] and job.attempts[0].folded_peers == 63
     s = spend(job, {}, T0 + timedelta(hours=2))
     assert s.gpu_hours == 12 * 64 * 8 and s.dollars == 12 * 64
+
+
+def test_the_spend_metric_counts_a_gang_once_when_its_last_node_has_stopped(capsys):
+    from spotguard.job_metrics import SpendMeter
+    from tests.fakes import FakeJobs
+
+    job = _formed(2)
+    hour = T0 + timedelta(hours=1)
+    for k in range(2):
+        job = on_task_event(job, _ev(1, k, 3, "RUNNING", started_at=T0), None, T0).job or job
+    meter = SpendMeter(FakeJobs())
+    first, _ = _apply(job, _ev(1, 0, 4, "STOPPED", 75, stopped_at=hour))
+    meter(job, first)
+    assert "GpuHours" not in capsys.readouterr().out  # node 1 still runs
+    last, _ = _apply(first, _ev(1, 1, 4, "STOPPED", 75, stopped_at=hour))
+    meter(first, last)
+    meter(last, last)  # the same change seen again: counted once
+    out = capsys.readouterr().out
+    assert out.count('"GpuHours":[') == 1 and '"GpuHours":[16.0]' in out  # one record, both nodes

@@ -61,11 +61,10 @@ class SpendMeter:
         self.store = store
 
     def __call__(self, before: Job | None, after: Job) -> None:
-        seen = {a.number for a in before.attempts if a.last_status == "STOPPED"} if before else set()
+        # an attempt is counted once its tasks have all stopped (a gang's: every node's)
+        seen = {a.number for a in before.attempts if not a.live} if before else set()
         stopped = [
-            a
-            for a in after.attempts
-            if a.last_status == "STOPPED" and a.number not in seen and a.started_at is not None
+            a for a in after.attempts if not a.live and a.number not in seen and a.started_at is not None
         ]
         if not stopped:
             return
@@ -76,7 +75,8 @@ class SpendMeter:
                     times.setdefault(ref.attempt, []).append(ref.created_at)
         for a in stopped:
             alone = after.model_copy(update={"attempts": [a]})  # spend reads the attempts and the GPUs
-            s = spend(alone, times, a.stopped_at or after.updated_at)
+            ends = [t.stopped_at for t in a.tasks if t.stopped_at is not None]
+            s = spend(alone, times, max(ends) if ends else after.updated_at)
             metrics = EphemeralMetrics(namespace=NAMESPACE)
             metrics.add_metric(name="GpuHours", unit=MetricUnit.Count, value=s.gpu_hours)
             metrics.add_metric(name="GpuHoursLost", unit=MetricUnit.Count, value=s.gpu_hours_lost)
