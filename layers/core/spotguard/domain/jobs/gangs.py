@@ -157,24 +157,20 @@ def abandon_gang(job: Job, why: str, now: datetime) -> Step:
 
 def node_stopped(
     job: Job, attempt: Attempt, task: NodeTask, verdict: StopVerdict, now: datetime
-) -> Step | None:
-    """One node of the job's running gang stopped, `verdict` what its own stop says. While other nodes
-    run: they are stopped now unless this one agreed to stop (exit 75 or 0). None when every node has
-    stopped: the attempt ends (the caller decides with `gang_outcome`)."""
+) -> tuple[Attempt, list[Stop]]:
+    """One node of the job's running gang stopped, `verdict` what its own stop says: the attempt with
+    it recorded, and the other nodes' stops. They are stopped now unless this one agreed to stop (exit 75
+    or 0: they stop by themselves) or their stop was asked already. Once no node runs, the attempt ends
+    (the caller decides with `gang_outcome`)."""
     task = revised(
         task, verdict=verdict.outcome, verdict_reason=verdict.reason[:500], stopped_at=task.stopped_at or now
     )
     attempt = attempt.with_node(task)
-    if not live_tasks(attempt):
-        return Step(job=replace_attempt(job, attempt, now))
     agreed = verdict.outcome == "succeeded" or verdict.exit_code == RESUME_ME
-    effects: list[Stop] = []
-    if not agreed and attempt.gang_stopped_at is None:
-        why = f"node {task.node} stopped ({verdict.reason})"
-        effects = stops(job, attempt, gang_stop_reason(job, why))
-        attempt = revised(attempt, gang_stopped_at=now)
-    note = f"node {task.node} of attempt {attempt.number} stopped; {len(live_tasks(attempt))} still running"
-    return Step(job=replace_attempt(job, attempt, now), effects=list(effects), note=note)
+    if not live_tasks(attempt) or agreed or attempt.gang_stopped_at is not None:
+        return attempt, []
+    why = f"node {task.node} stopped ({verdict.reason})"
+    return revised(attempt, gang_stopped_at=now), stops(job, attempt, gang_stop_reason(job, why))
 
 
 def stragglers(job: Job, now: datetime) -> Step:

@@ -271,18 +271,13 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
     if updated.gang:
         node = updated.node_task(ev.task_arn)
         assert node is not None
-        step = gangs.node_stopped(job, updated, node, verdict, now)
-        if step is None or live_left(step):
-            return step or Step()
-        assert step.job is not None
-        ended = step.job.attempts[-1]
-        return attempt_ended(job, ended, gangs.gang_outcome(ended, job.cancel_requested), now)
+        updated, stops = gangs.node_stopped(job, updated, node, verdict, now)
+        if gangs.live_tasks(updated):  # the others stop next (asked now, or by themselves)
+            running = len(gangs.live_tasks(updated))
+            note = f"node {node.node} of attempt {updated.number} stopped; {running} still running"
+            return Step(job=replace_attempt(job, updated, now), effects=list(stops), note=note)
+        return attempt_ended(job, updated, gangs.gang_outcome(updated, job.cancel_requested), now)
     return attempt_ended(job, updated, verdict, now)
-
-
-def live_left(step: Step) -> bool:
-    """A gang's node stopped, and others of its attempt still run."""
-    return step.job is None or step.job.attempts[-1].live
 
 
 def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetime) -> Step:
