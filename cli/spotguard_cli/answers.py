@@ -44,10 +44,12 @@ class _View(BaseModel):
 
 
 # -------------------------------------------------------------------------------- a status's records
-class AttemptView(_View):
-    number: int = 0
+class NodeView(_View):
+    """One task of an attempt: a one-node job's attempt is its only task; a multi-node job's attempt is
+    node 0's task, with the other nodes' in `AttemptView.peers`."""
+
+    node: int = 0
     task_arn: str = ""
-    resume_from: str = ""  # the checkpoint's MANIFEST.json it resumed from ("": none)
     launched_at: Time | None = None
     started_at: Time | None = None
     stopped_at: Time | None = None
@@ -56,19 +58,50 @@ class AttemptView(_View):
     instance_type: str | None = None
     availability_zone: str | None = None
     lifecycle: str | None = None
-    pool: str | None = None
-    market: str | None = None
     stop_code: str | None = None
     stopped_reason: str | None = None
     exit_codes: dict[str, int | None] = Field(default_factory=dict)
+    # a multi-node job's node: what its own stop meant, before the attempt's one outcome
+    verdict: str | None = None
+    verdict_reason: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.last_status == "STOPPED"
+
+
+class AttemptView(NodeView):
+    number: int = 0
+    resume_from: str = ""  # the checkpoint's MANIFEST.json it resumed from ("": none)
+    pool: str | None = None
+    market: str | None = None
     outcome: str | None = None
     outcome_reason: str | None = None
     interrupted_by: str | None = None
     snapshot_id: str | None = None
+    # a multi-node job (a stack that has them; an older stack's attempt is one node): the other nodes'
+    # tasks, when every node ran together, why the gang was given up before it formed, when SpotGuard
+    # stopped the nodes still running after one of them stopped, and how many of an old gang's nodes
+    # after the first the ledger folded into a count (their records are not kept)
+    nodes: int = 1
+    peers: list[NodeView] = Field(default_factory=list)
+    formed_at: Time | None = None
+    abandoned: str | None = None
+    gang_stopped_at: Time | None = None
+    folded_peers: int = 0
+
+    @property
+    def tasks(self) -> list[NodeView]:
+        """Every task of the attempt, node 0 (the attempt itself) first."""
+        return [self, *self.peers]
+
+    @property
+    def gang(self) -> bool:
+        return self.nodes > 1 or bool(self.peers) or self.folded_peers > 0
 
     @property
     def live(self) -> bool:
-        return not self.outcome and self.last_status != "STOPPED"
+        return not self.outcome and not all(t.stopped for t in self.tasks)
 
 
 class CheckpointView(_View):
@@ -116,6 +149,7 @@ class RequestView(_View):
 
 class OptionsView(_View):
     deadline: Time | None = None
+    nodes: int = 1  # a multi-node job's node count (an older stack's job: one)
 
 
 # ------------------------------------------------------------------------------------------- a job
@@ -151,6 +185,11 @@ class StatusView(_JobView):
     move: MoveView | None = None
     moves_made: int = 0
     spare: SpareView | None = None  # a stack with the early replacement
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the job runs on: its option, or its attempts' when the answer has none."""
+        return max([self.options.nodes, *(a.nodes for a in self.attempts)])
 
 
 # ---------------------------------------------------------------------------------------- an answer

@@ -15,7 +15,7 @@ import pytest
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.commands import Answer, ErrorBody
 from spotguard.domain.jobs.answers import JobStatus, JobSummary
-from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, RunTaskRequest
+from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, NodeTask, RunTaskRequest
 from spotguard.domain.jobs.placement import Move, PlacementDecision
 from spotguard.domain.jobs.spend import Spend
 from spotguard_cli import jobs as jobs_cli
@@ -25,6 +25,7 @@ from spotguard_cli.answers import (
     CheckpointView,
     DecisionView,
     MoveView,
+    NodeView,
     OptionsView,
     RequestView,
     StatusAnswer,
@@ -227,6 +228,7 @@ VIEWS = [
     (SummaryView, set(JobSummary.model_fields)),
     (StatusView, set(JobStatus.model_fields)),
     (AttemptView, set(Attempt.model_fields)),
+    (NodeView, set(NodeTask.model_fields)),
     (CheckpointView, set(CheckpointRef.model_fields)),
     (DecisionView, set(PlacementDecision.model_fields)),
     (MoveView, set(Move.model_fields)),

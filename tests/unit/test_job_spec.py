@@ -71,7 +71,13 @@ def test_an_existing_task_definition_with_a_command_override():
     [
         ({"gpus": 9}, "gpus: Input should be less than or equal to 8"),
         ({"gpus": "four"}, "gpus: Input should be a valid integer"),
-        ({"nodes": 2}, "nodes: a job on several instances (multi-node) is not supported yet"),
+        ({"nodes": 65}, "nodes: Input should be less than or equal to 64"),
+        ({"nodes": 0}, "nodes: Input should be greater than or equal to 1"),
+        ({"rendezvous_port": 29500}, "rendezvous_port: for a multi-node job (nodes: 2 or more)"),
+        (
+            {"nodes": 2, "rendezvous_port": 80},
+            "rendezvous_port: Input should be greater than or equal to 1024",
+        ),
         ({"checkpoint_dir": "ckpt"}, "checkpoint_dir: String should match pattern"),
         ({"environment": {"SPOTGUARD_ATTEMPT": "1"}}, "SPOTGUARD_ATTEMPT is set by SpotGuard"),
         ({"environment": {"1BAD": "x"}}, "'1BAD' is not an environment variable's name"),
@@ -128,3 +134,55 @@ def test_flags_override_the_file_and_make_a_spec_alone():
         job_spec(_args(str(EXAMPLES / "train-1gpu.yaml"), "--env", "LR"))
     with pytest.raises(CommandError, match="not both"):
         job_spec(_args(str(EXAMPLES / "train-1gpu.yaml"), "--request", "{}"))
+
+
+# ---------------------------------------------------------------------------------- multi-node jobs
+def test_the_two_node_example_becomes_a_host_networked_task_definition_and_a_gang_submit():
+    spec = load_spec(str(EXAMPLES / "train-2node.yaml"), {})
+    td = task_definition(spec, "us-west-2")
+    (c,) = td["containerDefinitions"]
+    assert td["family"] == "spotguard-train-2node-8gpu" and td["networkMode"] == "host"
+    assert c["resourceRequirements"] == [{"type": "GPU", "value": "8"}]
+    # torchrun finds the others from SpotGuard's PET_ variables: no node flags, and not --standalone
+    assert c["command"][:5] == ["spotguard-agent", "run", "--", "torchrun", "--nproc-per-node"]
+    assert not any(
+        a.startswith(("--nnodes", "--node-rank", "--master", "--standalone")) for a in c["command"]
+    )
+    body = spec_payload(
+        spec, "arn:aws:ecs:us-west-2:123456789012:task-definition/spotguard-train-2node-8gpu:1"
+    )
+    assert body["options"]["nodes"] == 2 and body["options"]["rendezvous_port"] == 29500
+    cmd = parse_command(body)
+    assert (cmd.options.nodes, cmd.options.rendezvous_port) == (2, 29500)
+
+
+def test_nodes_from_a_flag_and_one_node_specs_as_before():
+    spec = job_spec(_args("--cluster", "c", "--image", "img:1", "--command", "python t.py", "--nodes", "4"))
+    assert spec.nodes == 4 and spec.network_mode == "host" and family(spec) == "spotguard-img-1-1gpu-host"
+    assert spec_payload(spec, "t:1")["options"] == {"nodes": 4}
+    with_port = job_spec(_args(str(EXAMPLES / "train-2node.yaml"), "--rendezvous-port", "29600"))
+    assert with_port.rendezvous_port == 29600 and with_port.nodes == 2
+    # one node: no nodes in the payload, bridge networking, the family as it was
+    one = load_spec(str(EXAMPLES / "train-8gpu.yaml"), {})
+    assert (
+        "nodes" not in spec_payload(one, "t:1")["options"]
+        and task_definition(one, "us-west-2")["networkMode"] == "bridge"
+    )
+    # awsvpc stays awsvpc for a gang (SpotGuard gives node 0's interface address)
+    vpc = load_spec("", {**MINIMAL, "nodes": 2, "subnets": ["subnet-1"], "security_groups": ["sg-1"]})
+    assert vpc.network_mode == "awsvpc" and family(vpc) == "spotguard-train-1-1gpu"
+    with pytest.raises(CommandError, match="rendezvous_port: for a multi-node job"):
+        job_spec(_args(str(EXAMPLES / "train-1gpu.yaml"), "--rendezvous-port", "29600"))
+
+
+@pytest.mark.parametrize("name", ["nodes", "rendezvous_port"])
+def test_a_spec_bounds_nodes_and_the_port_as_the_jobs_function_does(name):
+    from spotguard.domain.jobs.model import JobOptions
+    from spotguard_cli.jobs.payload import option_bounds
+    from spotguard_cli.jobs.spec import JobSpec
+
+    def bounds(field):
+        meta = field.metadata
+        return next(m.ge for m in meta if hasattr(m, "ge")), next(m.le for m in meta if hasattr(m, "le"))
+
+    assert bounds(JobSpec.model_fields[name]) == bounds(JobOptions.model_fields[name]) == option_bounds(name)

@@ -26,7 +26,14 @@ from spotguard_cli.arguments import number, whole
 from spotguard_cli.clock import Clock, SystemClock
 from spotguard_cli.jobs.invoke import Invoke, aws_clients, lambda_invoker
 from spotguard_cli.jobs.logs import ClientFactory, LogsOptions, run_logs
-from spotguard_cli.jobs.payload import DEFAULT_INTERVAL, as_flags, job_spec, payload
+from spotguard_cli.jobs.payload import (
+    DEFAULT_INTERVAL,
+    NODE_COUNTS,
+    RENDEZVOUS_PORTS,
+    as_flags,
+    job_spec,
+    payload,
+)
 from spotguard_cli.jobs.render import plot, render
 from spotguard_cli.jobs.spec import family, spec_payload, submit_spec
 from spotguard_cli.jobs.watch import watch
@@ -84,6 +91,17 @@ def add_parser(sub: Any) -> None:
         choices=["auto", "fixed"],
         help="auto (default): the policy places each launch in the cluster's pools; fixed: as requested",
     )
+    s.add_argument(
+        "--nodes",
+        type=whole(*NODE_COUNTS),
+        help=f"instances the job runs on together, one task each (1-{NODE_COUNTS[1]}, default 1); "
+        "SpotGuard gives each task its node rank and node 0's address (torchrun's PET_ variables)",
+    )
+    s.add_argument(
+        "--rendezvous-port",
+        type=whole(*RENDEZVOUS_PORTS),
+        help="the port node 0 hosts the rendezvous on, torchrun's --master-port (default 29500)",
+    )
 
     r = actions.add_parser("resubmit", help="start a job that is not running again (or adopt a stopped task)")
     r.add_argument("target", help="a job id, or the ARN of a stopped task")
@@ -110,6 +128,12 @@ def add_parser(sub: Any) -> None:
         "--since", help="only events since: a duration back (90s, 10m, 2h, 1d) or an ISO 8601 time"
     )
     lg.add_argument("--attempt", help="only this attempt's logs (a number; not with --follow)")
+    lg.add_argument(
+        "--node",
+        type=whole(0, NODE_COUNTS[1] - 1),
+        help="a multi-node job: only this node's logs (0 is the first; default every node's, each line "
+        "named [node K])",
+    )
     lg.add_argument("--timestamps", action="store_true", help="print each event's time before it")
     lg.add_argument(
         "--interval", help=f"seconds between two polls with --follow (default {DEFAULT_INTERVAL:g})"
@@ -160,6 +184,7 @@ def run(
             timestamps=args.timestamps,
             interval=args._interval,
             as_json=args.json,
+            node=args.node,
         )
         try:
             return run_logs(lambda: call(body), aws or aws_clients(args), clock, opts, out, sys.stderr)

@@ -29,6 +29,7 @@ from spotguard_cli.answers import (
     AnswerError,
     AttemptView,
     CheckpointView,
+    NodeView,
     RequestView,
     StatusView,
     read_answer,
@@ -58,6 +59,7 @@ class Stream:
     group: str
     name: str
     region: str | None
+    node: int | None = None  # a multi-node job's node whose task this is (None: a one-node job's)
 
 
 @dataclass
@@ -66,6 +68,7 @@ class AttemptLogs:
 
     number: int
     task_arn: str
+    tasks: tuple[str, ...] = ()  # every task resolved (a gang's nodes): one launched later is resolved again
     streams: list[Stream] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     pending: bool = False  # a stream named after a container not started yet: resolved again later
@@ -133,28 +136,55 @@ class Resolver:
             self._tds[ref] = ecs.describe_task_definition(taskDefinition=ref)["taskDefinition"]
         return self._tds[ref]
 
-    def resolve(self, attempt: AttemptView) -> AttemptLogs:
-        n, arn = attempt.number, attempt.task_arn
-        found = AttemptLogs(number=n, task_arn=arn)
-        self.describe([arn], again=attempt.live)
+    def resolve(self, attempt: AttemptView, node: int | None = None) -> AttemptLogs:
+        """The attempt's streams: its task's, or every node's of a multi-node job (`node`: that one's
+        alone), each stream named by its node."""
+        found = AttemptLogs(number=attempt.number, task_arn=attempt.task_arn)
+        tasks = [t for t in attempt.tasks if node is None or t.node == node]
+        found.tasks = tuple(t.task_arn for t in tasks)
+        self.describe(found.tasks, again=attempt.live)
+        for t in tasks:
+            self._resolve_task(found, t, attempt.gang, attempt.live)
+        if attempt.folded_peers and node != 0:
+            # an old gang: the ledger keeps node 0's record alone, so the others' streams are not known
+            found.notes.append(
+                f"attempt {attempt.number}: the records of its other {attempt.folded_peers} node(s) were "
+                "folded (an old gang's): their logs cannot be found"
+            )
+        elif node is not None and not tasks:
+            forming = attempt.live and not attempt.abandoned
+            launched = "is not launched yet" if forming else "was never launched"
+            found.notes.append(f"attempt {attempt.number}: node {node} {launched}")
+            found.pending = forming
+        return found
+
+    def _resolve_task(self, found: AttemptLogs, node_task: NodeView, gang: bool, live: bool) -> None:
+        """One task's streams into `found`. A note about the task definition is said once for the
+        attempt (a gang's nodes run the same one); one about the task names its node."""
+        n, arn, node = found.number, node_task.task_arn, node_task.node
+        who = f"attempt {n} node {node}" if gang else f"attempt {n}"
         task = self._tasks.get(arn)
         ref = str(task["taskDefinitionArn"]) if task else self.request_td
         region = _arn_region(arn)
+        notes: list[str] = []
         try:
             td = self._task_definition(ref, region)
         except Exception as exc:  # said in one line; the other attempts go on
             _fatal_if_unreachable(exc)
-            found.notes.append(f"attempt {n}: task definition {ref} could not be read: {_aws_error(exc)}")
+            notes.append(f"attempt {n}: task definition {ref} could not be read: {_aws_error(exc)}")
             found.failed = True
-            return found
+            _add_notes(found, notes)
+            return
         if task is None and not _has_revision(ref):
-            found.notes.append(
-                f"attempt {n}: task {task_id(arn)} is no longer known to ECS; reading it through "
+            notes.append(
+                f"{who}: task {task_id(arn)} is no longer known to ECS; reading it through "
                 f"{ref}'s latest revision (the attempt may have run an older one)"
             )
         runtime_ids = {str(c.get("name")): c.get("runtimeId") for c in (task or {}).get("containers") or []}
         elsewhere: list[str] = []
         unnamed: list[str] = []  # awslogs without a stream prefix, and no container id known yet
+        streams: list[Stream] = []
+        pending = False
         for c in td.get("containerDefinitions") or []:
             name = str(c.get("name"))
             conf = c.get("logConfiguration") or {}
@@ -168,26 +198,38 @@ class Resolver:
             elif runtime_ids.get(name):
                 stream = str(runtime_ids[name])
             else:
-                found.pending = True
+                pending = True
                 unnamed.append(name)
                 continue
-            found.streams.append(
-                Stream(name, str(options["awslogs-group"]), stream, options.get("awslogs-region") or region)
+            streams.append(
+                Stream(
+                    name,
+                    str(options["awslogs-group"]),
+                    stream,
+                    options.get("awslogs-region") or region,
+                    node if gang else None,
+                )
             )
         if elsewhere:
-            what = "no container" if not found.streams and not found.pending else "not every container"
-            found.notes.append(
+            what = "no container" if not streams and not pending else "not every container"
+            notes.append(
                 f"attempt {n}: {what} of {td.get('family', ref)}:{td.get('revision', '?')} logs to "
                 f"CloudWatch Logs with awslogs ({', '.join(elsewhere)}): nothing to show for "
                 f"{'it' if len(elsewhere) == 1 else 'them'}"
             )
-        if found.pending and not attempt.live:
-            found.notes.append(
-                f"attempt {n}: {', '.join(unnamed)}: awslogs without a stream prefix, and ECS no longer "
+        if pending and not live:
+            notes.append(
+                f"{who}: {', '.join(unnamed)}: awslogs without a stream prefix, and ECS no longer "
                 "knows the container ids that name those streams"
             )
-            found.pending = False
-        return found
+            pending = False
+        found.streams += streams
+        found.pending |= pending
+        _add_notes(found, notes)
+
+
+def _add_notes(found: AttemptLogs, notes: list[str]) -> None:
+    found.notes += [note for note in notes if note not in found.notes]
 
 
 # ------------------------------------------------------------------------------------------- events
@@ -201,14 +243,20 @@ class Cursor:
         self.last_ms: int | None = None
         self.seen: dict[tuple[str, str, str], int] = {}
         self.missing_groups: set[str] = set()
+        self.read_before: set[Stream] = set()
 
     def read(self) -> Iterator[dict[str, Any]]:
         start = self.since_ms
         if self.last_ms is not None:
             start = max(start or 0, self.last_ms - LOOKBACK_MS)
         # one read per stream, merged by time here: each stream's events come in order, but not every
-        # implementation of FilterLogEvents interleaves several streams by time (moto does not)
-        sources = [self._stream(s, start) for s in self.logs.streams]
+        # implementation of FilterLogEvents interleaves several streams by time (moto does not). A
+        # stream new to this cursor (a gang's node launched after node 0 ran, a container named late)
+        # is read from the start: its events before the others' newest were never printed.
+        sources = [
+            self._stream(s, start if s in self.read_before else self.since_ms) for s in self.logs.streams
+        ]
+        self.read_before.update(self.logs.streams)
         for ev in heapq.merge(*sources, key=lambda e: e["timestamp"]):
             key = (ev["_group"], ev.get("logStreamName", ""), str(ev.get("eventId", "")))
             if key in self.seen:
@@ -229,7 +277,7 @@ class Cursor:
         try:
             for page in pages:
                 for ev in page.get("events", []):
-                    yield {**ev, "_group": group, "_container": stream.container}
+                    yield {**ev, "_group": group, "_container": stream.container, "_node": stream.node}
         except Exception as exc:
             _fatal_if_unreachable(exc)
             if getattr(exc, "response", {}).get("Error", {}).get("Code") == "ResourceNotFoundException":
@@ -238,10 +286,14 @@ class Cursor:
             raise
 
 
-def format_event(ev: dict[str, Any], several: bool, timestamps: bool) -> str:
+def format_event(ev: dict[str, Any], several: bool, timestamps: bool, nodes: bool = False) -> str:
+    """An event's line: named by its container when the task has several, and by its node (`nodes`)
+    when several nodes' lines are interleaved."""
     text = str(ev.get("message", "")).rstrip("\n")
     if several:
         text = f"[{ev.get('_container')}] {text}"
+    if nodes and ev.get("_node") is not None:
+        text = f"[node {ev['_node']}] {text}"
     if timestamps:
         at = datetime.fromtimestamp(ev["timestamp"] / 1000, UTC)
         text = f"{at.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} {text}"
@@ -322,9 +374,16 @@ def resumed_from(a: AttemptView, before: AttemptView | None, checkpoints: list[C
     return "from scratch (no checkpoint)"
 
 
+def _tasks_text(a: AttemptView) -> str:
+    """'task 0123456789ab', or for a multi-node attempt '2 nodes, node 0's task 0123456789ab' (node 0's
+    task is the attempt's; the others are launched once it runs)."""
+    task = f"task {task_id(a.task_arn)[:12]}"
+    return f"{a.nodes} nodes, node 0's {task}" if a.gang else task
+
+
 def header_line(a: AttemptView, checkpoints: list[CheckpointView]) -> str:
     return (
-        f"--- attempt {a.number}: task {task_id(a.task_arn)[:12]}{where(a)}, launched "
+        f"--- attempt {a.number}: {_tasks_text(a)}{where(a)}, launched "
         f"{_when(a.launched_at)}, {resumed_from(a, None, checkpoints)}"
     )
 
@@ -333,7 +392,7 @@ def between_line(before: AttemptView, after: AttemptView, checkpoints: list[Chec
     stopped = f" at {_when(before.stopped_at)}" if before.stopped_at else ""
     return (
         f"--- attempt {before.number} stopped{stopped}{_duration(before)}: {why_stopped(before)} -> "
-        f"attempt {after.number} (task {task_id(after.task_arn)[:12]}{where(after)}) resumed "
+        f"attempt {after.number} ({_tasks_text(after)}{where(after)}) resumed "
         f"{resumed_from(after, before, checkpoints)}"
     )
 
@@ -353,6 +412,7 @@ class LogsOptions:
     timestamps: bool = False
     interval: float = 5.0
     as_json: bool = False
+    node: int | None = None  # a multi-node job's node to show alone (None: every node's, interleaved)
 
 
 class LogsCommand:
@@ -399,7 +459,12 @@ class LogsCommand:
             if not chosen:
                 raise Fatal(f"job {job.job_id} has no attempt {self.opts.attempt} (it has {len(attempts)})")
             attempts = chosen
-        resolver.describe(a.task_arn for a in attempts)
+        if self.opts.node is not None and self.opts.node >= job.nodes:
+            raise Fatal(
+                f"job {job.job_id} has {job.nodes} node(s): --node is from 0 to {job.nodes - 1}, "
+                f"not {self.opts.node}"
+            )
+        resolver.describe(t.task_arn for a in attempts for t in a.tasks)
         cursor: Cursor | None = None
         for i, a in enumerate(attempts):
             cursor = self._show_attempt(resolver, job, a, attempts[i - 1] if i else None)
@@ -419,7 +484,7 @@ class LogsCommand:
     ) -> Cursor:
         checkpoints = job.checkpoints
         self.note(between_line(before, a, checkpoints) if before else header_line(a, checkpoints))
-        logs = resolver.resolve(a)
+        logs = resolver.resolve(a, self.opts.node)
         for note in logs.notes:
             (self.warn if logs.failed else self.note)(note)
         self.failed |= logs.failed
@@ -454,6 +519,7 @@ class LogsCommand:
 
     def _print_events(self, cursor: Cursor) -> None:
         several = len({s.container for s in cursor.logs.streams}) > 1
+        nodes = self.opts.node is None  # --node K: every line is that node's, none is named
         for ev in cursor.read():
             if self.opts.as_json:
                 record = {
@@ -462,9 +528,11 @@ class LogsCommand:
                     "timestamp": ev["timestamp"],
                     "message": str(ev.get("message", "")).rstrip("\n"),
                 }
+                if ev.get("_node") is not None:  # a multi-node job's line, with or without --node
+                    record["node"] = ev["_node"]
                 self.say(json.dumps(record))
             else:
-                self.say(format_event(ev, several, self.opts.timestamps))
+                self.say(format_event(ev, several, self.opts.timestamps, nodes))
 
     def _follow(self, resolver: Resolver, job: StatusView, cursor: Cursor | None) -> int:
         shown = list(job.attempts)
@@ -474,10 +542,10 @@ class LogsCommand:
             try:
                 job = self._job()
                 attempts = job.attempts
-                if cursor is not None and cursor.logs.pending:
+                if cursor is not None:
                     current = next((a for a in attempts if a.number == cursor.logs.number), None)
-                    if current is not None:
-                        cursor.logs = resolver.resolve(current)  # what was read stays read
+                    if current is not None and _unresolved(cursor.logs, current, self.opts.node):
+                        cursor.logs = resolver.resolve(current, self.opts.node)  # what was read stays read
                 if cursor is not None:
                     self._drain(cursor, live=True)
                 for a in attempts[len(shown) :]:
@@ -502,6 +570,13 @@ class LogsCommand:
                     self._drain(cursor, live=False)
                 self.note(end_line(job))
                 return 1 if self.failed else 0
+
+
+def _unresolved(logs: AttemptLogs, attempt: AttemptView, node: int | None) -> bool:
+    """Whether an attempt's streams are to be resolved again: a stream waited for its container's id,
+    or a gang's node was launched since (node 0 runs first; the others are launched once it does)."""
+    launched = tuple(t.task_arn for t in attempt.tasks if node is None or t.node == node)
+    return logs.pending or launched != logs.tasks
 
 
 def run_logs(

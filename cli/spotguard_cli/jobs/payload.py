@@ -12,10 +12,24 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.domain.commands import CommandError
+from spotguard.domain.jobs.model import JobOptions
 from spotguard_cli.arguments import PICTURE_SUFFIXES
 from spotguard_cli.jobs.spec import JobSpec, load_spec
 
 DEFAULT_INTERVAL = 5.0
+
+
+def option_bounds(name: str) -> tuple[int, int]:
+    """A whole-number job option's bounds as the jobs function's model has them, so a flag is refused
+    in one line by argparse exactly where the function would refuse it."""
+    metadata = JobOptions.model_fields[name].metadata
+    low = next(int(m.ge) for m in metadata if hasattr(m, "ge"))
+    high = next(int(m.le) for m in metadata if hasattr(m, "le"))
+    return low, high
+
+
+NODE_COUNTS = option_bounds("nodes")
+RENDEZVOUS_PORTS = option_bounds("rendezvous_port")
 
 
 def payload(args: argparse.Namespace) -> dict[str, Any]:
@@ -31,9 +45,15 @@ def payload(args: argparse.Namespace) -> dict[str, Any]:
                 "checkpoint_container": args.checkpoint_container,
                 "work_hours": args.work_hours,
                 "capacity": args.capacity,
+                "nodes": args.nodes,
+                "rendezvous_port": args.rendezvous_port,
             }.items()
             if v is not None
         }
+        if args.rendezvous_port is not None and (args.nodes or 1) < 2:
+            raise CommandError(
+                "BadRequest", "--rendezvous-port: for a multi-node job (give --nodes 2 or more)"
+            )
         if options:
             out["options"] = options
         if args.job_id:
@@ -102,6 +122,8 @@ def job_spec(args: argparse.Namespace) -> JobSpec | None:
         "max_attempts": args.max_attempts,
         "max_error_retries": args.max_error_retries,
         "avoid_pool_seconds": args.avoid_pool_seconds,
+        "nodes": args.nodes,
+        "rendezvous_port": args.rendezvous_port,
     }
     return load_spec(args.spec or "", overrides)
 

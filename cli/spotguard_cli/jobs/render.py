@@ -10,7 +10,14 @@ from typing import Any
 
 from spotguard.domain.jobs.model import JobState
 from spotguard.domain.jobs.spend import Spend
-from spotguard_cli.answers import Answer, StatusView, SummaryAnswer, read_answer
+from spotguard_cli.answers import (
+    Answer,
+    AttemptView,
+    NodeView,
+    StatusView,
+    SummaryAnswer,
+    read_answer,
+)
 from spotguard_cli.clock import Clock
 
 TERMINAL_STATES = {s.value for s in JobState if s.terminal}
@@ -48,7 +55,10 @@ def render(answer: Answer | Mapping[str, Any]) -> str:
     attempts = job.attempts if isinstance(answer, SummaryAnswer) else len(job.attempts)
     stopping = answer.action == "cancel" and job.state not in TERMINAL_STATES
     state = "cancelling" if stopping else job.state
-    lines = [f"job {job.job_id}: {state}  ({job.gpus} GPU, {attempts} attempt(s))"]
+    size = f"{job.gpus} GPU"
+    if isinstance(job, StatusView) and job.nodes > 1:  # a summary does not say: only a status
+        size = f"{job.nodes} nodes x {job.gpus} GPU"
+    lines = [f"job {job.job_id}: {state}  ({size}, {attempts} attempt(s))"]
     if stopping:  # the job reads as it was until its task has stopped: no failed cancel
         lines.append(
             f"  cancel under way: its task is being stopped; the job is {job.state} until it has, "
@@ -77,7 +87,8 @@ def _status_lines(job: StatusView) -> list[str]:
         ]
         for a in job.attempts
     ]
-    lines = ["", table(rows, ["#", "TASK", "TYPE", "ZONE", "MARKET", "STARTED", "STOPPED", "OUTCOME"])]
+    attempts = table(rows, ["#", "TASK", "TYPE", "ZONE", "MARKET", "STARTED", "STOPPED", "OUTCOME"])
+    lines = ["", _with_nodes(attempts, job)]
     if job.checkpoints:
         newest = job.checkpoints[-1]
         lines.append(
@@ -114,6 +125,97 @@ def _status_lines(job: StatusView) -> list[str]:
     if job.spend is not None:
         lines.append(spend_text(job.spend))
     return lines
+
+
+def _with_nodes(attempts: str, job: StatusView) -> str:
+    """The attempts' table with, under each attempt of a multi-node job, what became of its gang and one
+    line per node. The node lines are aligned among themselves, not with the table's columns (they say
+    other things); a one-node job's table is returned as it is."""
+    if not any(a.gang for a in job.attempts):
+        return attempts
+    header, *rows = attempts.splitlines()
+    per_attempt = [_node_rows(a) for a in job.attempts]
+    every = [r for node_rows in per_attempt for r in node_rows]
+    aligned = iter(table(every, [""] * 7).splitlines()[1:])  # the blank header row dropped
+    out = [header]
+    for a, row, node_rows in zip(job.attempts, rows, per_attempt, strict=True):
+        out.append(row)
+        if a.gang:
+            out.append(f"   gang of {a.nodes} nodes: {gang_text(a)}")
+            out += [f"   {next(aligned)}" for _ in node_rows]
+    return "\n".join(out)
+
+
+def gang_text(a: AttemptView) -> str:
+    """What became of an attempt's gang, in a phrase: formed, given up before it formed (`abandoned`),
+    still forming, and whether SpotGuard stopped it whole (the nodes still running when one stopped)."""
+    if a.formed_at is not None:
+        said = f"formed {_when(a.formed_at)}"
+    elif a.abandoned:
+        said = f"given up before it formed ({a.abandoned}); not counted as an attempt"
+    elif a.live:
+        running = sum(1 for t in a.tasks if t.last_status == "RUNNING")
+        said = f"forming: {running} of {a.nodes} nodes running"
+    else:
+        said = "never formed"
+    if a.gang_stopped_at is not None and not a.abandoned:  # a gang given up was stopped whole, said
+        said += f"; stopped whole {_when(a.gang_stopped_at)}"
+    return said
+
+
+def _node_rows(a: AttemptView) -> list[list[str]]:
+    """One row per node of a multi-node attempt, in node order: its task, status, instance, type/zone,
+    exit codes and its own verdict; a node never launched says so."""
+    if not a.gang:
+        return []
+    tasks = {t.node: t for t in a.tasks}
+    rows = []
+    for k in range(max([a.nodes, *(node + 1 for node in tasks)])):
+        t = tasks.get(k)
+        if t is None and a.folded_peers:  # an old gang: the ledger keeps node 0's record alone
+            others = f"{a.folded_peers} other node{'s' if a.folded_peers > 1 else ''}"
+            note = "records not kept (an old gang's); spend counts them"
+            rows.append([others, "-", "folded", "", "", "", note])
+            break
+        if t is None:
+            later = "not launched yet" if a.live and not a.abandoned else "never launched"
+            rows.append([f"node {k}", "-", later, "", "", "", ""])
+            continue
+        where = "/".join(x for x in (t.instance_type, t.availability_zone) if x) or "-"
+        rows.append(
+            [
+                f"node {k}",
+                _short(t.task_arn),
+                t.last_status or "-",
+                t.instance_id or "-",
+                where,
+                exit_text(t.exit_codes),
+                _verdict(t),
+            ]
+        )
+    return rows
+
+
+def exit_text(codes: Mapping[str, int | None]) -> str:
+    """A task's exit codes: 'exit 75' (one container), 'exit train=75, agent=0' (several), '-' (none)."""
+    if not codes:
+        return "-"
+    if len(codes) == 1:
+        (code,) = codes.values()
+        return f"exit {'-' if code is None else code}"
+    return "exit " + ", ".join(f"{k}={'-' if v is None else v}" for k, v in sorted(codes.items()))
+
+
+VERDICT_REASON_CHARS = 70  # a node's line stays readable; --json has the whole reason
+
+
+def _verdict(t: NodeView) -> str:
+    if not t.verdict:
+        return ""
+    reason = t.verdict_reason or ""
+    if len(reason) > VERDICT_REASON_CHARS:
+        reason = reason[: VERDICT_REASON_CHARS - 1] + "…"
+    return f"{t.verdict} ({reason})" if reason else t.verdict
 
 
 def spend_text(spend: Spend | Mapping[str, Any]) -> str:

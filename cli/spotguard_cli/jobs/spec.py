@@ -25,6 +25,10 @@ unless `logs: false`, so `spotguard jobs logs` finds them. Or name an existing `
 of an image (its command can still be overridden). A raw RunTask request (`--request`) stays for those
 who need more.
 
+A multi-node job (`nodes: 2` or more, and `rendezvous_port`) runs the same command on every node; its
+registered task definition uses host networking so the nodes reach each other at their instances'
+addresses (bridge networking publishes no port).
+
 Every field is checked before anything is registered or invoked; a bad one is said in one line naming it
 (`gpus: Input should be less than or equal to 8`).
 """
@@ -51,7 +55,7 @@ from pydantic import (
 
 from spotguard.domain.commands import CommandError
 from spotguard.domain.errors import one_line
-from spotguard.domain.jobs.model import SPOTGUARD_ENV
+from spotguard.domain.jobs.model import MAX_NODES, SPOTGUARD_ENV
 from spotguard.domain.tasks import JOB_ID, MANAGED_TAG
 
 LOG_GROUP = "/spotguard/jobs"
@@ -81,7 +85,7 @@ class JobSpec(BaseModel):
     family: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,255}$")  # of the one registered
     command: list[str] | None = Field(default=None, min_length=1)
     gpus: int = Field(default=1, ge=1, le=8)
-    nodes: int = Field(default=1, ge=1, le=64)
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)  # a multi-node job: instances, one task each
     checkpoint_dir: str | None = Field(default=None, pattern=r"^/[^\x00]+$", max_length=1024)
     environment: dict[str, str] = Field(default_factory=dict)
     cpu: int | None = Field(default=None, ge=128, le=196608)  # CPU units (1024 = one vCPU)
@@ -101,6 +105,7 @@ class JobSpec(BaseModel):
     max_attempts: int | None = Field(default=None, ge=1, le=100)
     max_error_retries: int | None = Field(default=None, ge=0, le=20)
     avoid_pool_seconds: int | None = Field(default=None, ge=0, le=7 * 86400)
+    rendezvous_port: int | None = Field(default=None, ge=1024, le=65535)  # node 0's, torchrun's master port
 
     @field_validator("name")
     @classmethod
@@ -133,13 +138,6 @@ class JobSpec(BaseModel):
                 raise ValueError(f"{key} is set by SpotGuard for each attempt")
         return v
 
-    @field_validator("nodes")
-    @classmethod
-    def _nodes(cls, v: int) -> int:
-        if v > 1:
-            raise ValueError("a job on several instances (multi-node) is not supported yet: give 1")
-        return v
-
     @model_validator(mode="after")
     def _what_runs(self) -> JobSpec:
         if (self.image is None) == (self.task_definition is None):
@@ -170,7 +168,18 @@ class JobSpec(BaseModel):
             raise ValueError("command: required with image (what the container runs)")
         if self.security_groups and not self.subnets:
             raise ValueError("security_groups: needs subnets (awsvpc tasks need both)")
+        if self.rendezvous_port is not None and self.nodes < 2:
+            raise ValueError("rendezvous_port: for a multi-node job (nodes: 2 or more)")
         return self
+
+    @property
+    def network_mode(self) -> str:
+        """awsvpc with subnets; else bridge, or host for a multi-node job: its nodes reach node 0's
+        rendezvous port and each other's (NCCL's) ports at their instances' addresses, which bridge
+        networking does not publish."""
+        if self.subnets:
+            return "awsvpc"
+        return "host" if self.nodes > 1 else "bridge"
 
 
 def load_spec(path: str, overrides: dict[str, Any]) -> JobSpec:
@@ -212,11 +221,14 @@ def _first_line(exc: Exception) -> str:
 # ---------------------------------------------------------------------------------------------- output
 def family(spec: JobSpec) -> str:
     """The task definition's family: the spec's, else one per image and GPU count (jobs of the same spec
-    share its revisions, whatever their names)."""
+    share its revisions, whatever their names), and network mode: a multi-node job's host networking
+    is its own family, so one-node and multi-node jobs of one image do not make each other's revisions
+    by turns."""
     if spec.family:
         return spec.family
     base = re.sub(r"[^A-Za-z0-9_-]+", "-", (spec.image or "job").rsplit("/", 1)[-1]).strip("-")
-    return f"spotguard-{base}-{spec.gpus}gpu"[:255]
+    host = "-host" if spec.network_mode == "host" else ""
+    return f"spotguard-{base}-{spec.gpus}gpu{host}"[:255]
 
 
 def command_of(spec: JobSpec) -> list[str] | None:
@@ -261,7 +273,7 @@ def task_definition(spec: JobSpec, region: str) -> dict[str, Any] | None:
     td: dict[str, Any] = {
         "family": family(spec),
         "requiresCompatibilities": ["EC2"],
-        "networkMode": "awsvpc" if spec.subnets else "bridge",
+        "networkMode": spec.network_mode,
         "containerDefinitions": [container],
         "tags": [{"key": MANAGED_TAG, "value": "true"}],
     }
@@ -296,8 +308,17 @@ def run_task_request(spec: JobSpec, task_definition_arn: str, container: str = C
 
 
 def options_of(spec: JobSpec) -> dict[str, Any]:
-    fields = ("capacity", "work_hours", "max_attempts", "max_error_retries", "avoid_pool_seconds")
+    fields = (
+        "capacity",
+        "work_hours",
+        "max_attempts",
+        "max_error_retries",
+        "avoid_pool_seconds",
+        "rendezvous_port",
+    )
     out = {f: getattr(spec, f) for f in fields if getattr(spec, f) is not None}
+    if spec.nodes > 1:  # one node is every job's default: a one-node spec's payload is as it was
+        out["nodes"] = spec.nodes
     if spec.deadline is not None:
         out["deadline"] = spec.deadline.isoformat()
     return out
