@@ -2,6 +2,7 @@
 #   make demo    the README's main command: the local stack (moto server on 127.0.0.1) runs a training job
 #                that is interrupted, checkpointed, resubmitted elsewhere and finished
 #   make demo-capacity  the capacity scenario: spot pools running dry, on-demand, and back to spot
+#   make demo-gang  the gang scenario: a job of 2 nodes, one node's instance warned, the gang relaunched once
 #   make check   the fast loop while you work, about 30 s: lint + every test not marked slow, on every core
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   benchmarks that print figures (the interruption path, the job path; checkpoint stall and
@@ -20,7 +21,7 @@ CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo demo-capacity check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay traces sam checkov events wheels clean
+.PHONY: setup demo demo-capacity demo-gang check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay traces sam checkov events wheels clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +40,11 @@ demo: setup
 # on a clock 60x the wall clock (about three minutes).
 demo-capacity: setup
 	$(BIN)/spotguard local demo --scenario capacity
+
+# The gang scenario: 2 nodes x 1 process trained as one (torchrun under the agent's wrapper, gloo over
+# 127.0.0.1), node 1's instance warned, both nodes checkpointed at one step and relaunched once.
+demo-gang: setup
+	$(BIN)/spotguard local demo --scenario gang
 
 lint: setup
 	$(BIN)/ruff check .

@@ -177,6 +177,13 @@ def task_event(
         detail["stoppedReason"] = task.get("stoppedReason") or "Essential container in task exited"
         if stop_code is not None:
             detail["stopCode"] = stop_code
+    elif detail["desiredStatus"] == "STOPPED":
+        # being stopped (StopTask): ECS says why at once, before the container has exited
+        detail["stoppingAt"] = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+        if task.get("stoppedReason"):
+            detail["stoppedReason"] = task["stoppedReason"]
+        if stop_code is not None:
+            detail["stopCode"] = stop_code
     event["detail"] = detail
     return event
 

@@ -246,7 +246,8 @@ class TaskRunner:
         if r.term_sent_at is None and r.proc.poll() is None:
             r.term_sent_at = time.monotonic()
             # ECS says so at once: RUNNING, desired STOPPED, with the stop's reason
-            self._put(self.cluster.tasks([r.task_arn])[r.task_arn], r, "RUNNING", None, desired="STOPPED")
+            task = self.cluster.tasks([r.task_arn])[r.task_arn]
+            self._put(task, r, "RUNNING", None, "UserInitiated", desired="STOPPED")
             self._signal(r, signal.SIGTERM)
             self.on_change(f"  SIGTERM -> {_short(r.task_arn)} (pid {r.proc.pid}): StopTask")
 

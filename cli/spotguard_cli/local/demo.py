@@ -7,6 +7,8 @@ timeline and the proof (steps lost, final weights equal to an uninterrupted run,
 status 0 only when the proof holds.
 capacity: a deadline job moved between spot pools, on-demand and back by the capacity policy
 (capacity.py).
+gang: a job of 2 nodes trained as one, one node's instance warned, the whole gang checkpointed and
+relaunched once (gang.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from spotguard.domain.prices import PAPER_ON_DEMAND_PRICE, PAPER_SPOT_PRICE, on_
 from spotguard_cli.answers import read_answer
 from spotguard_cli.arguments import number, whole
 from spotguard_cli.emulator.timeline import Timeline
-from spotguard_cli.local import capacity
+from spotguard_cli.local import capacity, gang
 from spotguard_cli.local.shared import (
     STATE_DIR,
     picture,
@@ -45,10 +47,11 @@ def add_parser(actions: Any) -> None:
     d = actions.add_parser("demo", help="a training job interrupted, checkpointed, resumed and finished")
     d.add_argument(
         "--scenario",
-        choices=["interruption", "capacity"],
+        choices=["interruption", "capacity", "gang"],
         default="interruption",
         help="interruption (default): one warning, resumed on the other instance; capacity: a deadline "
-        "job moved between spot pools, on-demand and back by the capacity policy",
+        "job moved between spot pools, on-demand and back by the capacity policy; gang: a job of 2 "
+        "nodes, one node's instance warned, the whole gang checkpointed and relaunched once",
     )
     d.add_argument("--steps", type=whole(1, MAX_STEPS), help="training steps (default 60; capacity: 300)")
     d.add_argument(
@@ -59,7 +62,8 @@ def add_parser(actions: Any) -> None:
     d.add_argument(
         "--interrupt-at",
         type=whole(0, MAX_STEPS),
-        help=f"interruption: warn when this step is reached (default {INTERRUPT_AT}; steps count from 0)",
+        help=f"interruption, gang: warn when this step is reached (default {INTERRUPT_AT}; steps count "
+        "from 0)",
     )
     d.add_argument(
         "--time-scale",
@@ -74,7 +78,7 @@ def add_parser(actions: Any) -> None:
 def demo_arguments(args: argparse.Namespace) -> str | None:
     """Fill in the scenario's defaults, and say in one line what cannot work (None: everything can), so
     that an impossible demo is refused at once rather than after minutes."""
-    if args.scenario == "interruption":
+    if args.scenario in ("interruption", "gang"):
         if args.time_scale is not None:
             return "argument --time-scale: is for --scenario capacity"
         args.steps = args.steps or 60
@@ -95,7 +99,10 @@ def demo_arguments(args: argparse.Namespace) -> str | None:
             )
         return None
     if args.interrupt_at is not None:
-        return "argument --interrupt-at: is for --scenario interruption (capacity warns at fifths of --steps)"
+        return (
+            "argument --interrupt-at: is for --scenario interruption or gang (capacity warns at fifths "
+            "of --steps)"
+        )
     args.steps = args.steps or 300
     args.step_seconds = 0.4 if args.step_seconds is None else args.step_seconds
     args.time_scale = TIME_SCALE if args.time_scale is None else args.time_scale
@@ -130,12 +137,14 @@ def _run_demo(args: argparse.Namespace) -> int:
     from spotguard_cli.emulator.timeline import record_calls
 
     say = (lambda *_: None) if args.json else print
-    work = STATE_DIR / ("demo" if args.scenario == "interruption" else "demo-capacity")
+    work = STATE_DIR / ("demo" if args.scenario == "interruption" else f"demo-{args.scenario}")
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("*"):
         old.unlink()
     if args.scenario == "capacity":
         return capacity.run(args, work, say)
+    if args.scenario == "gang":
+        return gang.run(args, work, say)
     timeline, calls = Timeline(), []
     proof: list[tuple[str, bool]] = []
     facts: dict[str, Any] = {}
