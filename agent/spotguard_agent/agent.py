@@ -140,6 +140,11 @@ class Agent:
         self.exit_code = RESUME_ME
         self.ranks = ranks if ranks is not None else Ranks.from_env()
         self.control = control
+        if control is not None:
+            try:  # the wrapper waits for this process's stop checkpoint from now on
+                control.announce(self.ranks.rank)
+            except OSError as exc:  # it then forwards a stop as a signal: the job still stops
+                log.warning("could not tell the wrapper this process uses the agent (%s)", exc)
         self._collective: Collective | None = None
         self._stop_since: float | None = None  # time.monotonic() when this process first heard "stop"
         self._deadline: float | None = None  # Unix time the stop checkpoint must be committed by

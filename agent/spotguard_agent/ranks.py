@@ -32,6 +32,7 @@ CONTROL_DIR_ENV = "SPOTGUARD_CONTROL_DIR"
 STOP_FILE = "stop"
 CHECKPOINT_FILE = "checkpoint"
 OUTCOME_FILE = "outcome"
+STARTED_FILE = "started"  # a process has made its agent: a stop will be answered at a step boundary
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,16 @@ class ControlDir:
     def outcome(self) -> dict[str, Any] | None:
         return self._read(OUTCOME_FILE)
 
+    def started(self) -> bool:
+        """Whether any process has made its agent (`announce`). Until then nothing would answer a stop
+        request: no step boundary will read it, and there is nothing of this run to checkpoint."""
+        return (self.path / STARTED_FILE).exists()
+
     # ------------------------------------------------------------------------------------ the ranks
+    def announce(self, rank: int) -> None:
+        """This process uses the agent: from now on the wrapper's stop requests are answered."""
+        self._write(STARTED_FILE, {"rank": rank, "pid": os.getpid()})
+
     def stop_request(self) -> dict[str, Any] | None:
         return self._read(STOP_FILE)
 

@@ -26,8 +26,10 @@ not pass SIGUSR1 on, and exits 1 whatever its workers exited with. So the wrappe
 2. SIGTERM (or a spot notice in the instance metadata) writes a stop request there, with its deadline
    (now + SPOTGUARD_STOP_TIMEOUT_SECONDS, or the notice's time): every rank checkpoints at the next step
    boundary and exits 75; CMD gets nothing, so torchrun cannot cut the commit. Only if CMD is still
-   running 5 s after the deadline does the wrapper send it SIGTERM (a CMD that does not use the agent
-   ends so where no SIGKILL comes);
+   running 5 s after the deadline does the wrapper send it SIGTERM (where no SIGKILL comes). When no
+   process has made its agent yet, nothing would read the request and there is nothing to checkpoint
+   (a node of a multi-node job waiting for the others at torchrun's rendezvous, a job still starting):
+   CMD gets SIGTERM at once, so it stops in seconds rather than at SIGKILL;
 3. SIGUSR1 (or a rebalance recommendation) writes a checkpoint request: every rank checkpoints and goes
    on; SIGINT goes to CMD;
 4. when CMD exits, the wrapper exits 75 if the agent in CMD reported that it stopped on a committed
@@ -172,6 +174,7 @@ class Relay:
         self.control: ControlDir | None = None
         self.child: subprocess.Popen[bytes] | None = None
         self.deadline: float | None = None  # Unix time: the stop checkpoint's, once asked to stop
+        self.forwarded = False  # CMD got SIGTERM from the wrapper
         self.watcher: MetadataWatcher | None = None
 
     def _stop(self, why: str, deadline: float | None = None) -> None:
@@ -183,7 +186,18 @@ class Relay:
             return
         self.deadline = end
         self.control.request_stop(end, why)
-        log.info("%s: every process checkpoints at its next step and stops", why)
+        if self.control.started():
+            log.info("%s: every process checkpoints at its next step and stops", why)
+            return
+        # checked after the request is written: a process that announces itself from now on reads it
+        log.info("%s: no process uses the agent yet, nothing to checkpoint: SIGTERM to the command", why)
+        self._terminate()
+
+    def _terminate(self) -> None:
+        """SIGTERM to CMD, once."""
+        if not self.forwarded and self.child is not None and self.child.poll() is None:
+            self.forwarded = True
+            self.child.send_signal(signal.SIGTERM)
 
     def _rebalance(self, why: str) -> None:
         if self.control is not None and self.deadline is None:
@@ -231,15 +245,14 @@ class Relay:
             shutil.rmtree(path, ignore_errors=True)
 
     def _wait(self, child: subprocess.Popen[bytes]) -> int:
-        forwarded = False
         while True:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 code = child.wait(timeout=0.2)
                 return code if code >= 0 else 128 - code
-            if self.deadline is not None and not forwarded and time.time() > self.deadline + FORWARD_GRACE:
+            late = self.deadline is not None and time.time() > self.deadline + FORWARD_GRACE
+            if late and not self.forwarded:
                 log.warning("the stop deadline has passed and the command still runs: SIGTERM to it")
-                child.send_signal(signal.SIGTERM)
-                forwarded = True
+                self._terminate()
 
 
 def _stop_timeout() -> float:

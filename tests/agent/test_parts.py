@@ -187,13 +187,17 @@ def test_the_control_directory_carries_requests_and_the_outcome(tmp_path):
     assert rank.stop_request() == {"deadline": 123.0, "why": "SIGTERM"}
     rank.write_outcome(75, 4, 40, "committed")
     assert wrapper.outcome() == {"exit": 75, "sequence": 4, "step": 40, "why": "committed"}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "outcome", "stop"]
+    assert wrapper.started() is False  # no process has said it uses the agent
+    rank.announce(0)
+    assert wrapper.started() is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", "outcome", "started", "stop"]
 
 
 def test_the_agent_reads_the_wrapper_requests_at_the_step_boundary(tmp_path):
     control_dir = tmp_path / "control"
     control_dir.mkdir()
     agent = _agent(tmp_path, control=ControlDir(control_dir))
+    assert ControlDir(control_dir).started()  # made: the wrapper now waits for its stop checkpoint
     agent._last_commit = time.monotonic()
     assert agent.should_save() is False
     ControlDir(control_dir).request_checkpoint("SIGUSR1")
@@ -233,15 +237,47 @@ def test_the_relay_passes_the_exit_code_through_and_forwards_sigterm_after_the_d
     }
     done = subprocess.run([*base, sys.executable, "-c", "import sys; sys.exit(3)"], env=env, timeout=60)
     assert done.returncode == 3
-    # a command that does not use the agent: it gets SIGTERM itself once the stop budget and 5 s are past
-    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
-    proc = subprocess.Popen([*base, *sleeper], env=env, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    # a command whose process made its agent but never reaches a step boundary: it gets SIGTERM itself
+    # once the stop budget and 5 s are past
+    uses_the_agent = (
+        "from spotguard_agent.ranks import ControlDir; import time; "
+        "ControlDir.from_env().announce(0); print('ready', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [*base, sys.executable, "-c", uses_the_agent],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and 5 <= time.monotonic() - started < 30
     assert "no process reported a committed checkpoint" in err
+
+
+@pytest.mark.slow  # the wrapper as a process
+def test_the_relay_stops_a_command_with_no_agent_yet_at_once(tmp_path):
+    """Nothing would answer the stop request (no process has made its agent: a node of a gang waiting
+    at torchrun's rendezvous for the others, a job still starting): the command gets SIGTERM now, and
+    stops in seconds instead of at ECS's SIGKILL."""
+    env = {"PATH": "/usr/bin:/bin", "SPOTGUARD_WATCH_METADATA": "false"}  # a 120 s stop budget
+    sleeper = [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spotguard_agent.wrapper", "run", "--", *sleeper],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and time.monotonic() - started < 5
+    assert "no process uses the agent yet, nothing to checkpoint: SIGTERM to the command" in err
 
 
 @pytest.mark.slow  # a process
