@@ -170,6 +170,7 @@ class SummaryView(_JobView):
     """A job in a line (`list`, `submit`, `cancel`, `resubmit`): its attempts counted."""
 
     attempts: int = 0
+    nodes: int = 1  # a multi-node job's nodes (an older stack's answer does not say: one)
 
 
 class StatusView(_JobView):

@@ -195,7 +195,7 @@ def test_reconcile_stops_a_node_still_running_well_after_the_others_stopped_on_t
     gang_world: JobsWorld,
 ):
     jobs = gang_world
-    job, (arn0, arn1) = _formed(jobs)
+    _, (arn0, arn1) = _formed(jobs)
     jobs.stop(arn0, exit_code=75)  # node 0 committed and exited 75; node 1 hangs
     jobs.emit(arn0, exit_code=75)
     assert jobs.task(arn1)["lastStatus"] != "STOPPED"  # it agreed: not cut at once

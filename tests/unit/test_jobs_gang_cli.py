@@ -358,3 +358,16 @@ def test_an_old_gangs_folded_nodes_are_said_in_one_line(world: World):
     assert code == 0
     folded_note = "attempt 1: the records of its other 1 node(s) were folded (an old gang's): "
     assert lines[1:3] == [f"{folded_note}their logs cannot be found", "[node 0] epoch 1"]
+
+
+def test_a_summary_answer_says_the_node_count_and_a_cancel_that_every_node_is_stopping():
+    from spotguard.domain.jobs.answers import JobSummary
+    from spotguard_cli.jobs.render import render
+
+    job = _job(state=JobState.RUNNING).model_copy(update={"options": JobOptions(nodes=2)})
+    summary = JobSummary.of(job).model_dump(mode="json")
+    assert summary["nodes"] == 2
+    text = render({"ok": True, "action": "cancel", "job": summary})
+    assert f"2 nodes x {job.gpus} GPU" in text and "every one of its 2 nodes is being stopped" in text
+    one = JobSummary.of(_job(state=JobState.RUNNING)).model_dump(mode="json")
+    assert "its task is being stopped" in render({"ok": True, "action": "cancel", "job": one})

@@ -55,13 +55,12 @@ def render(answer: Answer | Mapping[str, Any]) -> str:
     attempts = job.attempts if isinstance(answer, SummaryAnswer) else len(job.attempts)
     stopping = answer.action == "cancel" and job.state not in TERMINAL_STATES
     state = "cancelling" if stopping else job.state
-    size = f"{job.gpus} GPU"
-    if isinstance(job, StatusView) and job.nodes > 1:  # a summary does not say: only a status
-        size = f"{job.nodes} nodes x {job.gpus} GPU"
+    size = f"{job.gpus} GPU" if job.nodes <= 1 else f"{job.nodes} nodes x {job.gpus} GPU"
     lines = [f"job {job.job_id}: {state}  ({size}, {attempts} attempt(s))"]
     if stopping:  # the job reads as it was until its task has stopped: no failed cancel
+        tasks = "its task is" if job.nodes <= 1 else f"every one of its {job.nodes} nodes is"
         lines.append(
-            f"  cancel under way: its task is being stopped; the job is {job.state} until it has, "
+            f"  cancel under way: {tasks} being stopped; the job is {job.state} until it has, "
             f"then cancelled (follow it: spotguard jobs status {job.job_id} --watch)"
         )
     lines += [f"  {job.last_reason}", f"  checkpoints: {job.checkpoint_uri}"]

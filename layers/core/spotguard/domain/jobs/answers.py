@@ -23,6 +23,10 @@ from spotguard.domain.jobs.spend import spend
 IsoTime = Annotated[datetime, PlainSerializer(lambda t: t.isoformat(), return_type=str, when_used="json")]
 
 
+# a one-node job's attempt says nothing of gangs (its answer as before multi-node jobs)
+ONE_NODE_UNSAID = {"nodes", "peers", "folded_peers", "folded_price_per_hour"}
+
+
 class _Job(BaseModel):
     """What a summary and a status both say of a job."""
 
@@ -30,8 +34,9 @@ class _Job(BaseModel):
     job_id: str
     state: JobState
     origin: Literal["submitted", "adopted"]
-    gpus: int
-    task_arn: str | None  # the live attempt's task (or the last one's)
+    gpus: int  # per node
+    nodes: int  # a multi-node job's nodes (1: one task an attempt)
+    task_arn: str | None  # the live attempt's task (node 0's; or the last one's)
     instance_type: str | None
     checkpoint_uri: str
     created_at: IsoTime
@@ -49,6 +54,7 @@ class _Job(BaseModel):
             "state": job.state,
             "origin": job.origin,
             "gpus": job.gpus,
+            "nodes": job.options.nodes,
             "task_arn": shown.task_arn if shown else None,
             "instance_type": shown.instance_type if shown else None,
             "checkpoint_uri": job.checkpoint_uri,
@@ -98,7 +104,7 @@ class JobStatus(_Job):
             request=job.request.model_dump(mode="json", exclude_none=True),
             options=job.options.model_dump(mode="json"),
             attempts=[
-                a.model_dump(mode="json", exclude_none=True, exclude=None if a.gang else {"nodes", "peers"})
+                a.model_dump(mode="json", exclude_none=True, exclude=None if a.gang else ONE_NODE_UNSAID)
                 for a in job.attempts
             ],
             checkpoints=[r.model_dump(mode="json", exclude_none=True) for r in refs],
