@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from spotguard_cli.emulator.runner import node_words, rendezvous_here
-from spotguard_cli.emulator.timeline import runtask_line
+from spotguard_cli.emulator.timeline import runtask_line, runtask_outcome_line
 from spotguard_cli.local import demo as localcmd
 from spotguard_cli.local.gang import STARTED_BY, STOPPED_ON, free_port, ranks_in
 from spotguard_cli.main import build_parser
@@ -56,6 +56,10 @@ def test_a_gang_s_task_and_its_runtask_say_which_node_they_are():
     beside = [{"type": "memberOf", "expression": "ec2InstanceId !in [i-0a, i-0b]"}]
     assert (
         runtask_line(runtask(peer, beside)) == "  RunTask attempt 2 node 1 of 2 off [i-0a, i-0b] from scratch"
+    )
+    nothing = {"tasks": [], "failures": [{"reason": "RESOURCE:GPU"}]}
+    assert runtask_outcome_line(runtask(peer, beside), nothing) == (
+        "  RunTask placed no task for node 1: RESOURCE:GPU (no instance with a free GPU)"
     )
     # a one-node job's line is as it was
     assert runtask_line(runtask({"SPOTGUARD_ATTEMPT": "1"}, beside)) == "  RunTask attempt 1 from scratch"

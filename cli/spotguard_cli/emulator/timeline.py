@@ -121,6 +121,13 @@ def runtask_outcome_line(params: Mapping[str, Any] | None, parsed: Mapping[str, 
     said = ", ".join(f"{r} ({FAILURE_WORDS[r]})" if r in FAILURE_WORDS else r for r in reasons)
     where = [p.get("capacityProvider") for p in (params or {}).get("capacityProviderStrategy") or []]
     pool = f" in {', '.join(w for w in where if w)}" if any(where) else ""
+    env = {
+        e["name"]: e["value"]
+        for c in ((params or {}).get("overrides") or {}).get("containerOverrides") or []
+        for e in c.get("environment") or []
+    }
+    if env.get("SPOTGUARD_NODE_RANK", "0") != "0":  # a gang's later node: the gang did not form
+        return f"  RunTask placed no task{pool} for node {env['SPOTGUARD_NODE_RANK']}: {said}"
     return f"  RunTask placed no task{pool}: {said}; SpotGuard places the launch again"
 
 
