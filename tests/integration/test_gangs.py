@@ -157,10 +157,15 @@ def test_a_gang_that_cannot_be_placed_whole_is_stopped_and_tried_again(jobs: Job
     status = jobs.status(job["job_id"])
     assert status["state"] == "queued" and status["retry_at"] is not None
     assert status["attempts"][0]["abandoned"].startswith("node 1")
-    # capacity comes: two more 8-GPU hosts in node 0's zone; the retry brings the gang back whole
+    # capacity comes: two more 8-GPU hosts in the other zone (the pool it did not form in is kept off
+    # for a while); the retry brings the gang back whole there
     zone = _host_of(jobs, arn0).availability_zone
-    jobs.hosts["a8b"] = jobs.cluster.add_host("g5.48xlarge", zone)
-    jobs.hosts["a8c"] = jobs.cluster.add_host("g5.48xlarge", zone)
+    assert {"instance_type": "g5.48xlarge", "availability_zone": zone}.items() <= status["avoiding"]["pools"][
+        0
+    ].items()
+    other = "us-east-1b" if zone == "us-east-1a" else "us-east-1a"
+    jobs.hosts["x8b"] = jobs.cluster.add_host("g5.48xlarge", other)
+    jobs.hosts["x8c"] = jobs.cluster.add_host("g5.48xlarge", other)
     jobs.shift_clock(400)  # past the wait (30 s, its retry message on the queue) and reconcile's bound
     jobs.reconcile()  # the sweep launches a due job whose retry message has not come (the backstop)
     status = jobs.status(job["job_id"])
@@ -215,3 +220,28 @@ def test_a_multi_node_job_that_cannot_run_as_one_is_refused_in_one_line(gang_wor
     request["launchType"] = "EC2"
     answer = jobs.invoke({"action": "submit", "request": request, "options": {"nodes": 65}})
     assert not answer["ok"] and "options.nodes" in answer["error"]["message"]
+
+
+def test_a_gang_that_did_not_form_is_tried_again_in_another_pool_without_a_capacity_policy(jobs: JobsWorld):
+    """One 8-GPU host in us-east-1a and two in us-east-1b, no pools: node 0 is placed first-fit in
+    us-east-1a, where node 1 has no room. The pool it did not form in is kept off, so the next gang forms
+    in us-east-1b instead of being tried in us-east-1a for ever."""
+    jobs.hosts["b8b"] = jobs.cluster.add_host("g5.48xlarge", "us-east-1b")
+    job = jobs.submit(gpus=8, nodes=2)
+    zones = []
+    for round_ in range(3):
+        status = jobs.status(job["job_id"])
+        live = status["attempts"][-1]
+        zones.append(_host_of(jobs, live["task_arn"]).availability_zone)
+        jobs.emit(live["task_arn"])  # node 0 runs: node 1 is launched, or the gang given up
+        status = jobs.status(job["job_id"])
+        if status["attempts"][-1].get("peers"):
+            break
+        jobs.emit(live["task_arn"], exit_code=143)
+        jobs.shift_clock(400 * (round_ + 1))
+        jobs.reconcile()
+    (peer,) = jobs.status(job["job_id"])["attempts"][-1]["peers"]
+    jobs.emit(peer["task_arn"])
+    status = jobs.status(job["job_id"])
+    assert status["attempts"][-1]["formed_at"] is not None
+    assert zones[-1] == "us-east-1b" and len(set(zones)) == len(zones)  # never the same pool again

@@ -16,10 +16,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from spotguard.domain.jobs.effects import LaunchPeers, Step, Stop
-from spotguard.domain.jobs.model import Attempt, Job, JobState, NodeTask, replace_attempt, revised
+from spotguard.domain.jobs.model import Attempt, Job, JobState, NodeTask, Pool, replace_attempt, revised
 from spotguard.domain.stops import RESUME_ME, SPOTGUARD_REASON, StopVerdict
 
 GANG_STOP_PREFIX = "SpotGuard: gang of job "
@@ -225,6 +225,20 @@ def compact(attempts: list[Attempt], keep: int = KEEP_GANGS_WHOLE) -> list[Attem
         price = None if any(p is None for p in prices) else sum(p for p in prices if p is not None)
         out.append(revised(a, peers=[], folded_peers=len(a.peers), folded_price_per_hour=price))
     return out
+
+
+def unformed_pool(job: Job, attempt: Attempt, now: datetime) -> list[Pool]:
+    """The job's avoided pools with the pool a gang did not form in (node 0's instance type in its zone)
+    kept off for `provisioning_timeout_seconds`: without a capacity policy to mark it, node 0 would be
+    placed there again first, in a pool that cannot hold the others, and the gang never form."""
+    pools = [p for p in job.avoid_pools if p.until > now]
+    if not (attempt.instance_type and attempt.availability_zone):
+        return pools
+    key = (attempt.instance_type, attempt.availability_zone)
+    same = [p.until for p in pools if (p.instance_type, p.availability_zone) == key]
+    until = max([now + timedelta(seconds=job.options.provisioning_timeout_seconds), *same])
+    others = [p for p in pools if (p.instance_type, p.availability_zone) != key]
+    return [*others, Pool(instance_type=key[0], availability_zone=key[1], until=until)]
 
 
 def unformed_in_a_row(attempts: list[Attempt]) -> int:

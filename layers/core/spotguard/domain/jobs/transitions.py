@@ -304,7 +304,10 @@ def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetim
         # that does not count against max_attempts.
         delay = retry_delay(gangs.unformed_in_a_row([*job.attempts[:-1], updated]))
         changes = {"move": None, "placement": None, "budget_base": job.budget_base + 1}
-        changes |= {"retry_at": now + timedelta(seconds=delay)}
+        changes |= {
+            "retry_at": now + timedelta(seconds=delay),
+            "avoid_pools": gangs.unformed_pool(job, updated, now),
+        }
         effects = [LaunchLater(launch_try=0, delay_seconds=delay)]
     elif verdict.outcome == "resubmit" and moved and job.move is not None:
         # SpotGuard's own move: not an interruption; the next launch follows the move's decision, marked
