@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from spotguard.adapters import clients
 from spotguard_cli.emulator.gpucluster import Host
 from spotguard_cli.emulator.world import JobsWorld
 
@@ -92,6 +93,10 @@ def test_a_warning_for_one_node_stops_every_node_once_and_relaunches_the_gang_on
     job, (arn0, arn1) = _formed(jobs)
     newest = jobs.commit_checkpoint(job, 1)
     warned = _host_of(jobs, arn1)
+    stopped_tasks: list[str] = []
+    clients.on_every_call(
+        lambda model, params, **_: stopped_tasks.append(params["task"]) if model.name == "StopTask" else None
+    )
     jobs.interrupt(warned)  # the interruption function stops node 1's task for the warning
     assert jobs.task(arn1)["stoppedReason"].startswith("SpotGuard: spot-interruption")
     # ECS's event for node 1 being stopped (still running, desired STOPPED): node 0 is stopped too
@@ -109,6 +114,7 @@ def test_a_warning_for_one_node_stops_every_node_once_and_relaunches_the_gang_on
         jobs.put(e)
     jobs.task_events.drain()
 
+    assert sorted(stopped_tasks) == sorted([arn0, arn1])  # every node signalled (SIGTERM) once
     requests = jobs.scheduler.requests
     assert len(requests) == 3  # node 0 of attempt 2, once
     assert (
