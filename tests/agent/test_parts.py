@@ -227,6 +227,18 @@ def test_ranks_come_from_torchrun_environment():
         Ranks.from_env({"WORLD_SIZE": "two"})
 
 
+def _sigterm_once_ready(command: list[str], env: dict[str, str]) -> tuple[int, float, str]:
+    """Start `command` (the wrapper over one that prints 'ready' when it is), send it SIGTERM once it is
+    ready, as StopTask does, and wait for it: its exit status, the seconds from the signal to its end,
+    and what it wrote to stderr."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, time.monotonic() - started, err
+
+
 @pytest.mark.slow  # the wrapper as a process
 def test_the_relay_passes_the_exit_code_through_and_forwards_sigterm_after_the_deadline(tmp_path):
     base = [sys.executable, "-m", "spotguard_agent.wrapper", "run", "--"]
@@ -243,18 +255,8 @@ def test_the_relay_passes_the_exit_code_through_and_forwards_sigterm_after_the_d
         "from spotguard_agent.ranks import ControlDir; import time; "
         "ControlDir.from_env().announce(0); print('ready', flush=True); time.sleep(60)"
     )
-    proc = subprocess.Popen(
-        [*base, sys.executable, "-c", uses_the_agent],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM and 5 <= time.monotonic() - started < 30
+    code, took, err = _sigterm_once_ready([*base, sys.executable, "-c", uses_the_agent], env)
+    assert code == 128 + signal.SIGTERM and 5 <= took < 30
     assert "no process reported a committed checkpoint" in err
 
 
@@ -265,18 +267,10 @@ def test_the_relay_stops_a_command_with_no_agent_yet_at_once(tmp_path):
     stops in seconds instead of at ECS's SIGKILL."""
     env = {"PATH": "/usr/bin:/bin", "SPOTGUARD_WATCH_METADATA": "false"}  # a 120 s stop budget
     sleeper = [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spotguard_agent.wrapper", "run", "--", *sleeper],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    code, took, err = _sigterm_once_ready(
+        [sys.executable, "-m", "spotguard_agent.wrapper", "run", "--", *sleeper], env
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM and time.monotonic() - started < 5
+    assert code == 128 + signal.SIGTERM and took < 5
     assert "no process uses the agent yet, nothing to checkpoint: SIGTERM to the command" in err
 
 
