@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from spotguard_cli.emulator.gpucluster import gpu_container
 from spotguard_cli.emulator.inject import snapshot_event
 from spotguard_cli.emulator.world import JobsWorld
 
@@ -19,16 +20,7 @@ def _ebs_definition(jobs: JobsWorld, gpus: int = 1, at_launch: bool = True) -> s
     resp = ecs.register_task_definition(
         family=f"train-ebs-{gpus}gpu",
         containerDefinitions=[
-            {
-                "name": "train",
-                "image": "spotguard/examples-train:latest",
-                "cpu": 1024,
-                "memory": 2048,
-                "essential": True,
-                "stopTimeout": 120,
-                "resourceRequirements": [{"type": "GPU", "value": str(gpus)}],
-                "mountPoints": [{"sourceVolume": "ckpt", "containerPath": MOUNT}],
-            }
+            gpu_container(gpus, mountPoints=[{"sourceVolume": "ckpt", "containerPath": MOUNT}])
         ],
         volumes=[{"name": "ckpt", "configuredAtLaunch": at_launch}],
     )

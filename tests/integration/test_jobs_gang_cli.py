@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from spotguard_cli import jobs as jobs_cli
+from spotguard_cli.emulator.gpucluster import gpu_container
 from spotguard_cli.emulator.world import JobsWorld
 from spotguard_cli.main import build_parser
 
@@ -40,19 +41,13 @@ def _env(request: dict[str, Any]) -> dict[str, str]:
 
 def _logged_task_definition(jobs: JobsWorld) -> str:
     """A 1-GPU task definition whose container logs to CloudWatch Logs (the emulator's logs nowhere)."""
-    container = {
-        "name": "train",
-        "image": "spotguard/examples-train:latest",
-        "cpu": 1024,
-        "memory": 2048,
-        "essential": True,
-        "stopTimeout": 120,
-        "resourceRequirements": [{"type": "GPU", "value": "1"}],
-        "logConfiguration": {
+    container = gpu_container(
+        1,
+        logConfiguration={
             "logDriver": "awslogs",
             "options": {"awslogs-group": GROUP, "awslogs-stream-prefix": "train"},
         },
-    }
+    )
     ecs = jobs.stack.client("ecs")
     td = ecs.register_task_definition(
         family="gang-1gpu", networkMode="host", containerDefinitions=[container]

@@ -17,6 +17,21 @@ from spotguard.domain.tasks import MANAGED_TAG
 ECS_GPU_AMI = "ami-0a1b2c3d4e5f60718"
 
 
+def gpu_container(gpus: int = 1, **more: Any) -> dict[str, Any]:
+    """The cluster's GPU container definition: "train" from the examples' image, asking for `gpus` GPUs,
+    with `more` of a container definition's fields after (a command, mount points, a log configuration)."""
+    return {
+        "name": "train",
+        "image": "spotguard/examples-train:latest",
+        "cpu": 1024,
+        "memory": 2048,
+        "essential": True,
+        "stopTimeout": 120,
+        "resourceRequirements": [{"type": "GPU", "value": str(gpus)}],
+        **more,
+    }
+
+
 @dataclass(frozen=True)
 class Host:
     instance_id: str
@@ -145,15 +160,7 @@ class GpuCluster:
     def gpu_task_definition(
         self, family: str = "train", gpus: int = 1, command: list[str] | None = None
     ) -> str:
-        container: dict[str, Any] = {
-            "name": "train",
-            "image": "spotguard/examples-train:latest",
-            "cpu": 1024,
-            "memory": 2048,
-            "essential": True,
-            "stopTimeout": 120,
-            "resourceRequirements": [{"type": "GPU", "value": str(gpus)}],
-        }
+        container = gpu_container(gpus)
         if command:
             container["command"] = command
         resp = self.ecs.register_task_definition(
