@@ -10,7 +10,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,12 @@ torch = pytest.importorskip("torch")
 
 from spotguard_agent import CheckpointStore  # noqa: E402
 
-from .test_torchrun import DDP, EXIT_RE, STEPS, _env, _same_weights  # noqa: E402
+from spotguard_cli.local.gang import NODES, ddp_torchrun  # noqa: E402
+
+from .test_torchrun import EXIT_RE, STEPS, _env, _same_weights, _wrapped  # noqa: E402
 
 pytestmark = pytest.mark.slow  # every test runs two torchruns and their ranks as processes
 
-NODES = 2
 STOPPED_RE = re.compile(r"stopped on committed checkpoint (\d+) \(step (\d+); ")
 
 
@@ -33,41 +33,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _node(rank: int, port: int, out: Path, *args: str) -> list[str]:
-    """Node `rank`'s first process: the wrapper over torchrun, told the gang as SpotGuard tells it."""
-    return [
-        sys.executable,
-        "-m",
-        "spotguard_agent.wrapper",
-        "run",
-        "--",
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        str(NODES),
-        "--node-rank",
-        str(rank),
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "--nproc-per-node",
-        "1",
-        str(DDP),
-        "--steps",
-        str(STEPS),
-        "--out",
-        str(out),
-        *args,
-    ]
-
-
-def _gang(store: Path, out: Path, *args: str) -> list[subprocess.Popen[str]]:
+def _gang(store: Path, out: Path, step_seconds: float | None = None) -> list[subprocess.Popen[str]]:
+    """Each node's first process: the wrapper over torchrun, told the gang on its command line (node 0
+    hosting the rendezvous at 127.0.0.1, on a free port)."""
     port = _free_port()
     return [
         subprocess.Popen(
-            _node(k, port, out, *args),
+            _wrapped(ddp_torchrun(out, STEPS, step_seconds, rendezvous=(k, port))),
             env=_env(store),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -100,7 +72,7 @@ def test_sigterm_to_one_node_checkpoints_both_at_one_step_both_exit_75_and_resum
     tmp_path, reference, warned
 ):
     store = tmp_path / "store"
-    gang = _gang(store, tmp_path / "a.pt", "--step-seconds", "0.05")
+    gang = _gang(store, tmp_path / "a.pt", 0.05)
     assert gang[0].stdout is not None
     for line in gang[0].stdout:  # rank 0 (node 0) prints the steps
         if line.startswith("step 5 loss"):

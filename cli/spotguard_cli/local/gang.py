@@ -35,7 +35,7 @@ from typing import Any
 from spotguard.domain.jobs.model import TERMINAL
 from spotguard_cli.emulator.template import REPO
 from spotguard_cli.emulator.timeline import Timeline, checkpoint_name
-from spotguard_cli.local.shared import picture, print_end, same_weights, steps_done
+from spotguard_cli.local.shared import picture, print_end, same_weights, steps_done, train_args
 
 DDP = REPO / "examples" / "train_ddp.py"
 NODES = 2
@@ -78,28 +78,35 @@ def free_port(start: int = FIRST_PORT, taken: tuple[int, ...] = ()) -> int:
     raise RuntimeError(f"no free port from {start} to {start + 999} on 127.0.0.1")
 
 
-def node_command(out: Path, steps: int, step_seconds: float) -> list[str]:
-    """The task's command: the agent's wrapper over torchrun, with nothing about the gang in it:
-    torchrun reads the node count, its rank and the rendezvous from the PET_ environment SpotGuard sets."""
+def ddp_torchrun(
+    out: Path, steps: int, step_seconds: float | None = None, rendezvous: tuple[int, int] | None = None
+) -> list[str]:
+    """torchrun of examples/train_ddp.py, one process a node, its final weights written to `out`. With
+    `rendezvous` (a node's rank, a port) its command line says the gang: that node of NODES, node 0 hosting
+    the rendezvous at 127.0.0.1:port; without, torchrun reads all that from the PET_ environment SpotGuard
+    sets."""
+    gang: list[str] = []
+    if rendezvous is not None:
+        node, port = rendezvous
+        gang = ["--nnodes", str(NODES), "--node-rank", str(node)]
+        gang += ["--master-addr", "127.0.0.1", "--master-port", str(port)]
     return [
         sys.executable,
         "-m",
-        "spotguard_agent.wrapper",
-        "run",
-        "--",
-        sys.executable,
-        "-m",
         "torch.distributed.run",
+        *gang,
         "--nproc-per-node",
         "1",
         str(DDP),
-        "--steps",
-        str(steps),
-        "--out",
-        str(out),
-        "--step-seconds",
-        str(step_seconds),
+        *train_args(steps, out, step_seconds),
     ]
+
+
+def node_command(out: Path, steps: int, step_seconds: float) -> list[str]:
+    """The task's command: the agent's wrapper over torchrun, with nothing about the gang in it:
+    torchrun reads the node count, its rank and the rendezvous from the PET_ environment SpotGuard sets."""
+    wrapper = [sys.executable, "-m", "spotguard_agent.wrapper", "run", "--"]
+    return [*wrapper, *ddp_torchrun(out, steps, step_seconds)]
 
 
 def reference_gang(
@@ -117,29 +124,9 @@ def reference_gang(
     }
     procs = []
     for node in range(NODES):
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            str(NODES),
-            "--node-rank",
-            str(node),
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(port),
-            "--nproc-per-node",
-            "1",
-            str(DDP),
-            "--steps",
-            str(steps),
-            "--out",
-            str(out),
-        ]
         procs.append(
             subprocess.Popen(
-                command,
+                ddp_torchrun(out, steps, rendezvous=(node, port)),
                 stdout=(work / f"reference-node{node}.log").open("wb"),
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -22,23 +22,20 @@ PLACEHOLDER_PRICES = "moto's placeholder prices"
 
 
 # ==================================================================================== the demos' job
+def train_args(steps: int, out: Path, step_seconds: float | None = None) -> list[str]:
+    """The demos' training arguments (examples/train.py and train_ddp.py take the same): `steps` steps,
+    the final weights written to `out`, and with `step_seconds` a pause after each step."""
+    args = ["--steps", str(steps), "--out", str(out)]
+    return args if step_seconds is None else [*args, "--step-seconds", str(step_seconds)]
+
+
 def task_definition(
     system: Any, out: Path, steps: int, step_seconds: float, checkpoint_seconds: float = 2
 ) -> str:
     """The demos' task definition: examples/train.py with the agent, its final weights written to `out`."""
-    command = [
-        sys.executable,
-        str(TRAIN),
-        "--steps",
-        str(steps),
-        "--out",
-        str(out),
-        "--step-seconds",
-        str(step_seconds),
-    ]
     return str(
         system.task_definition(
-            command,
+            [sys.executable, str(TRAIN), *train_args(steps, out, step_seconds)],
             gpus=1,
             environment={"SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS": f"{checkpoint_seconds:g}"},
             family="train",
@@ -63,7 +60,7 @@ def reference_run(system: Any, out: Path, steps: int, log: Path) -> subprocess.P
         "SPOTGUARD_JOB_ID": "reference",
     }
     return subprocess.Popen(
-        [sys.executable, str(TRAIN), "--steps", str(steps), "--out", str(out)],
+        [sys.executable, str(TRAIN), *train_args(steps, out)],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         env=env,
