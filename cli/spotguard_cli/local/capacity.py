@@ -22,7 +22,6 @@ Exit status 0 only when every check holds.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import signal
 from datetime import datetime, timedelta
@@ -34,8 +33,12 @@ from spotguard.domain.jobs.spend import Spend
 from spotguard_cli.answers import AttemptView, DecisionView, StatusView
 from spotguard_cli.emulator.timeline import Timeline
 from spotguard_cli.local.shared import (
+    passed,
     picture,
     print_end,
+    print_json,
+    print_proof,
+    print_timeline,
     reference_run,
     same_weights,
     steps_done,
@@ -254,31 +257,17 @@ def spend_line(spend: Spend | dict[str, Any]) -> str:
 def print_capacity_demo(
     proof: list, decisions: list[DecisionView], facts: dict, timeline: Timeline, as_json: bool
 ) -> bool:
-    ok = bool(proof) and all(p for _, p in proof)
+    ok = passed(proof)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "ok": ok,
-                    "timeline": [{"seconds": round(t, 3), "what": w} for t, w in timeline.rows],
-                    "decisions": [d.model_dump(mode="json") for d in decisions],
-                    "proof": [{"check": c, "passed": p} for c, p in proof],
-                    "facts": facts,
-                }
-            )
-        )
+        print_json(ok, timeline, proof, facts, decisions=[d.model_dump(mode="json") for d in decisions])
         return ok
-    print("\ntimeline (wall-clock seconds since the job was submitted):")
-    for t, what in timeline.rows:
-        print(f"  {t:+8.3f}s  {what}")
+    print_timeline(timeline, "wall-clock seconds since the job was submitted")
     if decisions and facts.get("submitted_at"):
         start = datetime.fromisoformat(facts["submitted_at"])
         print("\ncapacity decisions (SpotGuard's time since submit, and why):")
         for d in decisions:
             print(decision_line(d, start))
-    print("\nproof:")
-    for c, passed in proof:
-        print(f"  [{'ok' if passed else 'FAILED'}] {c}")
+    print_proof(proof)
     if facts.get("spend"):
         print(f"\n{spend_line(facts['spend'])}")
     return ok

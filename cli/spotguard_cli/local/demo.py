@@ -29,8 +29,12 @@ from spotguard_cli.emulator.timeline import Timeline
 from spotguard_cli.local import capacity, gang
 from spotguard_cli.local.shared import (
     STATE_DIR,
+    passed,
     picture,
     print_end,
+    print_json,
+    print_proof,
+    print_timeline,
     reference_run,
     same_weights,
     steps_done,
@@ -246,25 +250,12 @@ def _run_demo(args: argparse.Namespace) -> int:
                 reference.send_signal(signal.SIGKILL)
                 reference.wait(timeout=10)
 
-    ok = bool(proof) and all(p for _, p in proof)
+    ok = passed(proof)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": ok,
-                    "timeline": [{"seconds": round(t, 3), "what": w} for t, w in timeline.rows],
-                    "proof": [{"check": c, "passed": p} for c, p in proof],
-                    "facts": facts,
-                }
-            )
-        )
+        print_json(ok, timeline, proof, facts)
         return 0 if ok else 1
-    print("\ntimeline (seconds since the warning was put on the bus):")
-    for t, what in timeline.rows:
-        print(f"  {t:+8.3f}s  {what}")
-    print("\nproof:")
-    for c, passed in proof:
-        print(f"  [{'ok' if passed else 'FAILED'}] {c}")
+    print_timeline(timeline, "seconds since the warning was put on the bus")
+    print_proof(proof)
     if "gpu_hours" in facts:
         print(f"\n{savings_text(facts)}")
     print_end(work, ok)

@@ -35,7 +35,17 @@ from typing import Any
 from spotguard.domain.jobs.model import TERMINAL
 from spotguard_cli.emulator.template import REPO
 from spotguard_cli.emulator.timeline import Timeline, checkpoint_name
-from spotguard_cli.local.shared import picture, print_end, same_weights, steps_done, train_args
+from spotguard_cli.local.shared import (
+    passed,
+    picture,
+    print_end,
+    print_json,
+    print_proof,
+    print_timeline,
+    same_weights,
+    steps_done,
+    train_args,
+)
 
 DDP = REPO / "examples" / "train_ddp.py"
 NODES = 2
@@ -434,25 +444,12 @@ def gang_proof(
 def print_gang_demo(
     proof: list[tuple[str, bool]], facts: dict[str, Any], timeline: Timeline, as_json: bool
 ) -> bool:
-    ok = bool(proof) and all(p for _, p in proof)
+    ok = passed(proof)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "ok": ok,
-                    "timeline": [{"seconds": round(t, 3), "what": w} for t, w in timeline.rows],
-                    "proof": [{"check": c, "passed": p} for c, p in proof],
-                    "facts": facts,
-                }
-            )
-        )
+        print_json(ok, timeline, proof, facts)
         return ok
-    print("\ntimeline (seconds since the warning was put on the bus):")
-    for t, what in timeline.rows:
-        print(f"  {t:+8.3f}s  {what}")
-    print("\nproof:")
-    for c, passed in proof:
-        print(f"  [{'ok' if passed else 'FAILED'}] {c}")
+    print_timeline(timeline, "seconds since the warning was put on the bus")
+    print_proof(proof)
     if facts.get("stopped_on"):
         (sequence, step), *_ = facts["stopped_on"]
         print(

@@ -1,8 +1,9 @@
 """What the `spotguard local` commands share: where their state and logs go, the files `up` and `inject`
-talk through, and the demos' training job, its uninterrupted twin and the checks on both."""
+talk through, and the demos' training job, its uninterrupted twin, the checks on both and their report."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 from spotguard_cli.answers import StatusView, read_status
 from spotguard_cli.emulator.template import REPO
+from spotguard_cli.emulator.timeline import Timeline
 
 STATE_DIR = Path(".local-stack")
 STATE_FILE = STATE_DIR / "up.json"  # written by a running `up`, read by `inject`
@@ -87,6 +89,43 @@ def same_weights(a: Path, b: Path) -> bool:
 
     wa, wb = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def passed(proof: list[tuple[str, bool]]) -> bool:
+    """Whether a demo passed: it has a proof, and every check of it holds."""
+    return bool(proof) and all(p for _, p in proof)
+
+
+def print_json(
+    ok: bool, timeline: Timeline, proof: list[tuple[str, bool]], facts: dict[str, Any], **more: Any
+) -> None:
+    """A demo's --json answer, one object: whether it passed, its timeline, `more` of its own (after the
+    timeline), its checks and its facts."""
+    print(
+        json.dumps(
+            {
+                "ok": ok,
+                "timeline": [{"seconds": round(t, 3), "what": w} for t, w in timeline.rows],
+                **more,
+                "proof": [{"check": c, "passed": p} for c, p in proof],
+                "facts": facts,
+            }
+        )
+    )
+
+
+def print_timeline(timeline: Timeline, seconds: str) -> None:
+    """A demo's timeline, a line for each row: its seconds (what they count: `seconds`), what happened."""
+    print(f"\ntimeline ({seconds}):")
+    for t, what in timeline.rows:
+        print(f"  {t:+8.3f}s  {what}")
+
+
+def print_proof(proof: list[tuple[str, bool]]) -> None:
+    """A demo's checks, each ok or FAILED."""
+    print("\nproof:")
+    for c, ok in proof:
+        print(f"  [{'ok' if ok else 'FAILED'}] {c}")
 
 
 def print_end(work: Path, ok: bool) -> None:
