@@ -313,3 +313,11 @@ def test_the_spend_metric_counts_a_gang_once_when_its_last_node_has_stopped(caps
     meter(last, last)  # the same change seen again: counted once
     out = capsys.readouterr().out
     assert out.count('"GpuHours":[') == 1 and '"GpuHours":[16.0]' in out  # one record, both nodes
+
+
+def test_a_gang_whose_nodes_finished_but_one_that_hung_succeeds_once_that_one_is_stopped():
+    job = _formed(2)
+    job, _ = _stop_all(job, [(0, 0, None)])  # node 0 finished; node 1 never exits
+    (stop,) = gangs.stragglers(job, T0 + timedelta(seconds=gangs.STRAGGLER_SECONDS + 1)).effects
+    job, _ = _apply(job, _ev(1, 1, 3, "STOPPED", 143, stopped_reason=stop.reason))
+    assert job.state is JobState.SUCCEEDED

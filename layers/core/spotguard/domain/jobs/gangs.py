@@ -203,7 +203,7 @@ def gang_outcome(attempt: Attempt, cancelled: bool) -> StopVerdict:
     resubmit = next((t for t in own if t.verdict == "resubmit"), None)
     if resubmit is not None:
         return StopVerdict(outcome="resubmit", reason=f"node {resubmit.node}: {resubmit.verdict_reason}")
-    if all(t.verdict == "succeeded" for t in attempt.tasks):
+    if all(t.verdict == "succeeded" for t in own):  # those stopped after the others finished, too
         return StopVerdict(outcome="succeeded", reason=f"all {attempt.nodes} nodes exited 0")
     failed = next((t for t in own if t.verdict == "failed"), own[0])
     return StopVerdict(outcome="failed", reason=f"node {failed.node}: {failed.verdict_reason}")
