@@ -226,6 +226,13 @@ def test_a_multi_node_job_that_cannot_run_as_one_is_refused_in_one_line(gang_wor
     request["launchType"] = "EC2"
     answer = jobs.invoke({"action": "submit", "request": request, "options": {"nodes": 65}})
     assert not answer["ok"] and "options.nodes" in answer["error"]["message"]
+    # bridge networking (ECS's default) publishes neither the rendezvous port nor NCCL's
+    answer = jobs.invoke({"action": "submit", "request": request, "options": {"nodes": 2}})
+    assert not answer["ok"] and "networkMode bridge" in answer["error"]["message"]
+    request["taskDefinition"] = jobs.cluster.gpu_task_definition(gpus=1, network_mode="host")
+    request["placementConstraints"] = [{"type": "memberOf", "expression": "attribute:x == y"}] * 8
+    answer = jobs.invoke({"action": "submit", "request": request, "options": {"nodes": 2}})
+    assert not answer["ok"] and "at most 7" in answer["error"]["message"]
 
 
 def test_a_gang_that_did_not_form_is_tried_again_in_another_pool_without_a_capacity_policy(jobs: JobsWorld):

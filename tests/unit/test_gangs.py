@@ -321,3 +321,73 @@ def test_a_gang_whose_nodes_finished_but_one_that_hung_succeeds_once_that_one_is
     (stop,) = gangs.stragglers(job, T0 + timedelta(seconds=gangs.STRAGGLER_SECONDS + 1)).effects
     job, _ = _apply(job, _ev(1, 1, 3, "STOPPED", 143, stopped_reason=stop.reason))
     assert job.state is JobState.SUCCEEDED
+
+
+def test_a_gang_stop_that_did_not_take_is_asked_again_by_reconcile():
+    job = _formed(3)
+    job, step = _apply(
+        job, _ev(1, 2, 3, "STOPPED", 137, stopped_reason="Host EC2 (instance i-0abc) terminated.")
+    )
+    assert len(step.effects) == 2  # the StopTasks that may be lost after the write
+    assert gangs.stop_again(job, T0 + timedelta(seconds=60)).effects == []
+    later = T0 + timedelta(seconds=gangs.STOP_RETRY_SECONDS + 1)
+    again = gangs.stop_again(job, later)
+    assert {e.task_arn for e in again.effects} == {_arn(1, 0), _arn(1, 1)}
+    assert gangs.stop_again(again.job, later + timedelta(seconds=60)).effects == []  # paced
+
+
+def test_a_node_whose_runtask_is_refused_fails_the_job_and_stops_the_gang():
+    job = _job(2)
+    job = begin_launch(job, T0).job
+    job = launch_succeeded(job, _arn(1, 0), "tok", "", T0, resubmitted=False).job
+    job, _ = _apply(job, _ev(1, 0, 2, "RUNNING", private_ip="10.0.0.5"))
+    step = gangs.peer_refused(job, 1, "node 1: InvalidParameterException: too many constraints", T0)
+    assert step.job.state is JobState.FAILED and "RunTask refused" in step.job.last_reason
+    assert [e.task_arn for e in step.effects if isinstance(e, Stop)] == [_arn(1, 0)]
+
+
+def test_a_gang_that_never_forms_gives_up_after_max_attempts_tries_in_a_row():
+    job = _job(2, max_attempts=3)
+    for n in range(1, 4):
+        job = job.model_copy(update={"retry_at": None})
+        job = begin_launch(job, T0).job
+        job = launch_succeeded(job, _arn(n, 0), "tok", "", T0, resubmitted=n > 1).job
+        job = abandon_provisioning(job, "0 of 2 nodes running after 700 s", T0).job
+        job, _ = _apply(job, _ev(n, 0, 3, "STOPPED", 143, stopped_reason="SpotGuard: gang of job g1: x"))
+    assert job.state is JobState.GAVE_UP and "did not form in 3 tries in a row" in job.last_reason
+
+
+def test_node_0_being_stopped_as_it_starts_gets_no_peers():
+    job = _job(2)
+    job = begin_launch(job, T0).job
+    job = launch_succeeded(job, _arn(1, 0), "tok", "", T0, resubmitted=False).job
+    ev = _ev(1, 0, 2, "RUNNING", private_ip="10.0.0.5").model_copy(update={"desired_status": "STOPPED"})
+    job, step = _apply(job, ev)
+    assert not any(isinstance(e, LaunchPeers) for e in step.effects)
+
+
+def test_torchrun_waits_at_the_rendezvous_longer_than_spotguard_gives_the_gang_and_one_node_keeps_its_pet():
+    job = _formed(2)
+    (c,) = run_task_params(job, Launch(attempt=1, client_token="t"), "", T0)["overrides"][
+        "containerOverrides"
+    ]
+    env = {e["name"]: e["value"] for e in c["environment"]}
+    assert env["PET_RDZV_CONF"] == f"timeout={600 + 900}"  # the formation bound, then reconcile's sweep
+    single = _job(1).model_copy(
+        update={
+            "request": RunTaskRequest(
+                cluster="gpu-spot",
+                taskDefinition="train-8gpu:1",
+                launchType="EC2",
+                overrides={
+                    "containerOverrides": [
+                        {"name": "train", "environment": [{"name": "PET_NNODES", "value": "1"}]}
+                    ]
+                },
+            )
+        }
+    )
+    (c,) = run_task_params(single, Launch(attempt=1, client_token="t"), "", T0)["overrides"][
+        "containerOverrides"
+    ]
+    assert {"name": "PET_NNODES", "value": "1"} in c["environment"]  # a one-node job's own, kept

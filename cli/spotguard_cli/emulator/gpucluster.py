@@ -158,13 +158,18 @@ class GpuCluster:
         self.ec2.terminate_instances(InstanceIds=[host.instance_id])
 
     def gpu_task_definition(
-        self, family: str = "train", gpus: int = 1, command: list[str] | None = None
+        self,
+        family: str = "train",
+        gpus: int = 1,
+        command: list[str] | None = None,
+        network_mode: str | None = None,
     ) -> str:
         container = gpu_container(gpus)
         if command:
             container["command"] = command
+        mode = {"networkMode": network_mode} if network_mode else {}
         resp = self.ecs.register_task_definition(
-            family=f"{family}-{gpus}gpu", containerDefinitions=[container]
+            family=f"{family}-{gpus}gpu", containerDefinitions=[container], **mode
         )
         return str(resp["taskDefinition"]["taskDefinitionArn"])
 

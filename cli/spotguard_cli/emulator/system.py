@@ -410,9 +410,12 @@ class LocalSystem:
         gpus: int = 1,
         environment: dict[str, str] | None = None,
         family: str = "job",
+        network_mode: str | None = None,
     ) -> str:
         """A GPU task definition whose container runs `command` here, as a local process."""
+        mode = {"networkMode": network_mode} if network_mode else {}
         resp = self.cluster.ecs.register_task_definition(
+            **mode,
             family=f"{family}-{gpus}gpu",
             containerDefinitions=[
                 {

@@ -53,7 +53,9 @@ class JobsWorld:
         return dict(self.jobs_fn.invoke(payload))
 
     def submit(self, gpus: int = 1, **options: Any) -> dict[str, Any]:
-        td = self.cluster.gpu_task_definition(gpus=gpus)
+        # a multi-node job's nodes reach each other at their instances' addresses: host networking
+        mode = "host" if options.get("nodes", 1) > 1 else None
+        td = self.cluster.gpu_task_definition(gpus=gpus, network_mode=mode)
         answer = self.invoke(
             {
                 "action": "submit",

@@ -55,7 +55,7 @@ from pydantic import (
 
 from spotguard.domain.commands import CommandError
 from spotguard.domain.errors import one_line
-from spotguard.domain.jobs.model import MAX_NODES, SPOTGUARD_ENV
+from spotguard.domain.jobs.model import MAX_NODES, SPOTGUARD_ENV, TORCHRUN_ENV
 from spotguard.domain.tasks import JOB_ID, MANAGED_TAG
 
 LOG_GROUP = "/spotguard/jobs"
@@ -170,6 +170,9 @@ class JobSpec(BaseModel):
             raise ValueError("security_groups: needs subnets (awsvpc tasks need both)")
         if self.rendezvous_port is not None and self.nodes < 2:
             raise ValueError("rendezvous_port: for a multi-node job (nodes: 2 or more)")
+        torchrun = [k for k in self.environment if k in TORCHRUN_ENV]
+        if torchrun and self.nodes > 1:
+            raise ValueError(f"environment: {', '.join(torchrun)} set by SpotGuard for each node")
         return self
 
     @property

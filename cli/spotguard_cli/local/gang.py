@@ -258,6 +258,7 @@ def run_gang_demo(
                     "OMP_NUM_THREADS": "1",
                 },
                 family="train-gang",
+                network_mode="host",  # the nodes reach each other at their instances' addresses
             )
             reference = reference_gang(system, ref_out, args.steps, reference_port, work)
             answer = system.invoke_jobs(

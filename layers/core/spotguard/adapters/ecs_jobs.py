@@ -79,6 +79,7 @@ class JobsEcsAdapter(EcsAdapter):
             family=str(td.get("family", "")),
             task_role_arn=td.get("taskRoleArn"),
             execution_role_arn=td.get("executionRoleArn"),
+            network_mode=td.get("networkMode"),
             containers=[str(c.get("name")) for c in containers],
             gpus=gpu_count(td, overrides),
             volumes_at_launch=[

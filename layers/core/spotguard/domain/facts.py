@@ -17,6 +17,7 @@ class TaskDefinitionInfo(BaseModel):
     family: str = ""
     task_role_arn: str | None = None
     execution_role_arn: str | None = None
+    network_mode: str | None = None  # None: ECS's default (bridge on EC2)
 
 
 class RunResult(BaseModel):

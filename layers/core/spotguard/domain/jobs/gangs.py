@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from spotguard.domain.jobs.effects import LaunchPeers, Step, Stop
+from spotguard.domain.jobs.effects import LaunchPeers, Notify, Step, Stop
 from spotguard.domain.jobs.model import Attempt, Job, JobState, NodeTask, Pool, replace_attempt, revised
 from spotguard.domain.stops import RESUME_ME, SPOTGUARD_REASON, StopVerdict
 
 GANG_STOP_PREFIX = "SpotGuard: gang of job "
+# The gang's stop asked this long ago and a node still running: asked again (its StopTask may have failed
+# after the job was written, or the Lambda died between the two); as for a move's stop.
+STOP_RETRY_SECONDS = 420
 # A node that agreed to stop (exit 75 or 0) and the others still running this long after: stopped.
 # Longer than ECS's longest stopTimeout (120 s), so a commit in progress on the others is not cut.
 STRAGGLER_SECONDS = 180
@@ -141,6 +144,24 @@ def peer_launched(job: Job, number: int, node: int, task_arn: str, token: str, n
     return Step(job=replace_attempt(job, revised(attempt, peers=peers), now))
 
 
+def peer_refused(job: Job, number: int, why: str, now: datetime) -> Step:
+    """RunTask refused a node's request itself (access, a bad parameter): no retry can help, as for
+    node 0's launch (`transitions.launch_refused`). The gang's tasks are stopped and the job fails."""
+    live = job.live_attempt
+    if job.state is not JobState.RUNNING or live is None or live.number != number:
+        return Step(note="no gang of that attempt running")
+    reason = f"RunTask refused the request: {why}"
+    ended = revised(live, gang_stopped_at=now, outcome="failed", outcome_reason=reason[:500])
+    failed = replace_attempt(job, ended, now, state=JobState.FAILED, last_reason=reason[:500])
+    return Step(
+        job=failed,
+        effects=[
+            *stops(job, live, gang_stop_reason(job, reason)),
+            Notify(kind="failed", message=reason[:500]),
+        ],
+    )
+
+
 def abandon_gang(job: Job, why: str, now: datetime) -> Step:
     """The live gang did not form (`why`): stop every task it has, and launch it again once they have
     stopped, an attempt that does not count (`gang_outcome`)."""
@@ -183,6 +204,22 @@ def stragglers(job: Job, now: datetime) -> Step:
     if not ended or (now - min(ended)).total_seconds() <= STRAGGLER_SECONDS:
         return Step(note="no node stopped long enough ago")
     why = f"still running {STRAGGLER_SECONDS} s after another node stopped"
+    return Step(
+        job=replace_attempt(job, revised(live, gang_stopped_at=now), now),
+        effects=stops(job, live, gang_stop_reason(job, why)),
+    )
+
+
+def stop_again(job: Job, now: datetime) -> Step:
+    """Reconcile: the gang's stop was asked `STOP_RETRY_SECONDS` ago (a lost node, a warning, a gang that
+    did not form) and nodes still run: StopTask again (on a task already stopping it changes nothing).
+    Without it a StopTask that failed after the write would leave those nodes billing for good."""
+    live = job.live_attempt
+    if job.state is not JobState.RUNNING or live is None or not live.gang or live.gang_stopped_at is None:
+        return Step(note="no gang stop under way")
+    if (now - live.gang_stopped_at).total_seconds() <= STOP_RETRY_SECONDS or not live_tasks(live):
+        return Step(note="the gang's stop is recent, or done")
+    why = f"still running {STOP_RETRY_SECONDS} s after the gang's stop was asked"
     return Step(
         job=replace_attempt(job, revised(live, gang_stopped_at=now), now),
         effects=stops(job, live, gang_stop_reason(job, why)),

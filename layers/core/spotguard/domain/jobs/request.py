@@ -59,7 +59,7 @@ def run_task_params(
         ENV_ATTEMPT: str(launch.attempt),
         ENV_CHECKPOINT_URI: job.checkpoint_uri,
         ENV_RESUME_FROM: resume_from,
-        **gang_env(job.options.nodes, node, rendezvous, job.options.rendezvous_port),
+        **gang_env(job.options, node, rendezvous),
     }
     params["overrides"] = _with_env(params.get("overrides") or {}, job.containers, env)
     params["startedBy"] = started_by(job.job_id, launch.attempt, node)
@@ -93,11 +93,14 @@ def run_task_params(
     return params
 
 
-def gang_env(nodes: int, node: int, rendezvous: str | None, port: int) -> dict[str, str]:
+def gang_env(options: JobOptions, node: int, rendezvous: str | None) -> dict[str, str]:
     """A gang's environment for its node `node`: SpotGuard's names and torchrun's (PET_NNODES,
-    PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT: torchrun reads PET_<ARGUMENT> for an argument not
-    given). Node 0 hosts the rendezvous: it keeps torchrun's default address (itself). Nothing for a
-    one-node job."""
+    PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_RDZV_CONF: torchrun reads PET_<ARGUMENT> for an
+    argument not given). Node 0 hosts the rendezvous: it keeps torchrun's default address (itself). Its
+    rendezvous waits longer than SpotGuard gives the gang to form (torchrun's own 600 s would end node 0
+    with exit 1, a failure, while its peers still boot): SpotGuard gives an unformed gang up first.
+    Nothing for a one-node job."""
+    nodes, port = options.nodes, options.rendezvous_port
     if nodes <= 1:
         return {}
     env = {
@@ -106,10 +109,17 @@ def gang_env(nodes: int, node: int, rendezvous: str | None, port: int) -> dict[s
         "PET_NNODES": str(nodes),
         "PET_NODE_RANK": str(node),
         "PET_MASTER_PORT": str(port),
+        "PET_RDZV_CONF": f"timeout={options.provisioning_timeout_seconds + RENDEZVOUS_MARGIN_SECONDS}",
     }
     if node > 0 and rendezvous:
         env |= {"PET_MASTER_ADDR": rendezvous, ENV_RENDEZVOUS: f"{rendezvous}:{port}"}
     return env
+
+
+# A gang's node's own constraints: the capacity decision's pin, node 0's pool, off the other nodes' instances
+GANG_CONSTRAINTS = 3
+# past the formation bound: reconcile looks every 5 minutes, and the other nodes are launched once node 0 runs
+RENDEZVOUS_MARGIN_SECONDS = 900
 
 
 def ebs_volume_configuration(job: Job, attempt: int, default_role: str | None) -> dict[str, Any]:
@@ -176,7 +186,7 @@ def _with_env(
         by_name.setdefault(name, {"name": name})
     result = []
     for name, c in by_name.items():
-        kept = [e for e in c.get("environment") or [] if e.get("name") not in SPOTGUARD_ENV]
+        kept = [e for e in c.get("environment") or [] if e.get("name") not in (*SPOTGUARD_ENV, *env)]
         c["environment"] = [*kept, *({"name": k, "value": v} for k, v in env.items())]
         c["name"] = name
         result.append(c)

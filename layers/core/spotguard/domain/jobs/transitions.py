@@ -252,7 +252,10 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             if others:  # one node's instance is going: every node checkpoints and stops now
                 updated = revised(updated, gang_stopped_at=now)
                 return Step(job=replace_attempt(job, updated, now), effects=list(others))
-            updated, launches = gangs.progress(job, attempt, updated, now)
+            being_stopped = ev.desired_status == "STOPPED"  # its peers would start on a dying node 0
+            updated, launches = (
+                gangs.progress(job, attempt, updated, now) if not being_stopped else (updated, [])
+            )
             effects.extend(launches)
             if updated.formed and not attempt.formed:
                 changes = {"last_reason": f"attempt {attempt.number} started on all {updated.nodes} nodes"}
@@ -302,7 +305,15 @@ def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetim
         # A gang that did not form: launched again after a wait that grows with each gang in a row that
         # did not form (30 s up to 15 min), where the policy then says (its pool was marked), an attempt
         # that does not count against max_attempts.
-        delay = retry_delay(gangs.unformed_in_a_row([*job.attempts[:-1], updated]))
+        in_a_row = gangs.unformed_in_a_row([*job.attempts[:-1], updated])
+        if in_a_row >= job.options.max_attempts:  # bounded, as attempts are: its ledger item too
+            why = f"the gang of {updated.nodes} nodes did not form in {in_a_row} tries in a row"
+            why += f"; last: {verdict.reason}"
+            return Step(
+                job=replace_attempt(job, updated, now, state=JobState.GAVE_UP, last_reason=why[:500]),
+                effects=[Notify(kind="gave-up", message=why[:500])],
+            )
+        delay = retry_delay(in_a_row)
         changes = {"move": None, "placement": None, "budget_base": job.budget_base + 1}
         changes |= {
             "retry_at": now + timedelta(seconds=delay),

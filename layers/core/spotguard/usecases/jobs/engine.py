@@ -417,6 +417,9 @@ class JobEngine:
             result = self.ecs.run_task(params)
             if result.task_arn is None:
                 reason = f"node {node}: {result.reason or 'no task was placed'}"
+                if result.failure in ("access", "request"):  # no retry can help: as for node 0's
+                    out.append(lambda j, why=reason: gangs.peer_refused(j, attempt.number, why, self.clock()))
+                    break
                 if result.failure == "capacity" and job.placement is not None:
                     self.placement.launch_failed(job, reason)
                 out.append(lambda j, why=reason: gangs.abandon_gang(j, why, self.clock()))

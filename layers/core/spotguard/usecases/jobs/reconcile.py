@@ -79,6 +79,7 @@ COUNTS = (
     "gangs_abandoned",
     "gang_nodes_launched",
     "gang_stragglers_stopped",
+    "gang_stops_retried",
 )
 
 
@@ -238,8 +239,12 @@ class Reconciler:
         given up, its pool marked unavailable; one whose other nodes were not all launched gets them;
         nodes still running well after another stopped on a checkpoint are stopped. True when it
         stopped tasks; None when the gang needs nothing of it (the single task's sweep goes on)."""
-        if attempt.abandoned or attempt.gang_stopped_at is not None:
-            return False  # its tasks were stopped: their STOPPED events end it
+        if attempt.gang_stopped_at is not None:  # its tasks were stopped: their STOPPED events end it
+            if gangs.stop_again(job, now).effects:  # unless a StopTask was lost: asked again
+                self.engine.run(job.job_id, lambda j: gangs.stop_again(j, now), current=job, drive=False)
+                counts["gang_stops_retried"] += 1
+                return True
+            return False
         waited = (now - attempt.launched_at).total_seconds()
         if not attempt.formed and waited > job.options.provisioning_timeout_seconds:
             if attempt.pool is not None:

@@ -18,10 +18,18 @@ from datetime import datetime
 from typing import Any
 
 from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
+from spotguard.domain.facts import TaskDefinitionInfo
 from spotguard.domain.jobs.answers import JobStatus, JobSummary
 from spotguard.domain.jobs.effects import Launch, Step
-from spotguard.domain.jobs.model import Job, JobState, adopted_job_id, client_token, revised
-from spotguard.domain.jobs.request import deadline_refused, not_permitted, run_task_params
+from spotguard.domain.jobs.model import (
+    MAX_PLACEMENT_CONSTRAINTS,
+    Job,
+    JobState,
+    adopted_job_id,
+    client_token,
+    revised,
+)
+from spotguard.domain.jobs.request import GANG_CONSTRAINTS, deadline_refused, not_permitted, run_task_params
 from spotguard.domain.jobs.transitions import (
     abandon_provisioning,
     on_task_event,
@@ -109,7 +117,7 @@ class JobService:
         if refused:
             raise CommandError("BadRequest", refused)
         ebs = ebs_checkpointing(cmd, td, self.config.ebs_role_arn)
-        gang_refused = _gang_refused(cmd, ebs is not None)
+        gang_refused = _gang_refused(cmd, td, ebs is not None)
         if gang_refused:
             raise CommandError("BadRequest", gang_refused)
         now = self.clock()
@@ -362,13 +370,29 @@ class JobService:
         return revised(job, attempts=[changed if a.number == attempt.number else a for a in job.attempts])
 
 
-def _gang_refused(cmd: Submit, ebs: bool) -> str | None:
+def _gang_refused(cmd: Submit, td: TaskDefinitionInfo, ebs: bool) -> str | None:
     """Why a multi-node job cannot run as submitted (None: it can, or it is one node): its nodes are
-    instances (no Fargate), each with its own disk (no EBS mode: one volume a job)."""
+    instances (no Fargate) that reach each other at their addresses (host or awsvpc networking: bridge
+    publishes neither the rendezvous port nor NCCL's), each with its own disk (no EBS mode: one volume a
+    job), and each node's RunTask needs room for SpotGuard's own placement constraints."""
     if cmd.options.nodes <= 1:
         return None
     if cmd.request.fargate:
         return "options.nodes: a multi-node job runs one node an EC2 instance; Fargate has none"
+    mode = td.network_mode or "bridge"
+    if mode not in ("host", "awsvpc"):
+        return (
+            f"options.nodes: the nodes of a multi-node job reach each other at their addresses, and "
+            f"{td.arn} has networkMode {mode}: use host (or awsvpc with a security group that lets them "
+            "talk)"
+        )
+    most = MAX_PLACEMENT_CONSTRAINTS - GANG_CONSTRAINTS
+    if len(cmd.request.placementConstraints or []) > most:
+        return (
+            f"request.placementConstraints: a multi-node job may give at most {most} (ECS takes "
+            f"{MAX_PLACEMENT_CONSTRAINTS}; SpotGuard keeps each node in one pool and off the others' "
+            "instances)"
+        )
     if ebs:
         return (
             "options.nodes: a multi-node job checkpoints to S3; EBS mode gives a job one volume "
