@@ -80,6 +80,10 @@ def test_an_existing_task_definition_with_a_command_override():
         ),
         ({"checkpoint_dir": "ckpt"}, "checkpoint_dir: String should match pattern"),
         ({"environment": {"SPOTGUARD_ATTEMPT": "1"}}, "SPOTGUARD_ATTEMPT is set by SpotGuard"),
+        (
+            {"nodes": 2, "environment": {"PET_MASTER_ADDR": "10.0.0.1"}},
+            "environment: PET_MASTER_ADDR set by SpotGuard for each node",
+        ),
         ({"environment": {"1BAD": "x"}}, "'1BAD' is not an environment variable's name"),
         ({"task_role_arn": "training-task"}, "task_role_arn: String should match pattern"),
         ({"deadline": "tomorrow"}, "deadline: expected an ISO 8601 time with a time zone"),
