@@ -9,9 +9,10 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from spotguard import clock
 from spotguard.domain.tasks import cluster_arn_of
 from spotguard_cli.emulator.template import REPO
 
@@ -49,7 +50,7 @@ def make_event(
 ) -> dict[str, Any]:
     """An event of `kind` for `instance_id`; `detail` overrides fields of the sample's detail."""
     event = copy.deepcopy(sample(kind))
-    when = at or datetime.now(UTC)
+    when = at or clock.now()  # the wall clock, or the simulation's virtual one
     event["id"] = str(uuid.uuid4())
     event["time"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     event["region"], event["account"] = region, account
@@ -135,7 +136,7 @@ def task_event(
 ) -> dict[str, Any]:
     """The ECS Task State Change that ECS would emit for a DescribeTasks entry, at `version`. A
     stopped task's containers get `exit_code` (None: no exit code, as when the host vanished)."""
-    when = at or datetime.now(UTC)
+    when = at or clock.now()  # the wall clock, or the simulation's virtual one
     cluster_arn = task["clusterArn"]
     region, account = cluster_arn.split(":")[3], cluster_arn.split(":")[4]
     event = copy.deepcopy(sample("task-state-change"))
@@ -193,7 +194,7 @@ def snapshot_event(
 ) -> dict[str, Any]:
     """The EBS Snapshot Notification EC2 sends when a snapshot completes (or fails)."""
     event = copy.deepcopy(sample("ebs-snapshot"))
-    event.update(id=str(uuid.uuid4()), time=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), region=region)
+    event.update(id=str(uuid.uuid4()), time=clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"), region=region)
     event["resources"] = [f"arn:aws:ec2::{region}:snapshot/{snapshot_id}"]
     event["detail"].update(
         result="succeeded" if ok else "failed",

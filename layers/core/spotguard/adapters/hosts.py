@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
+from spotguard import clock
 from spotguard.domain.facts import HostFacts
 from spotguard.domain.prices import gpus_of, on_demand_price
 
@@ -52,7 +52,7 @@ class Ec2Hosts:
         key = (instance_type, az)
         with self._lock:
             cached = self._spot.get(key)
-        if cached and time.monotonic() - cached[0] < SPOT_PRICE_TTL_SECONDS:
+        if cached and clock.monotonic() - cached[0] < SPOT_PRICE_TTL_SECONDS:
             return cached[1]
         resp = self.ec2.describe_spot_price_history(
             InstanceTypes=[instance_type],
@@ -63,7 +63,7 @@ class Ec2Hosts:
         history = resp.get("SpotPriceHistory") or []
         price = float(history[0]["SpotPrice"]) if history else None
         with self._lock:
-            self._spot[key] = (time.monotonic(), price)
+            self._spot[key] = (clock.monotonic(), price)
         return price
 
     def _instance_gpus(self, instance_type: str) -> int | None:

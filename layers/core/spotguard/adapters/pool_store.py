@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
+from spotguard import clock
 from spotguard.adapters.dynamo import key, marshal, plain, written
 from spotguard.domain.errors import one_line
 from spotguard.domain.pools import (
@@ -153,7 +154,7 @@ class PoolStore:
             "doc": pool.model_dump_json(),
             "rev": (rev or 0) + 1,
             "gone": pool.gone_since is not None,
-            "updated_at": datetime.now(UTC).isoformat(),
+            "updated_at": clock.now().isoformat(),
         }
         if pool.gone_since is not None:
             item["expires_at"] = int((pool.gone_since + timedelta(days=GONE_RETENTION_DAYS)).timestamp())

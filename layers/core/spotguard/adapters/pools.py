@@ -19,6 +19,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from spotguard import clock
 from spotguard.domain.pools import (
     NOT_POOLS,
     AutoScalingGroup,
@@ -59,7 +60,7 @@ class PoolDiscovery:
 
     # ----------------------------------------------------------------------------------- discovery
     def discover(self, cluster: str, now: datetime | None = None) -> Discovery:
-        return discover_pools(self.describe(cluster), now or datetime.now(UTC))
+        return discover_pools(self.describe(cluster), now or clock.now())
 
     def describe(self, cluster: str) -> ClusterDescription:
         """Everything discovery needs about a cluster (given by name or ARN). A cluster ECS does not know
@@ -163,7 +164,7 @@ class PoolDiscovery:
         """The newest Linux spot price of each type in each zone asked for: DescribeSpotPriceHistory from
         now, which answers the price in effect now. A pair EC2 has no price for (a type not offered in
         a zone) comes back with price None, so that it is not asked again until the next refresh."""
-        at = now or datetime.now(UTC)
+        at = now or clock.now()
         if not instance_types or not zones:
             return []
         newest: dict[tuple[str, str], tuple[datetime, float]] = {}

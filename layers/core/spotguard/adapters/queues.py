@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from spotguard import clock
 from spotguard.domain.notices import LifecycleRef
 from spotguard.domain.own_events import LIFECYCLE_CHECK, launch_due_message, own_event
 
@@ -26,7 +27,7 @@ class FollowUpQueue:
             "deadline": deadline.isoformat(),
             "notice-key": notice_key,
         }
-        body = own_event(LIFECYCLE_CHECK, detail, datetime.now(UTC))
+        body = own_event(LIFECYCLE_CHECK, detail, clock.now())
         self.client.send_message(
             QueueUrl=self.queue_url,
             MessageBody=body,
@@ -66,6 +67,6 @@ class RetryQueue:
     def schedule(self, job_id: str, launch_try: int, delay_seconds: int) -> None:
         self.client.send_message(
             QueueUrl=self.queue_url,
-            MessageBody=launch_due_message(job_id, launch_try, datetime.now(UTC)),
+            MessageBody=launch_due_message(job_id, launch_try, clock.now()),
             DelaySeconds=max(0, min(delay_seconds, MAX_DELAY_SECONDS)),
         )

@@ -5,8 +5,10 @@ path). Handlers in functions/ import their runtime from here and stay thin."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
+
+from spotguard import clock
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC)
+    return clock.now()

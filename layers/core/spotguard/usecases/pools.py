@@ -26,11 +26,12 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from spotguard.clock import now as time_now
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,
@@ -209,7 +210,7 @@ class HostPoolFacts:
         self,
         hosts: HostPlacements,
         ledger: PoolLedger,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = time_now,
     ) -> None:
         self.hosts = hosts
         self.ledger = ledger

@@ -31,11 +31,12 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from spotguard import clock
 from spotguard.domain.capacity import JobNeeds, Market
 from spotguard.domain.checkpoints import CheckpointRef
 
@@ -66,7 +67,7 @@ class PlacementDecision(BaseModel):
     `servable`: False when no pool has the job's GPUs per instance (then placement NONE)."""
 
     model_config = ConfigDict(frozen=True)
-    at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    at: datetime = Field(default_factory=clock.now)
     # "warning": made at a spot warning (or terminate action) for the attempt after the warned one, whose
     # launch carries it out (domain.jobs.spares); "move": a move's, carried out by the launch after it
     trigger: Literal["launch", "reconcile", "pool-event", "move", "warning"] = "launch"
