@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from spotguard import clock
 from spotguard_cli.emulator.assembly import assemble
 from spotguard_cli.emulator.gpucluster import GpuCluster, GpuScheduler, Host
 from spotguard_cli.emulator.inject import make_event, put_entry, task_event
@@ -120,9 +121,11 @@ class JobsWorld:
         attempt: int = 1,
         progress: float | None = None,
         at: datetime | None = None,
+        step: int | None = None,
     ) -> str:
         """Write a committed checkpoint as the agent does, and deliver its manifest event. `progress`
-        defaults to sequence / 10; `at` (the manifest's time) to now, or pass the shifted clock's now."""
+        defaults to sequence / 10, `step` to sequence x 100; `at` (the manifest's time) to now, or pass
+        the shifted clock's now."""
         bucket, prefix = job["checkpoint_uri"].removeprefix("s3://").split("/", 1)
         s3 = self.stack.client("s3")
         body = b"weights" * sequence
@@ -133,9 +136,9 @@ class JobsWorld:
             "sequence": sequence,
             "job_id": job["job_id"],
             "attempt": attempt,
-            "step": sequence * 100,
+            "step": sequence * 100 if step is None else step,
             "progress": min(1.0, sequence / 10) if progress is None else progress,
-            "created_at": (at or datetime.now(UTC)).isoformat(),
+            "created_at": (at or clock.now()).isoformat(),
             "files": [{"path": "model.pt", "size": len(body), "sha256": hashlib.sha256(body).hexdigest()}],
         }
         mkey = f"{prefix}checkpoints/{sequence:08d}/MANIFEST.json"
@@ -169,22 +172,26 @@ class JobsWorld:
 
 
 def make_jobs_world(
-    env: dict[str, str] | None = None, log: TextIO | None = None, parameters: dict[str, str] | None = None
+    env: dict[str, str] | None = None,
+    log: TextIO | None = None,
+    parameters: dict[str, str] | None = None,
+    hosts: bool = True,
 ) -> JobsWorld:
     """The system assembled in moto in this process (call it under `mock_aws`), six GPU hosts (1, 4 and 8
-    GPUs in two zones), and the notifications and SpotGuard's own events caught in SQS queues.
-    `parameters`: the stack's, beside the defaults."""
+    GPUs in two zones; none with `hosts` False), and the notifications and SpotGuard's own events caught
+    in SQS queues. `parameters`: the stack's, beside the defaults."""
     shared = {"SPOTGUARD_RETRY_BASE_SECONDS": "1", "SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "0", **(env or {})}
     parts = assemble(None, {"NotificationEmail": "", **(parameters or {})}, shared, log=log)
     stack, cluster = parts.stack, parts.cluster
-    hosts = {
-        "a1": cluster.add_host("g5.xlarge", "us-east-1a"),
-        "b1": cluster.add_host("g5.xlarge", "us-east-1b"),
-        "a4": cluster.add_host("g5.12xlarge", "us-east-1a"),
-        "b4": cluster.add_host("g5.12xlarge", "us-east-1b"),
-        "a8": cluster.add_host("g5.48xlarge", "us-east-1a"),
-        "b8": cluster.add_host("g5.48xlarge", "us-east-1b"),
+    kinds = {
+        "a1": ("g5.xlarge", "us-east-1a"),
+        "b1": ("g5.xlarge", "us-east-1b"),
+        "a4": ("g5.12xlarge", "us-east-1a"),
+        "b4": ("g5.12xlarge", "us-east-1b"),
+        "a8": ("g5.48xlarge", "us-east-1a"),
+        "b8": ("g5.48xlarge", "us-east-1b"),
     }
+    made = {name: cluster.add_host(itype, zone) for name, (itype, zone) in kinds.items()} if hosts else {}
     fns = parts.functions
 
     sqs, sns, events = stack.client("sqs"), stack.client("sns"), stack.client("events")
@@ -202,7 +209,7 @@ def make_jobs_world(
     return JobsWorld(
         stack=stack,
         cluster=cluster,
-        hosts=hosts,
+        hosts=made,
         scheduler=parts.scheduler,
         jobs_fn=fns["JobsFunction"],
         interruptions=parts.poller("InterruptionFunction"),

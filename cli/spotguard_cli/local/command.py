@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotguard_cli.local import demo, inject, run, up
+from spotguard_cli.local import demo, inject, run, soak, up
 from spotguard_cli.local.replay import command as replay
 
 
@@ -18,3 +18,4 @@ def add_parser(sub: Any) -> None:
     up.add_parser(actions)
     inject.add_parser(actions)
     replay.add_parser(actions)
+    soak.add_parser(actions)

@@ -1,0 +1,607 @@
+"""`spotguard local soak`: many jobs through spot availability traces, the whole system in this process on
+a virtual clock (emulator/vclock.py), and what must never happen counted.
+
+The stack's functions run over moto in this process (`make_jobs_world`, no hosts of its own). Each trace is
+a spot pool (g5.xlarge in a zone of its own) of `--hosts-per-pool` instances: when the trace says spot is
+gone, every instance of the pool gets its spot warning through the interruption function and is taken
+back two minutes later; when it is back, as many new instances join. `--jobs` one-GPU jobs are submitted
+over the first hours, each `--job-hours` of work. Their tasks are modelled, not run: a task placed by
+RunTask runs `RESTART_MINUTES` later from the checkpoint SpotGuard gave it, makes a step every
+`STEP_MINUTES`, commits every `COMMIT_MINUTES` (a manifest in the checkpoint bucket and its event, as the
+agent writes it), exits 0 when its work is done, and when SpotGuard stops it (StopTask: a warning, a
+cancel, a stray) commits and exits 75 `STOP_SECONDS` later, unless its instance is taken back first (then
+it is gone without a word). Every SQS delay, visibility timeout, retry and reconcile sweep (every 5
+minutes) runs on the virtual clock, which jumps from one thing due to the next.
+
+It prints what must be zero: jobs lost (not succeeded by the end), attempts of one job running at once,
+committed steps lost (a task started from an older checkpoint than the newest committed before it was
+placed), messages in dead-letter queues, and jobs stuck (neither running, nor waiting with a retry due,
+nor ended) at the end; and a digest of the run. The same seed gives the same run, byte for byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from spotguard_cli import arguments
+
+if TYPE_CHECKING:
+    from spotguard_cli.emulator.gpucluster import Host
+    from spotguard_cli.emulator.vclock import VirtualClock
+    from spotguard_cli.emulator.world import JobsWorld
+    from spotguard_cli.simulator import Trace
+
+START = datetime(2030, 1, 7, tzinfo=UTC)  # the virtual clock's start: a Monday
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1e", "us-east-1f")
+INSTANCE_TYPE = "g5.xlarge"
+RESTART_MINUTES = 6.0  # RunTask to the first step after a restore
+STEP_MINUTES = 5.0  # a step of work
+COMMIT_MINUTES = 30.0  # the agent's interval between checkpoints
+STOP_SECONDS = 20  # a stopped task's last commit, then exit 75
+WARNING_SECONDS = 120  # spot's warning before the instance is taken back
+RECONCILE_SECONDS = 300  # the reconcile schedule
+RETRY_BASE_SECONDS = 30  # the stack's first wait for capacity
+SUBMIT_HOURS = 6.0  # the jobs are submitted over the first hours
+STATE_DIR = Path(".local-stack") / "soak"  # the functions' logs and the run's timeline
+
+
+def add_parser(actions: Any) -> None:
+    s = actions.add_parser(
+        "soak",
+        help="many jobs through spot traces on a virtual clock: what must never happen, counted",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument(
+        "--trace", action="append", required=True, metavar="FILE", help="a spot pool; repeat (1-6)"
+    )
+    s.add_argument("--jobs", type=arguments.count, default=50, metavar="N", help="jobs (default 50)")
+    s.add_argument(
+        "--job-hours", type=arguments.positive("--job-hours"), default=24.0, metavar="C", help="work per job"
+    )
+    s.add_argument(
+        "--hours",
+        type=arguments.positive("--hours"),
+        default=None,
+        metavar="H",
+        help="the traces' hours to play (default: all of the shortest)",
+    )
+    s.add_argument(
+        "--hosts-per-pool", type=arguments.count, default=None, metavar="K", help="instances a pool has"
+    )
+    s.add_argument("--seed", type=arguments.seed, default=1, metavar="S")
+    s.add_argument("--json", action="store_true", help="the result as JSON")
+    s.set_defaults(run=run)
+    arguments.one_line_errors(s, "spotguard local soak")
+
+
+@dataclass
+class Task:
+    """A modelled task of a job: where and when it runs, how far it got, what it committed."""
+
+    arn: str
+    job_id: str
+    attempt: int
+    host: str  # container instance ARN
+    placed_at: datetime
+    resumed_step: int
+    running_at: datetime | None = None
+    last_commit_at: datetime | None = None  # the agent's last commit (its interval counts from it)
+    stop_asked_at: datetime | None = None
+    exited_at: datetime | None = None
+    exit_code: int | None = None
+
+    def step_at(self, now: datetime, total: int) -> int:
+        if self.running_at is None or now < self.running_at:
+            return self.resumed_step
+        done = int((now - self.running_at).total_seconds() // (STEP_MINUTES * 60))
+        return min(total, self.resumed_step + done)
+
+
+@dataclass
+class JobBook:
+    """What the soak knows of a job: its checkpoints (step of each manifest, the newest committed) and
+    what was lost."""
+
+    job_id: str
+    checkpoint_uri: str
+    submit_at: datetime
+    submitted: bool = False
+    sequence: int = 0
+    steps: dict[str, int] = field(default_factory=dict)  # manifest URI -> its step
+    newest_step: int = 0
+    steps_lost: int = 0
+
+
+@dataclass
+class Result:
+    jobs: int
+    succeeded: int
+    unfinished: int  # still running, or waiting with a retry due, when the traces' hours ran out
+    lost: list[str]
+    twice_at_once: list[str]
+    steps_lost: int
+    dead_letters: int
+    stuck: list[str]
+    interruptions: int
+    tasks: int
+    virtual_hours: float
+    digest: str
+    denied: list[str] = field(default_factory=list)  # calls a function's role does not allow
+    timeline: list[str] = field(default_factory=list, repr=False)  # what happened, when (virtual time)
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.lost
+            or self.twice_at_once
+            or self.steps_lost
+            or self.dead_letters
+            or self.stuck
+            or self.denied
+        )
+
+
+class Soak:
+    def __init__(
+        self,
+        world: JobsWorld,
+        clock: VirtualClock,
+        traces: list[Trace],
+        jobs: int,
+        job_hours: float,
+        hours: float,
+        hosts_per_pool: int,
+        seed: int,
+        say: Callable[[str], None],
+    ) -> None:
+        import random
+
+        self.world, self.clock, self.traces, self.say = world, clock, traces, say
+        self.total_steps = max(1, round(job_hours * 60 / STEP_MINUTES))
+        self.end = START + timedelta(hours=hours)
+        self.hosts_per_pool = hosts_per_pool
+        self.pools: list[list[Host]] = [[] for _ in traces]
+        self.available: list[bool | None] = [None for _ in traces]
+        self.reclaims: list[tuple[datetime, Host]] = []
+        self.tasks: dict[str, Task] = {}
+        self.log: list[str] = []
+        self.interruptions = 0
+        draw = random.Random(seed)
+        self.books = {
+            f"soak-{i:03d}": JobBook(
+                f"soak-{i:03d}", "", START + timedelta(seconds=draw.uniform(0, SUBMIT_HOURS * 3600))
+            )
+            for i in range(jobs)
+        }
+        self.next_reconcile = START + timedelta(seconds=RECONCILE_SECONDS)
+        self.td = world.cluster.gpu_task_definition(gpus=1)
+        from spotguard.adapters import clients
+
+        clients.on_event("after-call.ecs.StopTask", self._stop_asked)
+
+    # ------------------------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        while self.clock.now() < self.end:
+            now = self.clock.now()
+            self._traces(now)
+            self._submit(now)
+            self._discover(now)
+            self._tasks(now)
+            self._drain()
+            if now >= self.next_reconcile:
+                self.world.reconcile()
+                self.next_reconcile = now + timedelta(seconds=RECONCILE_SECONDS)
+                self._drain()
+            if self._all_ended():
+                break
+            self.clock.advance_to(min(self._next_due(now), self.end))
+
+    def _note(self, what: str) -> None:
+        self.log.append(f"{self.clock.now().isoformat()} {what}")
+
+    # ----------------------------------------------------------------------------------- the pools
+    def _tick(self, now: datetime) -> int:
+        gap = self.traces[0].gap_hours * 3600
+        return int((now - START).total_seconds() // gap)
+
+    def _traces(self, now: datetime) -> None:
+        tick = self._tick(now)
+        for i, trace in enumerate(self.traces):
+            up = trace.available[min(tick, len(trace.available) - 1)]
+            if up == self.available[i]:
+                continue
+            self.available[i] = up
+            if up:
+                for _ in range(self.hosts_per_pool - len(self.pools[i])):
+                    host = self.world.cluster.add_host(INSTANCE_TYPE, ZONES[i])
+                    self.pools[i].append(host)
+                    self._note(f"pool {i}: {host.instance_id} joins")
+            else:
+                for host in self.pools[i]:
+                    self.world.interrupt(host)  # the warning, through the interruption function
+                    self.interruptions += 1
+                    self.reclaims.append((now + timedelta(seconds=WARNING_SECONDS), host))
+                    self._note(f"pool {i}: spot warning for {host.instance_id}")
+                self.pools[i] = []
+        for when, host in [r for r in self.reclaims if r[0] <= now]:
+            self.reclaims.remove((when, host))
+            for task in self._live_on(host):
+                reason = f"Host EC2 (instance {host.instance_id}) terminated."
+                self._exit(task, None, reason)
+            self.world.cluster.remove_host(host)
+            self._note(f"{host.instance_id} taken back")
+
+    def _live_on(self, host: Host) -> list[Task]:
+        return [
+            t for t in self.tasks.values() if t.host == host.container_instance_arn and t.exited_at is None
+        ]
+
+    # ------------------------------------------------------------------------------------ the jobs
+    def _submit(self, now: datetime) -> None:
+        for book in self.books.values():
+            if book.submitted or book.submit_at > now:
+                continue
+            answer = self.world.invoke(
+                {
+                    "action": "submit",
+                    "job_id": book.job_id,
+                    "request": {"cluster": "gpu-spot", "taskDefinition": self.td, "launchType": "EC2"},
+                    "options": {"max_attempts": 100},
+                }
+            )
+            if not answer.get("ok"):
+                raise RuntimeError(f"submit {book.job_id}: {answer}")
+            book.submitted, book.checkpoint_uri = True, answer["job"]["checkpoint_uri"]
+            self._note(f"{book.job_id} submitted")
+
+    # ----------------------------------------------------------------------------------- the tasks
+    def _discover(self, now: datetime) -> None:
+        """The tasks RunTask placed since the last look: each starts its run now."""
+        for arn, host in list(self.world.scheduler.placed.items()):
+            if arn not in self.tasks:
+                self._placed(arn, host, now)
+
+    def _tasks(self, now: datetime) -> None:
+        for task in list(self.tasks.values()):
+            if task.exited_at is not None:
+                continue
+            if task.running_at is None and now >= task.placed_at + timedelta(minutes=RESTART_MINUTES):
+                task.running_at = task.placed_at + timedelta(minutes=RESTART_MINUTES)
+                self.world.emit(task.arn)
+                self._note(
+                    f"{task.arn[-8:]} ({task.job_id}/{task.attempt}) running from step {task.resumed_step}"
+                )
+            if task.running_at is None:
+                continue
+            if task.stop_asked_at is not None:
+                if now >= task.stop_asked_at + timedelta(seconds=STOP_SECONDS):
+                    self._commit(task, task.stop_asked_at + timedelta(seconds=STOP_SECONDS))
+                    self._exit(task, 75, None)
+                continue
+            for due in self._commits_due(task, now):
+                self._commit(task, due)
+            if task.step_at(now, self.total_steps) >= self.total_steps:
+                self._commit(task, now)
+                self._exit(task, 0, "Essential container in task exited")
+
+    def _placed(self, arn: str, host: str, now: datetime) -> None:
+        described = self.world.cluster.tasks([arn]).get(arn)
+        if described is None:
+            return
+        env: dict[str, str] = {}
+        for c in (described.get("overrides") or {}).get("containerOverrides") or []:
+            env |= {e["name"]: e["value"] for e in c.get("environment") or []}
+        job_id, attempt = env.get("SPOTGUARD_JOB_ID", ""), int(env.get("SPOTGUARD_ATTEMPT", "0"))
+        book = self.books.get(job_id)
+        if book is None:
+            return
+        resumed = book.steps.get(env.get("SPOTGUARD_RESUME_FROM", ""), 0)
+        if resumed < book.newest_step:  # committed work this attempt does again
+            book.steps_lost += book.newest_step - resumed
+            self._note(f"{job_id}/{attempt} resumes from step {resumed}, newest committed {book.newest_step}")
+        self.tasks[arn] = Task(arn, job_id, attempt, host, now, resumed)
+        self._note(f"{arn[-8:]} placed: {job_id}/{attempt} on {host[-8:]}")
+
+    def _commits_due(self, task: Task, now: datetime) -> list[datetime]:
+        assert task.running_at is not None
+        every = timedelta(minutes=COMMIT_MINUTES)
+        due = []
+        t = (task.last_commit_at or task.running_at) + every
+        while t <= now:
+            due.append(t)
+            t += every
+        if due:
+            task.last_commit_at = due[-1]
+        return due
+
+    def _commit(self, task: Task, at: datetime) -> None:
+        book = self.books[task.job_id]
+        step = task.step_at(at, self.total_steps)
+        if step <= book.newest_step and book.sequence > 0:
+            return  # nothing new since the last commit
+        book.sequence += 1
+        job = {"job_id": book.job_id, "checkpoint_uri": book.checkpoint_uri}
+        uri = self.world.commit_checkpoint(
+            job, book.sequence, task.attempt, progress=step / self.total_steps, at=at, step=step
+        )
+        book.steps[uri] = step
+        book.newest_step = max(book.newest_step, step)
+
+    def _exit(self, task: Task, code: int | None, reason: str | None) -> None:
+        """The task's container exits (`code`; None: its instance is gone): ECS stops it and says so."""
+        from moto.ecs.models import ecs_backends
+
+        stack = self.world.stack
+        moto_task = ecs_backends[stack.account][stack.region].tasks["gpu-spot"][task.arn]
+        if moto_task.desired_status != "STOPPED":
+            moto_task.stopped_reason = reason or "Essential container in task exited"
+        moto_task.desired_status = moto_task.last_status = "STOPPED"
+        for c in moto_task.containers:
+            c.exitCode = code
+        self.world.scheduler.release(task.arn)
+        task.exited_at, task.exit_code = self.clock.now(), code
+        self.world.emit(task.arn, exit_code=code)
+        self._note(f"{task.arn[-8:]} ({task.job_id}/{task.attempt}) exited {code}")
+
+    def _stop_asked(self, parsed: dict[str, Any], **_: Any) -> None:
+        """SpotGuard's StopTask: ECS asks the container to stop; it runs on until it exits (moto would
+        mark it stopped at once, with the exit code it defaults to)."""
+        from moto.ecs.models import ecs_backends
+
+        arn = str(((parsed or {}).get("task") or {}).get("taskArn") or "")
+        task = self.tasks.get(arn)
+        if task is None or task.exited_at is not None:
+            return
+        stack = self.world.stack
+        moto_task = ecs_backends[stack.account][stack.region].tasks["gpu-spot"].get(arn)
+        if moto_task is not None:
+            moto_task.last_status = "RUNNING" if task.running_at is not None else "PENDING"
+        self.world.scheduler.gpus[arn] = 1  # its GPU stays taken until it exits
+        if task.stop_asked_at is None:
+            task.stop_asked_at = self.clock.now()
+            if task.running_at is None:  # stopped before it ran: it exits at once
+                task.running_at = self.clock.now()
+
+    # -------------------------------------------------------------------------------- the queues
+    def _drain(self) -> None:
+        w = self.world
+        for _ in range(20):  # until nothing more comes (each handler may put more on another queue)
+            moved = (
+                w.interruptions.drain() + w.task_events.drain() + w.retries.drain() + w.checkpoints.drain()
+            )
+            self._discover(self.clock.now())  # a RunTask just now: its task is placed now
+            if not moved:
+                return
+
+    def _next_due(self, now: datetime) -> datetime:
+        """The next time something is due: a task's start, commit, exit; a pool's change; a reclaim; a
+        queued message; reconcile; a submit."""
+        due = [self.next_reconcile]
+        gap = timedelta(hours=self.traces[0].gap_hours)
+        due.append(START + gap * (self._tick(now) + 1))
+        due += [when for when, _ in self.reclaims]
+        due += [b.submit_at for b in self.books.values() if not b.submitted]
+        for t in self.tasks.values():
+            if t.exited_at is not None:
+                continue
+            if t.running_at is None:
+                due.append(t.placed_at + timedelta(minutes=RESTART_MINUTES))
+            elif t.stop_asked_at is not None:
+                due.append(t.stop_asked_at + timedelta(seconds=STOP_SECONDS))
+            else:
+                due.append((t.last_commit_at or t.running_at) + timedelta(minutes=COMMIT_MINUTES))
+                left = self.total_steps - t.resumed_step
+                due.append(t.running_at + timedelta(minutes=STEP_MINUTES * left))
+        queued = self._queue_due()
+        if queued is not None:
+            due.append(queued)
+        later = [d for d in due if d > now]
+        return min(later) if later else now + timedelta(seconds=RECONCILE_SECONDS)
+
+    def _queue_due(self) -> datetime | None:
+        """When the next message on a queue becomes receivable (delayed, or invisible after a receive)."""
+        from moto.sqs.models import sqs_backends
+
+        stack = self.world.stack
+        soonest: float | None = None
+        for queue in sqs_backends[stack.account][stack.region].queues.values():
+            for m in queue._messages:
+                at = max(m.delayed_until, m.visible_at)
+                soonest = at if soonest is None else min(soonest, at)
+        if soonest is None:
+            return None
+        return datetime.fromtimestamp(soonest / 1000 + 0.001, UTC)
+
+    def _all_ended(self) -> bool:
+        if not all(b.submitted for b in self.books.values()):
+            return False
+        return (
+            all(self.world.invoke({"action": "status", "job_id": j})["job"]["finished"] for j in self.books)
+            if self.clock.now() >= self.next_reconcile - timedelta(seconds=1)
+            else False
+        )
+
+    # ---------------------------------------------------------------------------------- the result
+    def result(self) -> Result:
+        lost, stuck, succeeded, unfinished = [], [], 0, 0
+        now = self.clock.now()
+        for job_id in self.books:
+            answer = self.world.invoke({"action": "status", "job_id": job_id})
+            if not answer.get("ok"):
+                lost.append(f"{job_id}: {answer.get('error', {}).get('message', 'no answer')}")
+                continue
+            job = answer["job"]
+            if job["state"] == "succeeded":
+                succeeded += 1
+                continue
+            live = any(t.exited_at is None for t in self.tasks.values() if t.job_id == job_id)
+            waiting = job["state"] in ("queued", "launching") and (
+                job["retry_at"] is None
+                or datetime.fromisoformat(job["retry_at"]) > now - timedelta(seconds=2 * RECONCILE_SECONDS)
+            )
+            if job["finished"]:
+                lost.append(f"{job_id}: {job['state']}: {job['last_reason']}")
+            elif not live and not waiting and job["state"] != "running":
+                stuck.append(f"{job_id}: {job['state']}: {job['last_reason']}")
+            elif not live and job["state"] == "running":
+                stuck.append(f"{job_id}: running with no task: {job['last_reason']}")
+            else:
+                unfinished += 1
+        twice = self._twice_at_once()
+        text = "\n".join(self.log)
+        return Result(
+            jobs=len(self.books),
+            succeeded=succeeded,
+            unfinished=unfinished,
+            lost=lost,
+            twice_at_once=twice,
+            steps_lost=sum(b.steps_lost for b in self.books.values()),
+            dead_letters=self._dead_letters(),
+            stuck=stuck,
+            interruptions=self.interruptions,
+            tasks=len(self.tasks),
+            virtual_hours=round((now - START).total_seconds() / 3600, 2),
+            digest=hashlib.sha256(text.encode()).hexdigest()[:16],
+            timeline=list(self.log),
+        )
+
+    def _twice_at_once(self) -> list[str]:
+        """Two attempts of one job alive at the same time (each from its placement to its exit)."""
+        out = []
+        end = self.clock.now()
+        by_job: dict[str, list[Task]] = {}
+        for t in self.tasks.values():
+            by_job.setdefault(t.job_id, []).append(t)
+        for job_id, tasks in sorted(by_job.items()):
+            for a, b in itertools.combinations(sorted(tasks, key=lambda t: t.placed_at), 2):
+                if a.attempt != b.attempt and b.placed_at < (a.exited_at or end):
+                    when = b.placed_at.isoformat()
+                    out.append(f"{job_id}: attempt {b.attempt} placed at {when} while {a.attempt} ran")
+        return out
+
+    def _dead_letters(self) -> int:
+        sqs = self.world.stack.client("sqs")
+        count = 0
+        for url in sqs.list_queues().get("QueueUrls", []):
+            if "DeadLetter" in url or "DLQ" in url or "Dlq" in url:
+                attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+                count += int(attrs["Attributes"]["ApproximateNumberOfMessages"])
+        return count
+
+
+def soak(
+    traces: list[Trace],
+    jobs: int,
+    job_hours: float,
+    hours: float,
+    hosts_per_pool: int,
+    seed: int,
+    say: Callable[[str], None],
+    log: TextIO | None = None,
+) -> Result:
+    """One soak, start to end, in this process; the functions' logs to `log`."""
+    from spotguard_cli.emulator.vclock import VirtualClock, installed
+    from spotguard_cli.emulator.world import make_jobs_world
+
+    clock = VirtualClock(START)
+    with installed(clock, seed), _moto() as denied:
+        env = {"SPOTGUARD_RETRY_BASE_SECONDS": str(RETRY_BASE_SECONDS)}
+        world = make_jobs_world(env=env, log=log, hosts=False)
+        run = Soak(world, clock, traces, jobs, job_hours, hours, hosts_per_pool, seed, say)
+        run.run()
+        result = run.result()
+        result.denied = sorted({str(d) for g in denied() for d in g.denied})
+        return result
+
+
+@contextlib.contextmanager
+def _moto() -> Iterator[Callable[[], list[Any]]]:
+    """moto in this process, ECS tasks held where they are (a task runs until it stops), every function
+    held to its role's actions (emulator/iam.py); yields the role guards installed meanwhile."""
+    from moto import mock_aws
+    from moto.moto_api import state_manager
+
+    from spotguard.adapters import clients
+    from spotguard_cli.emulator import iam
+
+    guards = len(iam.INSTALLED)
+    with mock_aws():
+        state_manager.set_transition(
+            model_name="ecs::task", transition={"progression": "manual", "times": 10**9}
+        )
+        try:
+            yield lambda: list(iam.INSTALLED[guards:])
+        finally:
+            state_manager.unset_transition("ecs::task")
+            clients.reset()
+            del iam.INSTALLED[guards:]
+
+
+def run(args: argparse.Namespace) -> int:
+    import warnings
+
+    from spotguard_cli.simulator import TraceError, load_trace
+
+    warnings.filterwarnings("ignore")  # moto's CloudFormation on what it does not model: said in the log
+    if os.environ.get("PYTHONHASHSEED") != "0":  # the same seed, the same run: string hashing too
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
+    try:
+        traces = [load_trace(p) for p in args.trace]
+    except TraceError as exc:
+        print(f"spotguard local soak: {exc}", file=sys.stderr)
+        return 2
+    if len(traces) > len(ZONES):
+        print(f"spotguard local soak: at most {len(ZONES)} traces (a pool a zone)", file=sys.stderr)
+        return 2
+    if len({t.gap_hours for t in traces}) > 1:
+        print("spotguard local soak: the traces must have one gap_seconds", file=sys.stderr)
+        return 2
+    shortest = min(len(t.available) for t in traces) * traces[0].gap_hours
+    hours = min(args.hours or shortest, shortest)
+    hosts = args.hosts_per_pool or max(1, math.ceil(args.jobs * 0.6 / len(traces)))
+    say = (lambda _: None) if args.json else print
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with (STATE_DIR / "functions.log").open("w") as log:
+        result = soak(traces, args.jobs, args.job_hours, hours, hosts, args.seed, say, log)
+        (STATE_DIR / "timeline.log").write_text("\n".join(result.timeline) + "\n")
+    if args.json:
+        shown = {k: v for k, v in result.__dict__.items() if k != "timeline"}
+        print(json.dumps(shown | {"ok": result.ok}, indent=2))
+    else:
+        print(render(result))
+    return 0 if result.ok else 1
+
+
+def render(r: Result) -> str:
+    lines = [
+        f"soak: {r.jobs} jobs, {r.virtual_hours} h of traces, {r.interruptions} spot warnings, "
+        f"{r.tasks} tasks",
+        f"  jobs succeeded             {r.succeeded}",
+        f"  jobs still at work         {r.unfinished}  (running or waiting when the hours ran out)",
+        f"  jobs lost                  {len(r.lost)}",
+        f"  attempts running at once   {len(r.twice_at_once)}",
+        f"  committed steps lost       {r.steps_lost}",
+        f"  dead letters               {r.dead_letters}",
+        f"  jobs stuck                 {len(r.stuck)}",
+        f"  calls refused by a role    {len(r.denied)}",
+        f"  run digest                 {r.digest}",
+    ]
+    lines += [f"    lost: {x}" for x in r.lost[:10]] + [f"    at once: {x}" for x in r.twice_at_once[:10]]
+    lines += [f"    stuck: {x}" for x in r.stuck[:10]] + [f"    refused: {x}" for x in r.denied[:10]]
+    lines.append(
+        f"timeline: {STATE_DIR / 'timeline.log'}; the functions' logs: {STATE_DIR / 'functions.log'}"
+    )
+    return "\n".join(lines)
