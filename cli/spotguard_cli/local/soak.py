@@ -53,7 +53,7 @@ STOP_SECONDS = 20  # a stopped task's last commit, then exit 75
 WARNING_SECONDS = 120  # spot's warning before the instance is taken back
 RECONCILE_SECONDS = 300  # the reconcile schedule
 RETRY_BASE_SECONDS = 30  # the stack's first wait for capacity
-SUBMIT_HOURS = 6.0  # the jobs are submitted over the first hours
+SUBMIT_HOURS = 6.0  # the jobs are submitted over the first hours (the first half of a shorter run)
 STATE_DIR = Path(".local-stack") / "soak"  # the functions' logs and the run's timeline
 
 
@@ -180,10 +180,9 @@ class Soak:
         self.log: list[str] = []
         self.interruptions = 0
         draw = random.Random(seed)
+        window = min(SUBMIT_HOURS, hours / 2) * 3600  # every job is submitted, however short the run
         self.books = {
-            f"soak-{i:03d}": JobBook(
-                f"soak-{i:03d}", "", START + timedelta(seconds=draw.uniform(0, SUBMIT_HOURS * 3600))
-            )
+            f"soak-{i:03d}": JobBook(f"soak-{i:03d}", "", START + timedelta(seconds=draw.uniform(0, window)))
             for i in range(jobs)
         }
         self.next_reconcile = START + timedelta(seconds=RECONCILE_SECONDS)
@@ -487,18 +486,7 @@ class Soak:
         )
 
     def _twice_at_once(self) -> list[str]:
-        """Two attempts of one job alive at the same time (each from its placement to its exit)."""
-        out = []
-        end = self.clock.now()
-        by_job: dict[str, list[Task]] = {}
-        for t in self.tasks.values():
-            by_job.setdefault(t.job_id, []).append(t)
-        for job_id, tasks in sorted(by_job.items()):
-            for a, b in itertools.combinations(sorted(tasks, key=lambda t: t.placed_at), 2):
-                if a.attempt != b.attempt and b.placed_at < (a.exited_at or end):
-                    when = b.placed_at.isoformat()
-                    out.append(f"{job_id}: attempt {b.attempt} placed at {when} while {a.attempt} ran")
-        return out
+        return alive_at_once(list(self.tasks.values()), self.clock.now())
 
     def _dead_letters(self) -> int:
         sqs = self.world.stack.client("sqs")
@@ -508,6 +496,21 @@ class Soak:
                 attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
                 count += int(attrs["Attributes"]["ApproximateNumberOfMessages"])
         return count
+
+
+def alive_at_once(tasks: list[Task], end: datetime) -> list[str]:
+    """Two attempts of one job alive at the same time (each from its placement to its exit; `end` for
+    one still alive)."""
+    out = []
+    by_job: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_job.setdefault(t.job_id, []).append(t)
+    for job_id, mine in sorted(by_job.items()):
+        for a, b in itertools.combinations(sorted(mine, key=lambda t: t.placed_at), 2):
+            if a.attempt != b.attempt and b.placed_at < (a.exited_at or end):
+                when = b.placed_at.isoformat()
+                out.append(f"{job_id}: attempt {b.attempt} placed at {when} while {a.attempt} ran")
+    return out
 
 
 def soak(
@@ -559,11 +562,14 @@ def _moto() -> Iterator[Callable[[], list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import logging
     import warnings
 
     from spotguard_cli.simulator import TraceError, load_trace
 
-    warnings.filterwarnings("ignore")  # moto's CloudFormation on what it does not model: said in the log
+    # moto's CloudFormation on what it does not model (alarms, queue policies): nothing the soak reads
+    warnings.filterwarnings("ignore")
+    logging.getLogger("moto").setLevel(logging.ERROR)
     if os.environ.get("PYTHONHASHSEED") != "0":  # the same seed, the same run: string hashing too
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
     try:
