@@ -154,21 +154,24 @@ class Result:
         )
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a soak runs: the pools' traces, the jobs and their work, how long, how big a pool, the seed."""
+
+    traces: list[Trace]
+    jobs: int
+    job_hours: float
+    hours: float
+    hosts_per_pool: int
+    seed: int
+
+
 class Soak:
-    def __init__(
-        self,
-        world: JobsWorld,
-        clock: VirtualClock,
-        traces: list[Trace],
-        jobs: int,
-        job_hours: float,
-        hours: float,
-        hosts_per_pool: int,
-        seed: int,
-        say: Callable[[str], None],
-    ) -> None:
+    def __init__(self, world: JobsWorld, clock: VirtualClock, plan: Plan, say: Callable[[str], None]) -> None:
         import random
 
+        traces, jobs, job_hours, hours = plan.traces, plan.jobs, plan.job_hours, plan.hours
+        hosts_per_pool, seed = plan.hosts_per_pool, plan.seed
         self.world, self.clock, self.traces, self.say = world, clock, traces, say
         self.total_steps = max(1, round(job_hours * 60 / STEP_MINUTES))
         self.end = START + timedelta(hours=hours)
@@ -513,25 +516,16 @@ def alive_at_once(tasks: list[Task], end: datetime) -> list[str]:
     return out
 
 
-def soak(
-    traces: list[Trace],
-    jobs: int,
-    job_hours: float,
-    hours: float,
-    hosts_per_pool: int,
-    seed: int,
-    say: Callable[[str], None],
-    log: TextIO | None = None,
-) -> Result:
+def soak(plan: Plan, say: Callable[[str], None], log: TextIO | None = None) -> Result:
     """One soak, start to end, in this process; the functions' logs to `log`."""
     from spotguard_cli.emulator.vclock import VirtualClock, installed
     from spotguard_cli.emulator.world import make_jobs_world
 
     clock = VirtualClock(START)
-    with installed(clock, seed), _moto() as denied:
+    with installed(clock, plan.seed), _moto() as denied:
         env = {"SPOTGUARD_RETRY_BASE_SECONDS": str(RETRY_BASE_SECONDS)}
         world = make_jobs_world(env=env, log=log, hosts=False)
-        run = Soak(world, clock, traces, jobs, job_hours, hours, hosts_per_pool, seed, say)
+        run = Soak(world, clock, plan, say)
         run.run()
         result = run.result()
         result.denied = sorted({str(d) for g in denied() for d in g.denied})
@@ -589,7 +583,8 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda _: None) if args.json else print
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with (STATE_DIR / "functions.log").open("w") as log:
-        result = soak(traces, args.jobs, args.job_hours, hours, hosts, args.seed, say, log)
+        plan = Plan(traces, args.jobs, args.job_hours, hours, hosts, args.seed)
+        result = soak(plan, say, log)
         (STATE_DIR / "timeline.log").write_text("\n".join(result.timeline) + "\n")
     if args.json:
         shown = {k: v for k, v in result.__dict__.items() if k != "timeline"}
