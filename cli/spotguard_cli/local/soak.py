@@ -436,12 +436,15 @@ class Soak:
         return datetime.fromtimestamp(soonest / 1000 + 0.001, UTC)
 
     def _all_ended(self) -> bool:
+        """Every job's work is done (a task of each exited 0) and SpotGuard says each job finished: the
+        soak ends early. A job that fails or gives up never gets there: the run goes on to the end."""
         if not all(b.submitted for b in self.books.values()):
             return False
-        return (
-            all(self.world.invoke({"action": "status", "job_id": j})["job"]["finished"] for j in self.books)
-            if self.clock.now() >= self.next_reconcile - timedelta(seconds=1)
-            else False
+        done = {t.job_id for t in self.tasks.values() if t.exit_code == 0}
+        if len(done) < len(self.books):
+            return False
+        return all(
+            self.world.invoke({"action": "status", "job_id": j})["job"]["finished"] for j in self.books
         )
 
     # ---------------------------------------------------------------------------------- the result
