@@ -1,6 +1,7 @@
 """`spotguard local soak` from the command line: jobs through made spot traces (two pools that go away
-now and then, together at times) on the virtual clock. Nothing that must never happen happens, and two runs
-with one seed print the same result, byte for byte."""
+now and then, together at times) on the virtual clock, with and without faults (task events duplicated and
+reordered, instances gone without a warning). Nothing that must never happen happens, and two runs with one
+seed print the same result, byte for byte."""
 
 from __future__ import annotations
 
@@ -20,22 +21,37 @@ REPO = Path(__file__).resolve().parents[2]
 SPOTGUARD = Path(sys.executable).with_name("spotguard")
 
 
-def _soak(tmp: Path, traces: tuple[Path, Path], seed: int) -> tuple[dict, str]:
+def _soak(tmp: Path, traces: tuple[Path, Path], seed: int, faults: float = 0.0) -> tuple[dict, str]:
     argv = [str(SPOTGUARD), "local", "soak", "--trace", str(traces[0]), "--trace", str(traces[1])]
     argv += ["--jobs", "8", "--job-hours", "3", "--hours", "12", "--seed", str(seed), "--json"]
+    argv += ["--faults", str(faults)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}  # the command sets its own
     done = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     return json.loads(done.stdout), (tmp / ".local-stack" / "soak" / "timeline.log").read_text()
 
 
+def _nothing_lost(result: dict) -> None:
+    assert result["ok"] and result["jobs"] == 8 and result["interruptions"] > 0
+    assert result["succeeded"] + result["unfinished"] == 8 and result["succeeded"] >= 4
+    assert (result["lost"], result["twice_at_once"], result["steps_lost"]) == ([], [], 0)
+    assert (result["dead_letters"], result["stuck"], result["denied"]) == (0, [], [])
+
+
+def test_a_soak_under_faults_loses_nothing_and_repeats_exactly(tmp_path: Path):
+    traces = write_traces(tmp_path)
+    first, timeline = _soak(tmp_path, traces, seed=5, faults=0.3)
+    _nothing_lost(first)
+    assert all(n > 0 for n in first["faults"].values())  # every kind of fault was played
+    assert "fault: " in timeline and "exited 75" in timeline
+    second, again = _soak(tmp_path, traces, seed=5, faults=0.3)
+    assert second == first and again == timeline  # the same seed: the same run, event for event
+
+
 def test_a_soak_loses_nothing_and_repeats_exactly(tmp_path: Path):
     traces = write_traces(tmp_path)
     first, timeline = _soak(tmp_path, traces, seed=5)
-    assert first["ok"] and first["jobs"] == 8 and first["interruptions"] > 0
-    assert first["succeeded"] + first["unfinished"] == 8 and first["succeeded"] >= 4
-    assert (first["lost"], first["twice_at_once"], first["steps_lost"]) == ([], [], 0)
-    assert (first["dead_letters"], first["stuck"], first["denied"]) == (0, [], [])
+    _nothing_lost(first)
     assert "spot warning" in timeline and "exited 75" in timeline
     second, again = _soak(tmp_path, traces, seed=5)
     assert second == first and again == timeline  # the same seed: the same run, event for event

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import heapq
 import itertools
 import json
 import math
@@ -53,6 +54,9 @@ STOP_SECONDS = 20  # a stopped task's last commit, then exit 75
 WARNING_SECONDS = 120  # spot's warning before the instance is taken back
 RECONCILE_SECONDS = 300  # the reconcile schedule
 RETRY_BASE_SECONDS = 30  # the stack's first wait for capacity
+# The faults `--faults RATE` draws, each at every place it can happen: a task event delivered twice, or
+# held back (a later one overtakes it), and a spot instance taken back with no warning.
+FAULTS = ("duplicated", "reordered", "no-warning")
 SUBMIT_HOURS = 6.0  # the jobs are submitted over the first hours (the first half of a shorter run)
 STATE_DIR = Path(".local-stack") / "soak"  # the functions' logs and the run's timeline
 
@@ -80,6 +84,14 @@ def add_parser(actions: Any) -> None:
     )
     s.add_argument(
         "--hosts-per-pool", type=arguments.count, default=None, metavar="K", help="instances a pool has"
+    )
+    s.add_argument(
+        "--faults",
+        type=arguments.number(0, 1),
+        default=0.0,
+        metavar="RATE",
+        help="the chance of each fault where it can happen (0-1): events duplicated or reordered, "
+        "instances gone without a warning",
     )
     s.add_argument("--seed", type=arguments.seed, default=1, metavar="S")
     s.add_argument("--json", action="store_true", help="the result as JSON")
@@ -140,6 +152,7 @@ class Result:
     virtual_hours: float
     digest: str
     denied: list[str] = field(default_factory=list)  # calls a function's role does not allow
+    faults: dict[str, int] = field(default_factory=dict)  # the faults played, by kind
     timeline: list[str] = field(default_factory=list, repr=False)  # what happened, when (virtual time)
 
     @property
@@ -164,6 +177,7 @@ class Plan:
     hours: float
     hosts_per_pool: int
     seed: int
+    faults: float = 0.0  # the chance of each fault (FAULTS) at each place it can happen
 
 
 class Soak:
@@ -172,6 +186,10 @@ class Soak:
 
         traces, jobs, job_hours, hours = plan.traces, plan.jobs, plan.job_hours, plan.hours
         hosts_per_pool, seed = plan.hosts_per_pool, plan.seed
+        self.faults, self.chance = plan.faults, random.Random(seed * 7919 + 1)  # faults: their own draws
+        self.later: list[tuple[datetime, int, dict[str, Any]]] = []  # task events held back (heap)
+        self.faults_done: dict[str, int] = dict.fromkeys(FAULTS, 0)
+        self.held = itertools.count()  # the order of events held back at one time
         self.world, self.clock, self.traces, self.say = world, clock, traces, say
         self.total_steps = max(1, round(job_hours * 60 / STEP_MINUTES))
         self.end = START + timedelta(hours=hours)
@@ -199,6 +217,7 @@ class Soak:
         while self.clock.now() < self.end:
             now = self.clock.now()
             self._traces(now)
+            self._deliver_held(now)
             self._submit(now)
             self._discover(now)
             self._tasks(now)
@@ -233,6 +252,10 @@ class Soak:
                     self._note(f"pool {i}: {host.instance_id} joins")
             else:
                 for host in self.pools[i]:
+                    if self._fault("no-warning"):  # spot takes the instance back without a word
+                        self.reclaims.append((now, host))
+                        self._note(f"pool {i}: {host.instance_id} goes without a warning")
+                        continue
                     self.world.interrupt(host)  # the warning, through the interruption function
                     self.interruptions += 1
                     self.reclaims.append((now + timedelta(seconds=WARNING_SECONDS), host))
@@ -282,7 +305,7 @@ class Soak:
                 continue
             if task.running_at is None and now >= task.placed_at + timedelta(minutes=RESTART_MINUTES):
                 task.running_at = task.placed_at + timedelta(minutes=RESTART_MINUTES)
-                self.world.emit(task.arn)
+                self._emit(task.arn, None)
                 self._note(
                     f"{task.arn[-8:]} ({task.job_id}/{task.attempt}) running from step {task.resumed_step}"
                 )
@@ -355,7 +378,7 @@ class Soak:
             c.exitCode = code
         self.world.scheduler.release(task.arn)
         task.exited_at, task.exit_code = self.clock.now(), code
-        self.world.emit(task.arn, exit_code=code)
+        self._emit(task.arn, code)
         self._note(f"{task.arn[-8:]} ({task.job_id}/{task.attempt}) exited {code}")
 
     def _stop_asked(self, parsed: dict[str, Any], **_: Any) -> None:
@@ -376,6 +399,37 @@ class Soak:
             task.stop_asked_at = self.clock.now()
             if task.running_at is None:  # stopped before it ran: it exits at once
                 task.running_at = self.clock.now()
+
+    # ------------------------------------------------------------------------------------- faults
+    def _fault(self, kind: str) -> bool:
+        hit = self.faults > 0 and self.chance.random() < self.faults
+        if hit:
+            self.faults_done[kind] += 1
+        return hit
+
+    def _emit(self, arn: str, exit_code: int | None) -> None:
+        """ECS's task event, through EventBridge: at once, or (a fault) held back so that a later one
+        overtakes it, and (another) delivered twice."""
+        event = self.world.event(arn, exit_code=exit_code)
+        now = self.clock.now()
+        what = f"{arn[-8:]}'s {event['detail']['lastStatus']} event (version {event['detail']['version']})"
+        if self._fault("reordered"):
+            when = now + timedelta(seconds=self.chance.uniform(1, 60))
+            self._hold(when, event)
+            self._note(f"fault: {what} held back to {when.isoformat()}")
+        else:
+            self.world.put(event)
+        if self._fault("duplicated"):
+            when = now + timedelta(seconds=self.chance.uniform(1, 120))
+            self._hold(when, event)
+            self._note(f"fault: {what} delivered again at {when.isoformat()}")
+
+    def _hold(self, when: datetime, event: dict[str, Any]) -> None:
+        heapq.heappush(self.later, (when, next(self.held), event))
+
+    def _deliver_held(self, now: datetime) -> None:
+        while self.later and self.later[0][0] <= now:
+            self.world.put(heapq.heappop(self.later)[2])
 
     # -------------------------------------------------------------------------------- the queues
     def _drain(self) -> None:
@@ -403,6 +457,7 @@ class Soak:
         gap = timedelta(hours=self.traces[0].gap_hours)
         due.append(START + gap * (self._tick(now) + 1))
         due += [when for when, _ in self.reclaims]
+        due += [when for when, _, _ in self.later]
         due += [b.submit_at for b in self.books.values() if not b.submitted]
         for t in self.tasks.values():
             if t.exited_at is not None:
@@ -489,6 +544,7 @@ class Soak:
             virtual_hours=round((now - START).total_seconds() / 3600, 2),
             digest=hashlib.sha256(text.encode()).hexdigest()[:16],
             timeline=list(self.log),
+            faults=dict(self.faults_done),
         )
 
     def _twice_at_once(self) -> list[str]:
@@ -586,7 +642,7 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda _: None) if args.json else print
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with (STATE_DIR / "functions.log").open("w") as log:
-        plan = Plan(traces, args.jobs, args.job_hours, hours, hosts, args.seed)
+        plan = Plan(traces, args.jobs, args.job_hours, hours, hosts, args.seed, args.faults)
         result = soak(plan, say, log)
         (STATE_DIR / "timeline.log").write_text("\n".join(result.timeline) + "\n")
     if args.json:
@@ -600,7 +656,7 @@ def run(args: argparse.Namespace) -> int:
 def render(r: Result) -> str:
     lines = [
         f"soak: {r.jobs} jobs, {r.virtual_hours} h of traces, {r.interruptions} spot warnings, "
-        f"{r.tasks} tasks",
+        f"{r.tasks} tasks, faults {', '.join(f'{k} {n}' for k, n in r.faults.items()) or 'none'}",
         f"  jobs succeeded             {r.succeeded}",
         f"  jobs still at work         {r.unfinished}  (running or waiting when the hours ran out)",
         f"  jobs lost                  {len(r.lost)}",
