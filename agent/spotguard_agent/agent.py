@@ -310,6 +310,8 @@ class Agent:
                 self.request_stop()
             if save:
                 self._save.clear()  # this request is answered by this checkpoint, in every rank
+                if self.control is not None:  # ... and so is one a slower rank has not read yet
+                    self.control.consume_checkpoint_requests()
         if stop:
             self._agreed_stop = True
             if estimate and estimate * FIT_MARGIN > left and self._committed_step() is not None:

@@ -158,6 +158,12 @@ class ControlDir:
             return True
         return False
 
+    def consume_checkpoint_requests(self) -> None:
+        """Every checkpoint request made so far is answered, by the checkpoint every rank agreed on at
+        this step boundary: a rank that had not read the request yet (it came between two ranks' reads)
+        must not take it for a new one at its next boundary, or the job checkpoints twice."""
+        self._seen_checkpoints = max(self._seen_checkpoints, self._checkpoints())
+
     def write_outcome(self, exit_code: int, sequence: int | None, step: int | None, why: str) -> None:
         self._write(OUTCOME_FILE, {"exit": exit_code, "sequence": sequence, "step": step, "why": why})
 
