@@ -203,11 +203,7 @@ def stragglers(job: Job, now: datetime) -> Step:
     ended = [t.stopped_at for t in live.tasks if t.stopped and t.stopped_at is not None]
     if not ended or (now - min(ended)).total_seconds() <= STRAGGLER_SECONDS:
         return Step(note="no node stopped long enough ago")
-    why = f"still running {STRAGGLER_SECONDS} s after another node stopped"
-    return Step(
-        job=replace_attempt(job, revised(live, gang_stopped_at=now), now),
-        effects=stops(job, live, gang_stop_reason(job, why)),
-    )
+    return _stop_the_rest(job, live, f"still running {STRAGGLER_SECONDS} s after another node stopped", now)
 
 
 def stop_again(job: Job, now: datetime) -> Step:
@@ -219,7 +215,13 @@ def stop_again(job: Job, now: datetime) -> Step:
         return Step(note="no gang stop under way")
     if (now - live.gang_stopped_at).total_seconds() <= STOP_RETRY_SECONDS or not live_tasks(live):
         return Step(note="the gang's stop is recent, or done")
-    why = f"still running {STOP_RETRY_SECONDS} s after the gang's stop was asked"
+    return _stop_the_rest(
+        job, live, f"still running {STOP_RETRY_SECONDS} s after the gang's stop was asked", now
+    )
+
+
+def _stop_the_rest(job: Job, live: Attempt, why: str, now: datetime) -> Step:
+    """Stop the gang's nodes still running, saying `why`, and note when (the gang's stop is under way)."""
     return Step(
         job=replace_attempt(job, revised(live, gang_stopped_at=now), now),
         effects=stops(job, live, gang_stop_reason(job, why)),
