@@ -40,6 +40,8 @@ class JobsWorld:
     job_events_url: str
     reconcile_fn: FunctionHost
     hosts_of_functions: list[FunctionHost]
+    pollers: list[QueuePoller]  # every queue's, in the template's order
+    functions: dict[str, FunctionHost]  # logical id -> the handler
 
     def reconcile(self) -> dict[str, int]:
         """What the schedule does every 5 minutes."""
@@ -221,4 +223,6 @@ def make_jobs_world(
         job_events_url=job_events_url,
         reconcile_fn=fns["ReconcileFunction"],
         hosts_of_functions=[fns["TaskEventsFunction"], fns["JobsFunction"], fns["ReconcileFunction"]],
+        pollers=parts.pollers,
+        functions=fns,
     )

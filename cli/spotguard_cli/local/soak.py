@@ -207,6 +207,7 @@ class Soak:
             for i in range(jobs)
         }
         self.next_reconcile = START + timedelta(seconds=RECONCILE_SECONDS)
+        self.restart = timedelta(minutes=RESTART_MINUTES)  # RunTask to the first step (a replay's D)
         self.td = world.cluster.gpu_task_definition(gpus=1)
         from spotguard.adapters import clients
 
@@ -303,8 +304,8 @@ class Soak:
         for task in list(self.tasks.values()):
             if task.exited_at is not None:
                 continue
-            if task.running_at is None and now >= task.placed_at + timedelta(minutes=RESTART_MINUTES):
-                task.running_at = task.placed_at + timedelta(minutes=RESTART_MINUTES)
+            if task.running_at is None and now >= task.placed_at + self.restart:
+                task.running_at = task.placed_at + self.restart
                 self._emit(task.arn, None)
                 self._note(
                     f"{task.arn[-8:]} ({task.job_id}/{task.attempt}) running from step {task.resumed_step}"
@@ -433,10 +434,8 @@ class Soak:
 
     # -------------------------------------------------------------------------------- the queues
     def _drain(self) -> None:
-        w = self.world
-        pollers = (w.interruptions, w.task_events, w.retries, w.checkpoints)
         for _ in range(20):  # until nothing more comes (each handler may put more on another queue)
-            moved = sum(p.drain()[0] for p in pollers if self._receivable(p.queue_url))
+            moved = sum(p.drain()[0] for p in self.world.pollers if self._receivable(p.queue_url))
             self._discover(self.clock.now())  # a RunTask just now: its task is placed now
             if not moved:
                 return
@@ -463,7 +462,7 @@ class Soak:
             if t.exited_at is not None:
                 continue
             if t.running_at is None:
-                due.append(t.placed_at + timedelta(minutes=RESTART_MINUTES))
+                due.append(t.placed_at + self.restart)
             elif t.stop_asked_at is not None:
                 due.append(t.stop_asked_at + timedelta(seconds=STOP_SECONDS))
             else:
