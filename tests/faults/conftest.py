@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.injector import kinds_for
+from spotguard_cli.emulator.faults import kinds_for
 from tests.faults.system import PATHS, FaultWorld, fault_world, record_ops
 from tests.integration.conftest import fresh_aws
 

@@ -23,11 +23,17 @@ from typing import Any
 from moto.ecs.models import ecs_backends
 
 from spotguard.adapters import clients
+from spotguard_cli.emulator.faults import (
+    Call,
+    Injector,
+    moto_skips_answered_requests,
+    no_backoff,
+    powertools_clock,
+)
 from spotguard_cli.emulator.gpucluster import Host
 from spotguard_cli.emulator.inject import container_instance_event, make_event
 from spotguard_cli.emulator.lambdas import QueuePoller
 from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
-from tests.faults.injector import Call, Injector, moto_skips_answered_requests, powertools_clock
 
 _ids = itertools.count(1)
 
@@ -180,10 +186,6 @@ def fault_world() -> Iterator[FaultWorld]:
     """The world, under moto (the caller holds `fresh_aws`), with the injector on SpotGuard's clients,
     botocore's backoff sleeps skipped and its retry quota unlimited (so that one case's exhausted
     retries cannot change the next case's), and Powertools' clock in the tests' hands."""
-    import botocore.endpoint
-    import pytest
-    from botocore.retries import quota
-
     jobs = make_jobs_world()
     stack = jobs.stack
     env = stack.functions["JobsFunction"].environment
@@ -203,17 +205,7 @@ def fault_world() -> Iterator[FaultWorld]:
     injector = Injector(stack.client, tables)
     injector.install()
 
-    class _NoSleep:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(time, name)
-
-        @staticmethod
-        def sleep(_: float) -> None:
-            return None
-
-    with pytest.MonkeyPatch.context() as mp, powertools_clock() as pt_clock, moto_skips_answered_requests():
-        mp.setattr(botocore.endpoint, "time", _NoSleep())
-        mp.setattr(quota.RetryQuota, "acquire", lambda self, capacity_amount: True)
+    with powertools_clock() as pt_clock, moto_skips_answered_requests(), no_backoff():
         world = FaultWorld(jobs, injector, pt_clock)
         yield world
     clients.reset()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults.injector import MAX_ATTEMPTS, Fault
+from spotguard_cli.emulator.faults import MAX_ATTEMPTS, Fault
 from tests.faults.system import PATHS, FaultWorld, run_case
 
 pytestmark = pytest.mark.slow  # the package's world deploys the stack into moto; each case runs a path

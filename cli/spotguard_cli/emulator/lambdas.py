@@ -34,6 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from spotguard_cli.emulator.faults import InvocationCut
 from spotguard_cli.emulator.iam import RUNNING
 from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
 from spotguard_cli.emulator.stack import DeployedStack, FunctionConfig
@@ -57,6 +58,12 @@ class LambdaContext:
 
 
 _environments = itertools.count(1)
+
+
+class InvocationFailed(Exception):
+    """Lambda's answer to an invocation that timed out or crashed (emulator/faults.py's `InvocationCut`):
+    a direct invoke's caller gets a function error (`FunctionError: Unhandled`), an SQS event source
+    mapping leaves the whole batch on the queue."""
 
 
 class FunctionHost:
@@ -90,6 +97,8 @@ class FunctionHost:
                 handler.setStream(log)
 
     def invoke(self, event: dict[str, Any]) -> Any:
+        """The handler's answer; InvocationFailed when the invocation was cut (timed out or crashed: what
+        its calls did so far stands, the rest never happens)."""
         context = LambdaContext(self.fn, self.stack.region)
         running = RUNNING.set(self.fn.logical_id)  # its calls are held to its role (iam.RoleGuard)
         try:
@@ -97,6 +106,8 @@ class FunctionHost:
                 return self.handler(event, context)
             with _stdout_to(self.log):  # EMF metric lines are printed to stdout
                 return self.handler(event, context)
+        except InvocationCut as cut:
+            raise InvocationFailed(f"{self.fn.logical_id}: {cut}") from cut
         finally:
             RUNNING.reset(running)
 
@@ -230,8 +241,10 @@ class QueuePoller:
         try:
             result = host.invoke(event) or {}
             failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
-        except Exception:  # the invocation failed (Powertools raises when every record failed):
-            failed = {m["MessageId"] for m in messages}  # Lambda leaves the whole batch to SQS
+        except Exception:  # the invocation failed (Powertools raises when every record failed), or timed
+            # out or crashed (InvocationFailed): Lambda leaves the whole batch to SQS, which hands it back
+            # after the visibility timeout (and to the dead-letter queue after maxReceiveCount)
+            failed = {m["MessageId"] for m in messages}
         done = [m for m in messages if m["MessageId"] not in failed]
         with self._lock:
             self.failed_receipts += [m["ReceiptHandle"] for m in messages if m["MessageId"] in failed]

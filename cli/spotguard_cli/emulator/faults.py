@@ -1,9 +1,10 @@
-"""Faults injected into SpotGuard's own AWS calls, one call at a time, through botocore's event hooks.
+"""Faults injected into SpotGuard's own AWS calls, through botocore's event hooks: one chosen call at a time
+(the fault tests, tests/faults/), or at every call with a seeded chance (`spotguard local soak --faults`).
 
 Every call SpotGuard makes goes through the clients of `spotguard.adapters.clients`; the injector
-hooks those (never the tests' own clients) and names each call by a label: the operation, and for
-DynamoDB the table and the item's key shape (`PutItem:ledger:JOB/JOB`), so that `(label, nth)` picks
-one call of a path, the same one in every run of it.
+hooks those (never a test's or the emulator's own clients) and names each call by a label: the
+operation, and for DynamoDB the table and the item's key shape (`PutItem:ledger:JOB/JOB`), so that
+`(label, nth)` picks one call of a path, the same one in every run of it.
 
 Where each kind of fault is put:
 - throttle / 5xx: `before-send`, inside botocore's retry loop and ahead of moto (registered first), so
@@ -12,18 +13,29 @@ Where each kind of fault is put:
   and SpotGuard sees the error);
 - lost: `after-call`, after moto carried the call out: the effect stands, the client sees a timeout;
 - race (DynamoDB conditional writes): `before-send`, a twin of the same write goes in first through
-  the tests' own client, so SpotGuard's write meets a condition that no longer holds, for real.
+  the caller's own client, so SpotGuard's write meets a condition that no longer holds, for real;
+- cut (the seeded mode only): `before-call`, before the call is sent: the invocation ends there, as a
+  Lambda that timed out or crashed (`InvocationCut`, a BaseException, so that neither SpotGuard's own
+  `except Exception` nor Powertools' batch processor takes it for a failed call). What its earlier calls
+  did stands; the local Lambda hosts (emulator/lambdas.py) answer it as Lambda does.
 
 RunTask is answered by the GPU scheduler in `before-call`, ahead of botocore's retry loop: a fault on
 it is raised there (SpotGuard sees it at once, so for RunTask `once` would be `exhaust`).
+
+The seeded mode (`Injector.seeded`) decides each call from the seed, the call's label and parameters
+and how many times that very call was made before, not from the order of the calls: calls made side by
+side on threads (the interruption function's) are decided the same in every run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
+import random
 import threading
+import time
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -55,7 +67,14 @@ CODES: dict[str, tuple[tuple[str, int], tuple[str, int]]] = {
 }
 
 KINDS = ("throttle-once", "throttle-exhaust", "5xx-once", "5xx-exhaust", "lost", "race")
+CUT = "cut"  # the seeded mode's own kind: the invocation ends at this call
 CONDITIONAL_WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
+
+
+class InvocationCut(BaseException):
+    """The invocation ends here, as a Lambda that timed out or crashed: nothing after this point runs.
+    A BaseException, so that no `except Exception` on the way (SpotGuard's, Powertools') takes it for a
+    failed call; the local Lambda hosts catch it and answer as Lambda does."""
 
 
 def is_read(op: str) -> bool:
@@ -75,7 +94,7 @@ class Call:
 
 
 def kinds_for(call: Call) -> list[str]:
-    """The faults that make sense for one call."""
+    """The faults that make sense for one call (`cut`, the seeded mode's, makes sense for every call)."""
     if call.op in ANSWERED_BEFORE_CALL:
         return ["throttle-exhaust", "5xx-exhaust", "lost"]
     kinds = ["throttle-once", "throttle-exhaust", "5xx-once", "5xx-exhaust", "lost"]
@@ -146,18 +165,47 @@ class Fault:
     fired: bool = False
 
 
-class Injector:
-    """Names every call SpotGuard makes, records what took effect, and injects at most one fault."""
+@dataclass
+class Seeded:
+    """The seeded mode: at every call in scope, a fault with chance `rate`, of a kind drawn among those
+    that make sense for the call (`kinds_for`) and `cut`; `kinds` narrows them (None: all)."""
 
-    def __init__(self, twin: Callable[[str], Any], tables: dict[str, str]) -> None:
-        self.twin = twin  # service -> the tests' own client (no hooks): a racing writer
+    rate: float
+    seed: int
+    say: Callable[[str], None] | None = None
+    kinds: frozenset[str] | None = None
+    in_scope: Callable[[], bool] = lambda: True  # e.g. only while a function's handler runs
+    made: Counter[str] = field(default_factory=Counter)  # call fingerprint -> times made
+
+    def draw(self, call: Call) -> str | None:
+        """The fault for this call, or None: from the seed, the call and how often it was made before."""
+        body = json.dumps(call.params, sort_keys=True, default=str)
+        fingerprint = hashlib.sha256(f"{call.label}\0{body}".encode()).hexdigest()
+        self.made[fingerprint] += 1
+        chance = random.Random(f"{self.seed}:{fingerprint}:{self.made[fingerprint]}")
+        if chance.random() >= self.rate:
+            return None
+        kinds = [k for k in [*kinds_for(call), CUT] if self.kinds is None or k in self.kinds]
+        return chance.choice(kinds) if kinds else None
+
+
+class Injector:
+    """Names every call SpotGuard makes, records what took effect, and injects faults: at most one chosen
+    call (`reset(fault)`), or calls drawn from a seed (`seeded`)."""
+
+    def __init__(self, twin: Callable[[str], Any], tables: dict[str, str], record: bool = True) -> None:
+        self.twin = twin  # service -> the caller's own client (no hooks): a racing writer
         self.tables = tables  # table name or queue URL -> a short name for labels
+        self.record = record  # keep every call made and every call that took effect (`calls`, `effective`)
         self.fault: Fault | None = None
+        self.mode: Seeded | None = None
+        self.fired: Counter[str] = Counter()  # the seeded mode's faults that fired, by kind
         self.counts: Counter[str] = Counter()
         self.calls: list[Call] = []  # every call begun, in order
         self.effective: list[Call] = []  # every call that took effect (a 2xx answer)
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._paused = 0
 
     # ------------------------------------------------------------------------------------ control
     def reset(self, fault: Fault | None = None) -> None:
@@ -166,6 +214,30 @@ class Injector:
             self.counts.clear()
             self.calls.clear()
             self.effective.clear()
+
+    def seeded(
+        self,
+        rate: float,
+        chance: random.Random,
+        say: Callable[[str], None] | None = None,
+        kinds: frozenset[str] | None = None,
+        in_scope: Callable[[], bool] | None = None,
+    ) -> Seeded:
+        """From now on, a fault at each call in scope with chance `rate` (its seed drawn from `chance`,
+        so that the caller's seed decides them all); `say` hears a line for each that fires."""
+        self.mode = Seeded(rate, chance.getrandbits(64), say, kinds, in_scope or (lambda: True))
+        return self.mode
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No seeded fault meanwhile (the caller's own look at the system through SpotGuard's code)."""
+        with self._lock:
+            self._paused += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused -= 1
 
     def install(self) -> None:
         for service in SERVICES:
@@ -195,27 +267,43 @@ class Injector:
         with self._lock:
             self.counts[label] += 1
             call = Call(model.name, label, self.counts[label], context.get("fi_params", {}))
-            self.calls.append(call)
+            if self.record:
+                self.calls.append(call)
             target = self.fault is not None and (self.fault.label, self.fault.nth) == (label, call.nth)
-        context["fi_call"] = call
+            fault = self.fault if target else None
+            mode = self.mode if not self._paused else None
+        if fault is None and mode is not None and mode.in_scope():
+            with self._lock:
+                kind = mode.draw(call)
+            if kind is not None:
+                fault = Fault(label, call.nth, kind)
+                self._fired(mode, fault, call)
+        context["fi_call"], context["fi_fault"] = call, fault
         self._local.call = call
-        self._local.target = target
+        self._local.fault = fault
         self._local.service_id = model.service_model.service_id.hyphenize()
-        if target and model.name in ANSWERED_BEFORE_CALL:
-            assert self.fault is not None
-            if self.fault.kind in ("throttle-exhaust", "5xx-exhaust"):
-                self.fault.fired, self.fault.attempts = True, 1
-                code, _ = CODES[model.service_model.service_id.hyphenize()][
-                    0 if self.fault.kind.startswith("throttle") else 1
-                ]
-                raise ClientError({"Error": {"Code": code, "Message": f"injected {code}"}}, model.name)
+        if fault is None:
+            return None
+        if fault.kind == CUT:
+            fault.fired = True
+            raise InvocationCut(f"the invocation was cut at {call.name}")
+        if model.name in ANSWERED_BEFORE_CALL and fault.kind in ("throttle-exhaust", "5xx-exhaust"):
+            fault.fired, fault.attempts = True, 1
+            code, _ = CODES[self._local.service_id][0 if fault.kind.startswith("throttle") else 1]
+            raise ClientError({"Error": {"Code": code, "Message": f"injected {code}"}}, model.name)
         return None
 
+    def _fired(self, mode: Seeded, fault: Fault, call: Call) -> None:
+        with self._lock:
+            self.fired[fault.kind] += 1
+        if mode.say is not None:
+            mode.say(f"fault: {fault.kind} at {call.name}")
+
     def _before_send(self, request: Any, **_: Any) -> AWSResponse | None:
-        if not getattr(self._local, "target", False) or self.fault is None:
+        fault: Fault | None = getattr(self._local, "fault", None)
+        if fault is None:
             return None
         call: Call = self._local.call
-        fault = self.fault
         if fault.kind == "race":
             if not fault.fired:
                 fault.fired = True
@@ -238,15 +326,13 @@ class Injector:
         call = context.get("fi_call")
         if call is None:
             return
+        self._local.fault = None  # the call is over: a later one on this thread starts clean
         if http_response is not None and 200 <= http_response.status_code < 300:
-            with self._lock:
-                self.effective.append(call)
-            fault = self.fault
-            if (
-                fault is not None
-                and fault.kind == "lost"
-                and (fault.label, fault.nth) == (call.label, call.nth)
-            ):
+            if self.record:
+                with self._lock:
+                    self.effective.append(call)
+            fault: Fault | None = context.get("fi_fault")
+            if fault is not None and fault.kind == "lost":
                 fault.fired = True
                 raise ReadTimeoutError(endpoint_url=f"https://{model.service_model.endpoint_prefix}.invalid")
 
@@ -268,10 +354,22 @@ _ANSWERED = threading.local()  # the request this thread's injector answered wit
 
 
 @contextlib.contextmanager
+def patched(*changes: tuple[Any, str, Any]) -> Iterator[None]:
+    """Each (owner, name, value) set for the duration, and put back as it was on the way out."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in changes]
+    try:
+        for owner, name, value in changes:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+@contextlib.contextmanager
 def moto_skips_answered_requests() -> Iterator[None]:
     """botocore calls every `before-send` handler and takes the first answer: moto would carry out a
     request the injector failed (a throttled write would still land). Make moto skip those."""
-    import pytest
     from moto.core.botocore_stubber import BotocoreStubber
 
     real = BotocoreStubber.__call__
@@ -282,8 +380,32 @@ def moto_skips_answered_requests() -> Iterator[None]:
             return None
         return real(self, event_name, request, **kwargs)
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(BotocoreStubber, "__call__", call)
+    with patched((BotocoreStubber, "__call__", call)):
+        yield
+
+
+class _NoSleep:
+    """`time` for botocore's endpoint, without its sleeps (the backoff between retries)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(_: float) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def no_backoff() -> Iterator[None]:
+    """botocore's retries without their backoff sleeps, and its retry quota unlimited (so that one
+    fault's exhausted retries cannot change what the next call's retries do)."""
+    import botocore.endpoint
+    from botocore.retries import quota
+
+    with patched(
+        (botocore.endpoint, "time", _NoSleep()),
+        (quota.RetryQuota, "acquire", lambda self, capacity_amount: True),
+    ):
         yield
 
 
@@ -298,16 +420,15 @@ class _Shifted(_dt.datetime):
 
 @contextlib.contextmanager
 def powertools_clock() -> Iterator[type[_Shifted]]:
-    """Powertools idempotency reads the time as `dt.datetime.now()`: give it a clock the tests move
+    """Powertools idempotency reads the time as `dt.datetime.now()`: give it a clock the caller moves
     (an in-progress record expires when the visibility timeout has passed, as in AWS)."""
-    import pytest
     from aws_lambda_powertools.utilities.idempotency.persistence import base, datarecord, dynamodb
 
     shim = types.SimpleNamespace(**{k: getattr(_dt, k) for k in dir(_dt) if not k.startswith("_")})
     shim.datetime = _Shifted
     _Shifted.offset = _dt.timedelta()
-    with pytest.MonkeyPatch.context() as mp:
-        for module in (base, datarecord, dynamodb):
-            mp.setattr(module, "dt", shim)
-        yield _Shifted
-    _Shifted.offset = _dt.timedelta()
+    try:
+        with patched(*((module, "dt", shim) for module in (base, datarecord, dynamodb))):
+            yield _Shifted
+    finally:
+        _Shifted.offset = _dt.timedelta()
