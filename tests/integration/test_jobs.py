@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from spotguard.adapters import clients
 from spotguard.usecases.jobs.reconcile import COUNTS
@@ -502,6 +503,49 @@ def test_a_request_ecs_would_refuse_is_refused_at_submit_not_at_launch(jobs: Job
         "request: Invalid type for parameter overrides.containerOverrides[0].command"
     )
     assert jobs.scheduler.requests == [] and jobs.invoke({"action": "list"})["jobs"] == []
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ClientError(
+            {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "DescribeTaskDefinition"
+        ),
+        ClientError(
+            {"Error": {"Code": "ServerException", "Message": "Service unavailable"}}, "DescribeTaskDefinition"
+        ),
+        ReadTimeoutError(endpoint_url="https://ecs.us-east-1.amazonaws.com"),
+    ],
+    ids=["throttled", "5xx", "answer-lost"],
+)
+def test_a_task_definition_ecs_could_not_describe_for_now_is_no_bad_request(jobs: JobsWorld, failure):
+    """The soak under faults (spotguard local soak --faults 0.05 --seed 5) saw a submit answered
+    BadRequest "request.taskDefinition: Read timeout on endpoint URL": any error of DescribeTaskDefinition
+    was taken for a wrong name, so a user (or a CLI that retries what may succeed) gave up on a good job.
+    A throttle, a server error or a lost answer is now an InternalError, and the same submit again makes
+    the job; a name ECS refuses is still a BadRequest."""
+    td = jobs.cluster.gpu_task_definition(gpus=1)
+    failing = [True]
+
+    def describe(**_):
+        if failing[0]:
+            raise failure
+
+    clients.on_event("before-call.ecs.DescribeTaskDefinition", describe)
+    payload = {
+        "action": "submit",
+        "job_id": "td-for-now",
+        "request": {"cluster": "gpu-spot", "taskDefinition": td, "launchType": "EC2"},
+    }
+    answer = jobs.invoke(payload)
+    assert answer["ok"] is False and answer["error"]["type"] == "InternalError", answer
+    failing[0] = False
+    answer = jobs.invoke(payload)
+    assert answer["ok"] is True and answer["job"]["job_id"] == "td-for-now"
+    unknown = jobs.invoke(
+        {**payload, "job_id": "td-unknown", "request": {**payload["request"], "taskDefinition": "nope:9"}}
+    )
+    assert unknown["ok"] is False and unknown["error"]["type"] == "BadRequest"
 
 
 def test_a_cluster_reconcile_cannot_describe_stops_no_sweep(jobs: JobsWorld, monkeypatch):

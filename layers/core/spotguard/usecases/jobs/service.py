@@ -39,6 +39,7 @@ from spotguard.domain.jobs.transitions import (
 )
 from spotguard.domain.notices import Notice
 from spotguard.domain.prices import task_share
+from spotguard.domain.run_errors import classify_run_error
 from spotguard.domain.task_events import PoolEvent, indexed_info, pool_event_refused
 from spotguard.domain.tasks import TaskEvent
 from spotguard.ports import Hosts, JobEcs, JobStore, LaunchRetries, StopClaims, TaskIndex
@@ -102,7 +103,10 @@ class JobService:
             return _same_submit(existing, cmd)
         try:
             td = self.ecs.task_definition(cmd.request.taskDefinition, cmd.request.overrides)
-        except Exception as exc:  # the ECS error says what is wrong with the name
+        except Exception as exc:
+            if not _refused(exc):  # throttled, a server error, a timeout: the submit is to be tried again
+                raise
+            # the ECS error says what is wrong with the name
             raise CommandError("BadRequest", f"request.taskDefinition: {_aws_message(exc)}") from None
         if cmd.options.checkpoint_container and cmd.options.checkpoint_container not in td.containers:
             raise CommandError(
@@ -405,6 +409,16 @@ def _same_submit(job: Job, cmd: Submit) -> Job:
     if job.request == cmd.request and job.options == cmd.options:
         return job  # a repeated submit: the job it made the first time
     raise CommandError("Conflict", f"job {job.job_id} exists already with another request or options")
+
+
+def _refused(exc: Exception) -> bool:
+    """Whether an AWS error refuses the request itself (a name unknown, a parameter wrong, not allowed),
+    as opposed to a throttle, a server error or a timeout, which say nothing of the request."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return False  # no answer at all (a timeout, a connection lost)
+    err = response.get("Error", {})
+    return classify_run_error(str(err.get("Code", "")), str(err.get("Message", ""))) in ("request", "access")
 
 
 def _aws_message(exc: Exception) -> str:
