@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--time-scale", type=float, default=4.0)
+    p.add_argument("--clock", choices=["virtual", "wall"], default="virtual")
+    p.add_argument("--time-scale", type=float, default=4.0, help="with --clock wall")
     p.add_argument("--only", choices=["pairs", "singles"])
     args = p.parse_args(argv)
     if not trace_files.ready(TRACES):
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [g for key, gs in groups.items() if args.only in (None, key) for g in gs]
     print(
         f"spotguard local replay, C=48 R=60 D=0.2, {args.jobs} job(s) a run, seed {args.seed}, "
-        f"{args.time_scale:g} s per trace hour\n"
+        + ("on the virtual clock\n" if args.clock == "virtual" else f"{args.time_scale:g} s per trace hour\n")
     )
     print(f"{'traces':<40} {'live $':>8} {'sim $':>8} {'diff':>7} {'missed':>6} {'lost':>5} {'wall s':>7}")
     results = []
@@ -47,14 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in group:
             command += ["--trace", str(TRACES / f"{name}.json")]
         command += ["--jobs", str(args.jobs), "--job-hours", "48", "--deadline-hours", "60"]
-        command += [
-            "--restart-hours",
-            "0.2",
-            "--seed",
-            str(args.seed),
-            "--time-scale",
-            f"{args.time_scale:g}",
-        ]
+        command += ["--restart-hours", "0.2", "--seed", str(args.seed), "--clock", args.clock]
+        if args.clock == "wall":
+            command += ["--time-scale", f"{args.time_scale:g}"]
         began = time.monotonic()
         proc = subprocess.run([*command, "--json"], capture_output=True, text=True)
         if proc.returncode not in (0, 1) or not proc.stdout.strip():

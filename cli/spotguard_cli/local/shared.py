@@ -132,3 +132,22 @@ def print_end(work: Path, ok: bool) -> None:
     """A demo's last lines: where its logs are, that nothing is left running, and whether it passed."""
     print(f"logs: {work}/ (functions.log, task-*.log, reference.log, moto.log, timeline.png)")
     print("moto server and every task process stopped.\n" + ("demo passed" if ok else "demo FAILED"))
+
+
+def same_hash_seed() -> None:
+    """Run this command again with string hashing fixed (PYTHONHASHSEED=0), unless it already is: a run on
+    the virtual clock repeats exactly only if every set of strings iterates in the same order."""
+    import os
+
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
+
+
+def quiet_moto() -> None:
+    """moto in this process says what its CloudFormation does not model (alarms, queue policies): nothing
+    a run on the virtual clock reads. Keep it off the user's terminal."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("moto").setLevel(logging.ERROR)

@@ -4,6 +4,7 @@ redone), beside the simulator's for the same start; the summary and its proof; t
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,16 +43,22 @@ def _at_once(attempts: list[AttemptView]) -> int:
     return most
 
 
-def live_row(run: JobRun) -> dict[str, Any]:
-    s = run.status
-    attempts = [a for a in s.attempts if a.started_at]
-    stops = [a.stopped_at for a in attempts if a.stopped_at is not None]
-    finished = max(stops) if stops and s.state == "succeeded" else None
-    logs = run.logs
+@dataclass(frozen=True)
+class Work:
+    """A job's steps: how many its attempts ran, how many the work needed (None: it did not finish), and
+    whether an attempt resumed behind the newest step committed before it."""
+
+    executed: int
+    needed: int | None
+    lost_commit: bool
+
+
+def work_of_logs(logs: list[str], succeeded: bool) -> Work:
+    """The work from the task logs of a wall-clock replay's jobs (task.py's lines, attempt after attempt)."""
     executed = sum(len(re.findall(r"^step \d+ done", t, re.MULTILINE)) for t in logs)
     needed = None
     finished_step = [re.findall(r"^step (\d+) done", t, re.MULTILINE) for t in logs]
-    if s.state == "succeeded" and finished_step and finished_step[-1]:
+    if succeeded and finished_step and finished_step[-1]:
         needed = int(finished_step[-1][-1]) + 1
     lost_commit = False  # an attempt that resumed before the newest step committed before it
     newest = -1
@@ -63,6 +70,17 @@ def live_row(run: JobRun) -> dict[str, Any]:
             lost_commit = True  # started fresh although a checkpoint was committed
         commits = [int(c) for c in re.findall(r"^committed step (-?\d+)", t, re.MULTILINE)]
         newest = max([newest, *commits])
+    return Work(executed, needed, lost_commit)
+
+
+def live_row(run: JobRun, work: Work | None = None) -> dict[str, Any]:
+    """A job's row from its status, and its work (default: read from its task logs)."""
+    s = run.status
+    attempts = [a for a in s.attempts if a.started_at]
+    stops = [a.stopped_at for a in attempts if a.stopped_at is not None]
+    finished = max(stops) if stops and s.state == "succeeded" else None
+    work = work or work_of_logs(run.logs, s.state == "succeeded")
+    executed, needed, lost_commit = work.executed, work.needed, work.lost_commit
     spot = sum(_hours(a) for a in attempts if "spot" in (a.lifecycle, a.market))
     return {
         "job_id": run.job_id,
@@ -101,7 +119,7 @@ def summary(
     job: Job,
     n_jobs: int,
     seed: int,
-    seconds_per_hour: float,
+    seconds_per_hour: float | None,
     facts: dict[str, Any],
 ) -> dict[str, Any]:
     costs = [r["cost"] for r in rows if r["cost"] is not None]
@@ -136,7 +154,12 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         f"replay of {', '.join(result['traces'])}: {result['jobs']} job(s) of C={j['hours']:g} h, "
         f"R={j['deadline_hours']:g} h, D={j['restart_hours']:g} h (seed {result['seed']}), "
-        f"{result['seconds_per_trace_hour']:g} s per trace hour, {result['facts']['wall_seconds']:.0f} s",
+        + (
+            "on the virtual clock"
+            if result["seconds_per_trace_hour"] is None
+            else f"{result['seconds_per_trace_hour']:g} s per trace hour"
+        )
+        + f", {result['facts']['wall_seconds']:.0f} s",
         "",
         f"{'job':<10} {'start h':>8} {'cost $':>8} {'sim $':>8} {'diff':>7} {'met':>4} {'launch':>6} "
         f"{'sim':>4} {'intr':>4} {'moves':>5} {'spot h':>7} {'od h':>6} {'redone':>6}",

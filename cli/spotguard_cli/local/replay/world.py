@@ -88,7 +88,7 @@ class ReplayWorld:
         from spotguard.adapters import clients
 
         clients.on_event("before-call.ec2.DescribeSpotPriceHistory", self._spot_prices)
-        clients.on_event("before-call.ec2.DescribeInstanceTypes", _describe_p3)
+        clients.on_event("before-call.ec2.DescribeInstanceTypes", describe_p3)
         self.system.add_pools([p.group for p in self.pools] + [self.on_demand])
         for _ in range(self.instances):
             self.system.add_pool_host(ON_DEMAND)
@@ -158,21 +158,25 @@ class ReplayWorld:
         )
 
     def _spot_prices(self, params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
-        """DescribeSpotPriceHistory, answered with the replay's spot price for every pool's zone."""
-        from botocore.awsrequest import AWSResponse
+        return spot_price_history(self.system.clock.now(), self.prices.spot, len(self.pools))
 
-        stamp = self.system.clock.now() - timedelta(hours=1)
-        history = [
-            {
-                "AvailabilityZone": zone,
-                "InstanceType": INSTANCE_TYPE,
-                "ProductDescription": "Linux/UNIX",
-                "SpotPrice": f"{self.prices.spot:.6f}",
-                "Timestamp": stamp,
-            }
-            for zone in ZONES[: len(self.pools)]
-        ]
-        return AWSResponse("local://ec2", 200, {}, None), {"SpotPriceHistory": history, "NextToken": ""}
+
+def spot_price_history(now: datetime, price: float, pools: int) -> tuple[Any, dict[str, Any]]:
+    """DescribeSpotPriceHistory, answered with the replay's spot price for every pool's zone."""
+    from botocore.awsrequest import AWSResponse
+
+    stamp = now - timedelta(hours=1)
+    history = [
+        {
+            "AvailabilityZone": zone,
+            "InstanceType": INSTANCE_TYPE,
+            "ProductDescription": "Linux/UNIX",
+            "SpotPrice": f"{price:.6f}",
+            "Timestamp": stamp,
+        }
+        for zone in ZONES[:pools]
+    ]
+    return AWSResponse("local://ec2", 200, {}, None), {"SpotPriceHistory": history, "NextToken": ""}
 
 
 P3_2XLARGE = {
@@ -186,7 +190,7 @@ P3_2XLARGE = {
 }
 
 
-def _describe_p3(params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]] | None:
+def describe_p3(params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]] | None:
     """DescribeInstanceTypes for p3.2xlarge alone (what SpotGuard's discovery asks here): EC2's answer."""
     from urllib.parse import parse_qs
 
