@@ -239,8 +239,8 @@ class Injector:
             with self._lock:
                 self._paused -= 1
 
-    def install(self) -> None:
-        for service in SERVICES:
+    def install(self, services: tuple[str, ...] = SERVICES) -> None:
+        for service in services:
             events = clients.client(service).meta.events
             events.register_first("before-parameter-build", self._before_params)
             events.register_first("before-call", self._before_call)

@@ -13,6 +13,17 @@ cancel, a stray) commits and exits 75 `STOP_SECONDS` later, unless its instance 
 it is gone without a word). Every SQS delay, visibility timeout, retry and reconcile sweep (every 5
 minutes) runs on the virtual clock, which jumps from one thing due to the next.
 
+`--faults RATE` plays, each with chance RATE where it can happen, drawn from the seed:
+- task events delivered twice, or held back so that a later one overtakes them; instances taken back
+  without a warning; a stopped task's last commit that takes longer than the warning, so that the
+  instance goes mid-commit (its data files in S3, no manifest: SpotGuard must resume from the one before);
+- at every AWS call SpotGuard's functions make (`--call-faults RATE`, default the same; the soak's own
+  calls are never faulted): throttled or failed with a 5xx (once: botocore's retry absorbs it; every
+  attempt: SpotGuard sees the error), its answer lost after it took effect, a DynamoDB conditional write
+  raced by a twin, or the invocation cut there (timed out or crashed: what it did so far stands; an SQS
+  batch comes back after the visibility timeout, the reconcile runs again at its next schedule, and the
+  soak, as a user's CLI, submits again the same job after a failed submit).
+
 It prints what must be zero: jobs lost (not succeeded by the end), attempts of one job running at once,
 committed steps lost (a task started from an older checkpoint than the newest committed before it was
 placed), messages in dead-letter queues, and jobs stuck (neither running, nor waiting with a retry due,
@@ -39,6 +50,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from spotguard_cli import arguments
 
 if TYPE_CHECKING:
+    from spotguard_cli.emulator.faults import Injector
     from spotguard_cli.emulator.gpucluster import Host
     from spotguard_cli.emulator.vclock import VirtualClock
     from spotguard_cli.emulator.world import JobsWorld
@@ -54,9 +66,14 @@ STOP_SECONDS = 20  # a stopped task's last commit, then exit 75
 WARNING_SECONDS = 120  # spot's warning before the instance is taken back
 RECONCILE_SECONDS = 300  # the reconcile schedule
 RETRY_BASE_SECONDS = 30  # the stack's first wait for capacity
+SUBMIT_RETRY_SECONDS = 60  # a user's CLI submits again after a failed invocation
 # The faults `--faults RATE` draws, each at every place it can happen: a task event delivered twice, or
-# held back (a later one overtakes it), and a spot instance taken back with no warning.
-FAULTS = ("duplicated", "reordered", "no-warning")
+# held back (a later one overtakes it), a spot instance taken back with no warning, a stopped task's last
+# commit cut by the reclaim; and at SpotGuard's AWS calls (emulator/faults.py), throttling and 5xx (once,
+# or every attempt), a lost answer, a conditional write raced, and the invocation cut.
+WORLD_FAULTS = ("duplicated", "reordered", "no-warning", "commit-cut")
+CALL_FAULTS = ("throttle-once", "throttle-exhaust", "5xx-once", "5xx-exhaust", "lost", "race", "cut")
+FAULTS = WORLD_FAULTS + CALL_FAULTS
 SUBMIT_HOURS = 6.0  # the jobs are submitted over the first hours (the first half of a shorter run)
 STATE_DIR = Path(".local-stack") / "soak"  # the functions' logs and the run's timeline
 
@@ -91,7 +108,15 @@ def add_parser(actions: Any) -> None:
         default=0.0,
         metavar="RATE",
         help="the chance of each fault where it can happen (0-1): events duplicated or reordered, "
-        "instances gone without a warning",
+        "instances gone without a warning, a last commit cut by the reclaim, and at each of SpotGuard's "
+        "AWS calls: throttled, a 5xx, its answer lost, a conditional write raced, the invocation cut",
+    )
+    s.add_argument(
+        "--call-faults",
+        type=arguments.number(0, 1),
+        default=None,
+        metavar="RATE",
+        help="the chance of a fault at each of SpotGuard's AWS calls (default: --faults)",
     )
     s.add_argument("--seed", type=arguments.seed, default=1, metavar="S")
     s.add_argument("--json", action="store_true", help="the result as JSON")
@@ -114,6 +139,7 @@ class Task:
     stop_asked_at: datetime | None = None
     exited_at: datetime | None = None
     exit_code: int | None = None
+    stop_seconds: float = STOP_SECONDS  # its last commit after a stop (a fault: longer than the warning)
 
     def step_at(self, now: datetime, total: int) -> int:
         if self.running_at is None or now < self.running_at:
@@ -178,6 +204,7 @@ class Plan:
     hosts_per_pool: int
     seed: int
     faults: float = 0.0  # the chance of each fault (FAULTS) at each place it can happen
+    call_faults: float | None = None  # the chance at each of SpotGuard's AWS calls (None: `faults`)
 
 
 class Soak:
@@ -188,7 +215,7 @@ class Soak:
         hosts_per_pool, seed = plan.hosts_per_pool, plan.seed
         self.faults, self.chance = plan.faults, random.Random(seed * 7919 + 1)  # faults: their own draws
         self.later: list[tuple[datetime, int, dict[str, Any]]] = []  # task events held back (heap)
-        self.faults_done: dict[str, int] = dict.fromkeys(FAULTS, 0)
+        self.faults_done: dict[str, int] = dict.fromkeys(WORLD_FAULTS, 0)
         self.held = itertools.count()  # the order of events held back at one time
         self.world, self.clock, self.traces, self.say = world, clock, traces, say
         self.total_steps = max(1, round(job_hours * 60 / STEP_MINUTES))
@@ -212,24 +239,72 @@ class Soak:
         from spotguard.adapters import clients
 
         clients.on_event("after-call.ecs.StopTask", self._stop_asked)
+        self.injector = self._injector(plan, seed)
+
+    def _injector(self, plan: Plan, seed: int) -> Injector | None:
+        """Faults at SpotGuard's own AWS calls, only while one of its functions runs (emulator/faults.py):
+        installed after the soak's own hooks, so that a lost answer to StopTask is still seen by the
+        model (ECS did stop the task)."""
+        import random
+
+        from spotguard_cli.emulator.faults import Injector
+        from spotguard_cli.emulator.iam import RUNNING
+
+        rate = plan.faults if plan.call_faults is None else plan.call_faults
+        if rate <= 0:
+            return None
+        stack = self.world.stack
+        env = stack.functions["JobsFunction"].environment
+        tables = {env["SPOTGUARD_LEDGER_TABLE"]: "ledger", env["SPOTGUARD_IDEMPOTENCY_TABLE"]: "idempotency"}
+        injector = Injector(stack.client, tables, record=False)
+        injector.install()
+        injector.seeded(
+            rate, random.Random(seed * 7919 + 2), say=self._note, in_scope=lambda: RUNNING.get() is not None
+        )
+        return injector
 
     # ------------------------------------------------------------------------------------ the loop
     def run(self) -> None:
-        while self.clock.now() < self.end:
-            now = self.clock.now()
-            self._traces(now)
-            self._deliver_held(now)
-            self._submit(now)
-            self._discover(now)
-            self._tasks(now)
-            self._drain()
-            if now >= self.next_reconcile:
-                self.world.reconcile()
-                self.next_reconcile = now + timedelta(seconds=RECONCILE_SECONDS)
+        with self._faults_in_place():
+            while self.clock.now() < self.end:
+                now = self.clock.now()
+                self._traces(now)
+                self._deliver_held(now)
+                self._submit(now)
+                self._discover(now)
+                self._tasks(now)
                 self._drain()
-            if self._all_ended():
-                break
-            self.clock.advance_to(min(self._next_due(now), self.end))
+                if now >= self.next_reconcile:
+                    self._reconcile()
+                    self.next_reconcile = now + timedelta(seconds=RECONCILE_SECONDS)
+                    self._drain()
+                if self._all_ended():
+                    break
+                self.clock.advance_to(min(self._next_due(now), self.end))
+
+    def _faults_in_place(self) -> contextlib.AbstractContextManager[None]:
+        """With faults at SpotGuard's calls: moto skips a request the injector answered with an error, and
+        botocore's retries do not sleep (the virtual clock does not move within an invocation)."""
+        if self.injector is None:
+            return contextlib.nullcontext()
+        from spotguard_cli.emulator.faults import moto_skips_answered_requests, no_backoff
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(moto_skips_answered_requests())
+        stack.enter_context(no_backoff())
+        return stack
+
+    def _own(self) -> contextlib.AbstractContextManager[None]:
+        """The soak's own look at the system through SpotGuard's code (a job's status): never faulted."""
+        return contextlib.nullcontext() if self.injector is None else self.injector.paused()
+
+    def _reconcile(self) -> None:
+        """The schedule's run. Failed (an error it let out, or cut by a fault), it simply runs again at the
+        next schedule, as Lambda's scheduled invocations do."""
+        try:
+            self.world.reconcile()
+        except Exception as exc:
+            self._note(f"reconcile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
 
     def _note(self, what: str) -> None:
         self.log.append(f"{self.clock.now().isoformat()} {what}")
@@ -261,14 +336,28 @@ class Soak:
                     self.interruptions += 1
                     self.reclaims.append((now + timedelta(seconds=WARNING_SECONDS), host))
                     self._note(f"pool {i}: spot warning for {host.instance_id}")
+                    self._slow_last_commits(host)
                 self.pools[i] = []
         for when, host in [r for r in self.reclaims if r[0] <= now]:
             self.reclaims.remove((when, host))
             for task in self._live_on(host):
+                if task.stop_asked_at is not None and task.running_at is not None:
+                    self._commit_cut(task)  # stopped, still writing its last checkpoint
                 reason = f"Host EC2 (instance {host.instance_id}) terminated."
                 self._exit(task, None, reason)
             self.world.cluster.remove_host(host)
             self._note(f"{host.instance_id} taken back")
+
+    def _slow_last_commits(self, host: Host) -> None:
+        """A fault: a task the warning stopped takes longer than the warning to write its last checkpoint
+        (a big one, a slow store), so the reclaim cuts it."""
+        for task in self._live_on(host):
+            if task.stop_asked_at is not None and task.running_at is not None and self._fault("commit-cut"):
+                task.stop_seconds = WARNING_SECONDS + self.chance.uniform(10, 300)
+                self._note(
+                    f"fault: {task.arn[-8:]} ({task.job_id}/{task.attempt})'s last commit takes "
+                    f"{task.stop_seconds:.0f} s, longer than the warning"
+                )
 
     def _live_on(self, host: Host) -> list[Task]:
         return [
@@ -277,17 +366,30 @@ class Soak:
 
     # ------------------------------------------------------------------------------------ the jobs
     def _submit(self, now: datetime) -> None:
+        from spotguard_cli.emulator.lambdas import InvocationFailed
+
         for book in self.books.values():
             if book.submitted or book.submit_at > now:
                 continue
-            answer = self.world.invoke(
-                {
-                    "action": "submit",
-                    "job_id": book.job_id,
-                    "request": {"cluster": "gpu-spot", "taskDefinition": self.td, "launchType": "EC2"},
-                    "options": {"max_attempts": 100},
-                }
-            )
+            try:
+                answer = self.world.invoke(
+                    {
+                        "action": "submit",
+                        "job_id": book.job_id,
+                        "request": {"cluster": "gpu-spot", "taskDefinition": self.td, "launchType": "EC2"},
+                        "options": {"max_attempts": 100},
+                    }
+                )
+            except InvocationFailed as exc:  # Lambda's error: the user's CLI submits the same job again
+                answer = {"ok": False, "error": {"type": "InvocationFailed", "message": str(exc)}}
+            if not answer.get("ok") and answer.get("error", {}).get("type") in (
+                "InternalError",
+                "InvocationFailed",
+            ):
+                book.submit_at = now + timedelta(seconds=SUBMIT_RETRY_SECONDS)
+                why = answer["error"]["message"]
+                self._note(f"{book.job_id} submit failed ({why}): again at {book.submit_at.isoformat()}")
+                continue
             if not answer.get("ok"):
                 raise RuntimeError(f"submit {book.job_id}: {answer}")
             book.submitted, book.checkpoint_uri = True, answer["job"]["checkpoint_uri"]
@@ -313,8 +415,8 @@ class Soak:
             if task.running_at is None:
                 continue
             if task.stop_asked_at is not None:
-                if now >= task.stop_asked_at + timedelta(seconds=STOP_SECONDS):
-                    self._commit(task, task.stop_asked_at + timedelta(seconds=STOP_SECONDS))
+                if now >= task.stop_asked_at + timedelta(seconds=task.stop_seconds):
+                    self._commit(task, task.stop_asked_at + timedelta(seconds=task.stop_seconds))
                     self._exit(task, 75, None)
                 continue
             for due in self._commits_due(task, now):
@@ -365,6 +467,19 @@ class Soak:
         )
         book.steps[uri] = step
         book.newest_step = max(book.newest_step, step)
+
+    def _commit_cut(self, task: Task) -> None:
+        """The instance goes while the task writes a checkpoint: the next sequence's data files reach the
+        bucket, its MANIFEST.json never does (nor its event). The committed checkpoint stays the one
+        before, which the next attempt must resume from (the steps it would lose are counted if not)."""
+        book = self.books[task.job_id]
+        bucket, prefix = book.checkpoint_uri.removeprefix("s3://").split("/", 1)
+        key = f"{prefix}checkpoints/{book.sequence + 1:08d}/model.pt"
+        self.world.stack.client("s3").put_object(Bucket=bucket, Key=key, Body=b"half-written")
+        self._note(
+            f"{task.arn[-8:]} ({task.job_id}/{task.attempt}) cut mid-commit: s3://{bucket}/{key} "
+            "written, no manifest"
+        )
 
     def _exit(self, task: Task, code: int | None, reason: str | None) -> None:
         """The task's container exits (`code`; None: its instance is gone): ECS stops it and says so."""
@@ -464,7 +579,7 @@ class Soak:
             if t.running_at is None:
                 due.append(t.placed_at + self.restart)
             elif t.stop_asked_at is not None:
-                due.append(t.stop_asked_at + timedelta(seconds=STOP_SECONDS))
+                due.append(t.stop_asked_at + timedelta(seconds=t.stop_seconds))
             else:
                 due.append((t.last_commit_at or t.running_at) + timedelta(minutes=COMMIT_MINUTES))
                 left = self.total_steps - t.resumed_step
@@ -497,16 +612,18 @@ class Soak:
         done = {t.job_id for t in self.tasks.values() if t.exit_code == 0}
         if len(done) < len(self.books):
             return False
-        return all(
-            self.world.invoke({"action": "status", "job_id": j})["job"]["finished"] for j in self.books
-        )
+        with self._own():
+            return all(
+                self.world.invoke({"action": "status", "job_id": j})["job"]["finished"] for j in self.books
+            )
 
     # ---------------------------------------------------------------------------------- the result
     def result(self) -> Result:
         lost, stuck, succeeded, unfinished = [], [], 0, 0
         now = self.clock.now()
         for job_id in self.books:
-            answer = self.world.invoke({"action": "status", "job_id": job_id})
+            with self._own():
+                answer = self.world.invoke({"action": "status", "job_id": job_id})
             if not answer.get("ok"):
                 lost.append(f"{job_id}: {answer.get('error', {}).get('message', 'no answer')}")
                 continue
@@ -543,8 +660,14 @@ class Soak:
             virtual_hours=round((now - START).total_seconds() / 3600, 2),
             digest=hashlib.sha256(text.encode()).hexdigest()[:16],
             timeline=list(self.log),
-            faults=dict(self.faults_done),
+            faults=self._faults_played(),
         )
+
+    def _faults_played(self) -> dict[str, int]:
+        played = dict(self.faults_done)
+        if self.injector is not None:
+            played |= {k: self.injector.fired[k] for k in CALL_FAULTS}
+        return played
 
     def _twice_at_once(self) -> list[str]:
         return alive_at_once(list(self.tasks.values()), self.clock.now())
@@ -641,7 +764,7 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda _: None) if args.json else print
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with (STATE_DIR / "functions.log").open("w") as log:
-        plan = Plan(traces, args.jobs, args.job_hours, hours, hosts, args.seed, args.faults)
+        plan = Plan(traces, args.jobs, args.job_hours, hours, hosts, args.seed, args.faults, args.call_faults)
         result = soak(plan, say, log)
         (STATE_DIR / "timeline.log").write_text("\n".join(result.timeline) + "\n")
     if args.json:
