@@ -14,6 +14,13 @@ The figures are assumptions, stated in docs/benchmarks.md next to the figures th
   EventBridge to the SQS target, 40 ms median, 150 ms p99 (the Amazon Key team reported 80 ms p90 end to
   end on EventBridge, AWS Architecture Blog, February 2026), then the poller's receive, as SQS above.
 Throttling is not modelled.
+
+On a virtual clock (emulator/vclock.py: the soak, the replay) the same model gives each invocation its
+duration: `LatencyModel(sleep=clock.advance)` moves the clock by each call's latency instead of sleeping,
+and `ColdStarts` adds a function's init duration when its execution environment starts: at its first
+invocation, and again after it was left idle longer than `idle_seconds`. Assumptions, stated beside the
+replay's figures (docs/replay.md): init 800 ms median, 2 s p99 (Python with boto3 and Powertools in
+512 MB; AWS publishes no figure), environments recycled after 10 idle minutes (AWS states no figure).
 """
 
 from __future__ import annotations
@@ -22,10 +29,15 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from spotguard.adapters import clients
+
+if TYPE_CHECKING:
+    from spotguard_cli.emulator.lambdas import FunctionHost
 
 Z99 = 2.3263  # the 99th percentile of the standard normal distribution
 
@@ -49,6 +61,8 @@ DEFAULTS: dict[str, Latency] = {
 }
 OTHER = Latency(50, 200)
 EVENTBRIDGE = Latency(40, 150)
+INIT = Latency(800, 2000)  # a cold start's init duration (see above)
+IDLE_RECYCLE_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,9 @@ class LatencyModel:
     other: Latency = OTHER
     seed: int = 21
     enabled: bool = True
+    sleep: Callable[[float], Any] = time.sleep  # a virtual clock's `advance`: calls take virtual time
+    applies: Callable[[], bool] = lambda: True  # whether the call now being sent takes its latency
+    keep_served: bool = True  # note each call's round trip to moto (`served`: for projections)
     slept_seconds: float = 0.0
     served: list[Served] = field(default_factory=list, init=False, repr=False)
     _sent: threading.local = field(default_factory=threading.local, init=False, repr=False)
@@ -100,23 +117,58 @@ class LatencyModel:
         return self
 
     def _before_send(self, request: Any, **kwargs: Any) -> None:
-        if not self.enabled:
+        if not self.enabled or not self.applies():
             return None
         service = str(kwargs.get("event_name", "")).split(".")[1:2]
         latency = self.by_service.get(service[0] if service else "", self.other)
         with self._lock:
             seconds = latency.draw(self._rng)
             self.slept_seconds += seconds
-        time.sleep(seconds)
+        self.sleep(seconds)
         self._sent.at = (time.monotonic(), seconds)  # the call goes to moto now, in this thread
         return None
 
     def _response_received(self, context: dict[str, Any], **kwargs: Any) -> None:
         at: tuple[float, float] | None = getattr(self._sent, "at", None)
-        if at is None:  # sent while the model was off
+        if at is None or not self.keep_served:  # sent while the model was off, or not noted
             return
         self._sent.at = None
         sent, waited = at
         now = time.monotonic()
         with self._lock:
             self.served.append(Served(now, now - sent, waited, context))
+
+
+@dataclass
+class ColdStarts:
+    """Lambda's cold starts on a virtual clock: a function's init duration passes (`advance`) before an
+    invocation when its execution environment starts, at its first invocation and after it was idle
+    longer than `idle_seconds`. `wrap` each FunctionHost whose invocations should pay them."""
+
+    now: Callable[[], datetime]
+    advance: Callable[[float], Any]
+    init: Latency = INIT
+    idle_seconds: float = IDLE_RECYCLE_SECONDS
+    seed: int = 22
+    starts: int = 0  # cold starts so far
+    init_seconds: float = 0.0  # their init durations, in all
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def wrap(self, host: FunctionHost) -> None:
+        handler = host.handler
+        last: list[datetime] = []  # when the environment last finished an invocation
+
+        def invoke(event: Any, context: Any) -> Any:
+            if not last or (self.now() - last[-1]).total_seconds() > self.idle_seconds:
+                seconds = self.init.draw(self._rng)
+                self.starts, self.init_seconds = self.starts + 1, self.init_seconds + seconds
+                self.advance(seconds)
+            try:
+                return handler(event, context)
+            finally:
+                last[:] = [self.now()]
+
+        host.handler = invoke

@@ -17,17 +17,22 @@ Two more, for the local stack's boot model (boot.py), in moto server only:
   moto takes their type from the launch template (which names none, so ``) and ignores the spot
   share; AWS launches the overrides' type, as spot instances when no on-demand share is asked.
 
+And one for speed, in this process only (`quicker_dynamodb_scans`): moto's DynamoDB sorts every item of
+a table for each Query and Scan by comparing its key objects, which converts both keys at every
+comparison; a long run on the virtual clock spent most of its time there.
+
 `python -m spotguard_cli.emulator.motopatch -H 127.0.0.1 -p PORT` is moto server with these in place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _WRITES = ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item")
@@ -57,6 +62,27 @@ def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
 
 # ================================================================ ECS tasks waiting for an instance
 LOCAL_OPERATIONS = ("SpotguardProvisionTask", "SpotguardPlaceTask")
+
+
+@contextlib.contextmanager
+def quicker_dynamodb_scans() -> Iterator[None]:
+    """moto's DynamoDB's `Table.all_items` (under every Query and Scan) in the same order, each item's keys
+    converted once (a sort key) instead of at every comparison; as it was on the way out."""
+    from moto.dynamodb.models.table import Table
+
+    real = Table.all_items
+
+    def all_items(self: Any) -> list[Any]:
+        if self.range_key_attr:
+            items = [item for hash_set in self.items.values() for item in hash_set.values()]
+            return sorted(items, key=lambda x: (x.hash_key.cast_value, x.range_key.cast_value))
+        return sorted(self.items.values(), key=lambda x: x.hash_key.cast_value)
+
+    Table.all_items = all_items  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Table.all_items = real  # type: ignore[method-assign]
 
 
 def provision_task(backend: Any, request: dict[str, Any]) -> str:
