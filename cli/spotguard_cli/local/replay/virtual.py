@@ -270,7 +270,26 @@ class VirtualReplay(Soak):
                 task.signalled_at = self.clock.now()
                 self._note(f"{task.arn[-8:]} ({task.job_id}/{task.attempt}) SIGUSR1")
 
+    def _idle_until(self, now: datetime) -> datetime | None:
+        """While no job is live (the next not yet submitted, every one before it done), the time to go
+        on from: 48 hours before the next start. The pools' events before it are skipped, as the ledger
+        keeps only a pool's newest facts; the first tick after makes each pool what its trace says then.
+        None when something is live, or the next start is nearer."""
+        pending = [b.submit_at for b in self.books.values() if not b.submitted]
+        if not pending or any(t.exited_at is None for t in self.tasks.values()) or self.later:
+            return None
+        done = {t.job_id for t in self.tasks.values() if t.exit_code == 0}
+        if any(b.submitted and b.job_id not in done for b in self.books.values()):
+            return None
+        go_on = min(pending) - timedelta(hours=WARM_UP_HOURS)
+        return go_on if go_on > now + self.gap else None
+
     def _next_due(self, now: datetime) -> datetime:
+        idle = self._idle_until(now)
+        if idle is not None:
+            self._note(f"no job live: the pools skip to {idle.isoformat()}")
+            self.next_reconcile = max(self.next_reconcile, idle)
+            return idle
         due = [super()._next_due(now)]
         tick = self._tick(now)
         if any(
