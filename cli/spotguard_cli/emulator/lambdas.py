@@ -34,6 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from spotguard import clock
 from spotguard_cli.emulator.faults import InvocationCut
 from spotguard_cli.emulator.iam import RUNNING
 from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS
@@ -51,10 +52,13 @@ class LambdaContext:
         self.aws_request_id = str(uuid.uuid4())
         self.log_group_name = f"/aws/lambda/{fn.name}"
         self.log_stream_name = "local"
-        self._deadline = time.monotonic() + timeout_s
+        # on SpotGuard's clock: a virtual clock (emulator/vclock.py) gives every invocation its whole time,
+        # the same in every run (the interruption function's leases are written from it, Powertools'
+        # idempotency records expire by it), and takes it away only as the virtual clock moves
+        self._deadline = clock.monotonic() + timeout_s
 
     def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
+        return max(0, int((self._deadline - clock.monotonic()) * 1000))
 
 
 _environments = itertools.count(1)

@@ -41,6 +41,7 @@ import json
 import math
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -226,6 +227,8 @@ class Soak:
         self.reclaims: list[tuple[datetime, Host]] = []
         self.tasks: dict[str, Task] = {}
         self.log: list[str] = []
+        self.heard: list[str] = []  # the faults at SpotGuard's calls, said since the soak's last note
+        self.heard_lock = threading.Lock()
         self.interruptions = 0
         draw = random.Random(seed)
         window = min(SUBMIT_HOURS, hours / 2) * 3600  # every job is submitted, however short the run
@@ -259,7 +262,7 @@ class Soak:
         injector = Injector(stack.client, tables, record=False)
         injector.install()
         injector.seeded(
-            rate, random.Random(seed * 7919 + 2), say=self._note, in_scope=lambda: RUNNING.get() is not None
+            rate, random.Random(seed * 7919 + 2), say=self._hear, in_scope=lambda: RUNNING.get() is not None
         )
         return injector
 
@@ -283,15 +286,23 @@ class Soak:
                 self.clock.advance_to(min(self._next_due(now), self.end))
 
     def _faults_in_place(self) -> contextlib.AbstractContextManager[None]:
-        """With faults at SpotGuard's calls: moto skips a request the injector answered with an error, and
-        botocore's retries do not sleep (the virtual clock does not move within an invocation)."""
+        """With faults at SpotGuard's calls: moto skips a request the injector answered with an error,
+        botocore's retries do not sleep (the virtual clock does not move within an invocation), and the
+        interruption function handles a batch's records one after the other rather than side by side
+        (each record's handling is its own either way): a record cut or failed on one thread while
+        another went on would make a run depend on the threads' timing, and a cut ends the invocation
+        where it happens, the records after it never handled, as in Lambda."""
         if self.injector is None:
             return contextlib.nullcontext()
-        from spotguard_cli.emulator.faults import moto_skips_answered_requests, no_backoff
+        from aws_lambda_powertools.utilities.batch import BatchProcessor
+
+        from spotguard.runtime.interruption import ParallelBatchProcessor
+        from spotguard_cli.emulator.faults import moto_skips_answered_requests, no_backoff, patched
 
         stack = contextlib.ExitStack()
         stack.enter_context(moto_skips_answered_requests())
         stack.enter_context(no_backoff())
+        stack.enter_context(patched((ParallelBatchProcessor, "process", BatchProcessor.process)))
         return stack
 
     def _own(self) -> contextlib.AbstractContextManager[None]:
@@ -307,7 +318,20 @@ class Soak:
             self._note(f"reconcile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
 
     def _note(self, what: str) -> None:
+        self._heard()
         self.log.append(f"{self.clock.now().isoformat()} {what}")
+
+    def _hear(self, what: str) -> None:
+        """A fault at one of SpotGuard's calls, said by the injector (on the thread that made the call)."""
+        with self.heard_lock:
+            self.heard.append(f"{self.clock.now().isoformat()} {what}")
+
+    def _heard(self) -> None:
+        """The faults said since the soak's last note, onto the timeline in an order of their own (calls
+        made side by side on threads say theirs in the order the threads ran)."""
+        with self.heard_lock:
+            heard, self.heard = sorted(self.heard), []
+        self.log += heard
 
     # ----------------------------------------------------------------------------------- the pools
     def _tick(self, now: datetime) -> int:
@@ -645,6 +669,7 @@ class Soak:
             else:
                 unfinished += 1
         twice = self._twice_at_once()
+        self._heard()
         text = "\n".join(self.log)
         return Result(
             jobs=len(self.books),
