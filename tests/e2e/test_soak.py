@@ -45,15 +45,15 @@ def _nothing_lost(result: dict) -> None:
 def test_a_soak_under_faults_loses_nothing_and_repeats_exactly(tmp_path: Path):
     traces = write_traces(tmp_path)
     # faults in the world at 0.3; at SpotGuard's calls (thousands) at 0.05
-    first, timeline = _soak(tmp_path, traces, seed=4, faults=0.3, call_faults=0.05)
+    first, timeline = _soak(tmp_path, traces, seed=3, faults=0.3, call_faults=0.05)
     _nothing_lost(first)
     kinds = ("duplicated", "reordered", "no-warning", "commit-cut", "throttle-once", "throttle-exhaust")
-    kinds += ("5xx-once", "5xx-exhaust", "lost", "race", "cut")
+    kinds += ("5xx-once", "5xx-exhaust", "lost", "lost-retried", "race", "cut")
     assert sorted(first["faults"]) == sorted(kinds)
     assert all(n > 0 for n in first["faults"].values()), first["faults"]  # every kind of fault was played
     assert "fault: cut at " in timeline and "exited 75" in timeline
     assert "cut mid-commit" in timeline and "resumes from step" not in timeline  # from the manifest before
-    second, again = _soak(tmp_path, traces, seed=4, faults=0.3, call_faults=0.05)
+    second, again = _soak(tmp_path, traces, seed=3, faults=0.3, call_faults=0.05)
     assert second == first and again == timeline  # the same seed: the same run, event for event
 
 

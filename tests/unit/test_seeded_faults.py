@@ -83,7 +83,7 @@ def test_the_same_seed_faults_the_same_calls_the_same_way(stack: DeployedStack):
     assert said_other != said
 
 
-def test_a_lost_answer_took_effect_and_a_throttle_did_not(stack: DeployedStack):
+def test_a_lost_answer_took_effect_once_or_twice_and_a_throttle_did_not(stack: DeployedStack):
     injector, said = _injector(stack, seed=1, rate=1.0, kinds=frozenset({"lost"}))
     sqs = clients.client("sqs")
     with injector.paused():
@@ -92,6 +92,11 @@ def test_a_lost_answer_took_effect_and_a_throttle_did_not(stack: DeployedStack):
         sqs.send_message(QueueUrl=url, MessageBody="sent")
     (message,) = stack.client("sqs").receive_message(QueueUrl=url)["Messages"]
     assert message["Body"] == "sent" and said == ["fault: lost at SendMessage:queue#1"]
+    stack.client("sqs").purge_queue(QueueUrl=url)
+    injector.seeded(1.0, random.Random(1), kinds=frozenset({"lost-retried"}))
+    sqs.send_message(QueueUrl=url, MessageBody="twice")  # lost, then sent again by botocore's retry
+    twice = stack.client("sqs").receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in twice] == ["twice", "twice"] and injector.fired["lost-retried"] == 1
     injector.seeded(1.0, random.Random(1), kinds=frozenset({"throttle-exhaust"}))
     with pytest.raises(ClientError, match="ThrottlingException"):
         sqs.send_message(QueueUrl=url, MessageBody="throttled")

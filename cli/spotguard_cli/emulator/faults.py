@@ -12,6 +12,9 @@ Where each kind of fault is put:
   retry must absorb it), `exhaust` fails every attempt (botocore gives up after URGENT's max_attempts
   and SpotGuard sees the error);
 - lost: `after-call`, after moto carried the call out: the effect stands, the client sees a timeout;
+- lost-retried (the seeded mode only): `before-send`, the first attempt is carried out by moto and its
+  answer lost (a read timeout), so botocore's standard retry mode sends the request again, as it does in
+  AWS: a conditional write meets its own first write, a message is sent twice;
 - race (DynamoDB conditional writes): `before-send`, a twin of the same write goes in first through
   the caller's own client, so SpotGuard's write meets a condition that no longer holds, for real;
 - cut (the seeded mode only): `before-call`, before the call is sent: the invocation ends there, as a
@@ -67,7 +70,8 @@ CODES: dict[str, tuple[tuple[str, int], tuple[str, int]]] = {
 }
 
 KINDS = ("throttle-once", "throttle-exhaust", "5xx-once", "5xx-exhaust", "lost", "race")
-CUT = "cut"  # the seeded mode's own kind: the invocation ends at this call
+CUT = "cut"  # the seeded mode's own kinds: the invocation ends at this call;
+LOST_RETRIED = "lost-retried"  # the first attempt's answer lost after it took effect, botocore sends it again
 CONDITIONAL_WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
 
 
@@ -94,13 +98,20 @@ class Call:
 
 
 def kinds_for(call: Call) -> list[str]:
-    """The faults that make sense for one call (`cut`, the seeded mode's, makes sense for every call)."""
+    """The faults that make sense for one call (the seeded mode adds its own: `seeded_kinds_for`)."""
     if call.op in ANSWERED_BEFORE_CALL:
         return ["throttle-exhaust", "5xx-exhaust", "lost"]
     kinds = ["throttle-once", "throttle-exhaust", "5xx-once", "5xx-exhaust", "lost"]
     if call.op in CONDITIONAL_WRITES and "ConditionExpression" in call.params:  # DynamoDB's writes
         kinds.append("race")
     return kinds
+
+
+def seeded_kinds_for(call: Call) -> list[str]:
+    """The seeded mode's faults for one call: those of `kinds_for`, a cut, and a lost answer that botocore
+    retries (not for a call answered ahead of botocore's retry loop)."""
+    retried = [] if call.op in ANSWERED_BEFORE_CALL else [LOST_RETRIED]
+    return [*kinds_for(call), *retried, CUT]
 
 
 def label_of(service: str, op: str, params: dict[str, Any], tables: dict[str, str]) -> str:
@@ -168,7 +179,7 @@ class Fault:
 @dataclass
 class Seeded:
     """The seeded mode: at every call in scope, a fault with chance `rate`, of a kind drawn among those
-    that make sense for the call (`kinds_for`) and `cut`; `kinds` narrows them (None: all)."""
+    that make sense for the call (`seeded_kinds_for`); `kinds` narrows them (None: all)."""
 
     rate: float
     seed: int
@@ -185,7 +196,7 @@ class Seeded:
         chance = random.Random(f"{self.seed}:{fingerprint}:{self.made[fingerprint]}")
         if chance.random() >= self.rate:
             return None
-        kinds = [k for k in [*kinds_for(call), CUT] if self.kinds is None or k in self.kinds]
+        kinds = [k for k in seeded_kinds_for(call) if self.kinds is None or k in self.kinds]
         return chance.choice(kinds) if kinds else None
 
 
@@ -310,6 +321,14 @@ class Injector:
                 assert call.op in CONDITIONAL_WRITES, call
                 with contextlib.suppress(ClientError):  # the twin may lose the race itself
                     getattr(self.twin("dynamodb"), xform_name(call.op))(**call.params)
+            return None
+        if fault.kind == LOST_RETRIED:
+            if fault.attempts == 0:
+                from moto.core.models import botocore_stubber
+
+                fault.fired, fault.attempts = True, 1
+                botocore_stubber("before-send", request)  # the first attempt reaches AWS and takes effect
+                raise ReadTimeoutError(endpoint_url=str(request.url))  # botocore retries this
             return None
         if fault.kind in ("throttle-once", "5xx-once") and fault.attempts >= 1:
             return None

@@ -19,10 +19,11 @@ minutes) runs on the virtual clock, which jumps from one thing due to the next.
   instance goes mid-commit (its data files in S3, no manifest: SpotGuard must resume from the one before);
 - at every AWS call SpotGuard's functions make (`--call-faults RATE`, default the same; the soak's own
   calls are never faulted): throttled or failed with a 5xx (once: botocore's retry absorbs it; every
-  attempt: SpotGuard sees the error), its answer lost after it took effect, a DynamoDB conditional write
-  raced by a twin, or the invocation cut there (timed out or crashed: what it did so far stands; an SQS
-  batch comes back after the visibility timeout, the reconcile runs again at its next schedule, and the
-  soak, as a user's CLI, submits again the same job after a failed submit).
+  attempt: SpotGuard sees the error), its answer lost after it took effect (SpotGuard sees a timeout, or
+  botocore sends the call again), a DynamoDB conditional write raced by a twin, or the invocation cut
+  there (timed out or crashed: what it did so far stands; an SQS batch comes back after the visibility
+  timeout, the reconcile runs again at its next schedule, and the soak, as a user's CLI, submits again
+  the same job after a failed submit).
 
 It prints what must be zero: jobs lost (not succeeded by the end), attempts of one job running at once,
 committed steps lost (a task started from an older checkpoint than the newest committed before it was
@@ -71,9 +72,19 @@ SUBMIT_RETRY_SECONDS = 60  # a user's CLI submits again after a failed invocatio
 # The faults `--faults RATE` draws, each at every place it can happen: a task event delivered twice, or
 # held back (a later one overtakes it), a spot instance taken back with no warning, a stopped task's last
 # commit cut by the reclaim; and at SpotGuard's AWS calls (emulator/faults.py), throttling and 5xx (once,
-# or every attempt), a lost answer, a conditional write raced, and the invocation cut.
+# or every attempt), a lost answer (seen, or retried by botocore), a conditional write raced, and the
+# invocation cut.
 WORLD_FAULTS = ("duplicated", "reordered", "no-warning", "commit-cut")
-CALL_FAULTS = ("throttle-once", "throttle-exhaust", "5xx-once", "5xx-exhaust", "lost", "race", "cut")
+CALL_FAULTS = (
+    "throttle-once",
+    "throttle-exhaust",
+    "5xx-once",
+    "5xx-exhaust",
+    "lost",
+    "lost-retried",
+    "race",
+    "cut",
+)
 FAULTS = WORLD_FAULTS + CALL_FAULTS
 SUBMIT_HOURS = 6.0  # the jobs are submitted over the first hours (the first half of a shorter run)
 STATE_DIR = Path(".local-stack") / "soak"  # the functions' logs and the run's timeline
