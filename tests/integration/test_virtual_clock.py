@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import boto3
 import pytest
@@ -133,3 +134,33 @@ def test_the_same_seed_gives_the_same_run_byte_for_byte():
     first, second = _run_apart(3), _run_apart(3)
     assert first == second
     assert _run_apart(4) != first  # another seed: other ids (the job's own among them)
+
+
+def test_one_thread_makes_every_side_by_side_call_in_order_and_raises_the_first_failure_after_all():
+    from concurrent.futures import Future
+
+    from spotguard.usecases.interruption import InterruptionService
+    from spotguard_cli.emulator.vclock import one_thread
+
+    real = InterruptionService._side_by_side
+    made: list[str] = []
+
+    def call(name: str, fails: bool = False) -> Any:
+        def run() -> str:
+            made.append(name)
+            if fails:
+                raise RuntimeError(name)
+            return name
+
+        return run
+
+    with one_thread():
+        assert InterruptionService._side_by_side is not real
+        futures = InterruptionService._side_by_side(None, call("a"), call("b"))
+        assert [f.result() for f in futures] == ["a", "b"] and all(isinstance(f, Future) for f in futures)
+        with pytest.raises(RuntimeError, match=r"^b$"):
+            InterruptionService._side_by_side(
+                None, call("a"), call("b", fails=True), call("c", True), call("d")
+            )
+        assert made == ["a", "b", "a", "b", "c", "d"]  # every stop tried, the first failure raised
+    assert InterruptionService._side_by_side is real

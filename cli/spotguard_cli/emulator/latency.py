@@ -38,6 +38,7 @@ from spotguard.adapters import clients
 
 if TYPE_CHECKING:
     from spotguard_cli.emulator.lambdas import FunctionHost
+    from spotguard_cli.emulator.vclock import VirtualClock
 
 Z99 = 2.3263  # the 99th percentile of the standard normal distribution
 
@@ -172,3 +173,25 @@ class ColdStarts:
                 last[:] = [self.now()]
 
         host.handler = invoke
+
+
+def timed_invocations(
+    functions: dict[str, FunctionHost],
+    clock: VirtualClock,
+    seed: int,
+    leave_out: tuple[str, ...] = ("JobsFunction",),
+) -> ColdStarts:
+    """On a virtual clock, every invocation of the functions (logical id -> host) takes time, as on Lambda:
+    each AWS call its modelled latency, and a cold start its init duration. The jobs function is left out
+    by default: a soak's or a replay's own questions (a job's status) go through it, and what a user's
+    submit takes does not matter there. The cold starts, counted."""
+    from spotguard_cli.emulator.iam import RUNNING
+
+    timed = {name for name in functions if name not in leave_out}
+    LatencyModel(
+        seed=seed, sleep=clock.advance, applies=lambda: RUNNING.get() in timed, keep_served=False
+    ).install()
+    cold = ColdStarts(clock.now, clock.advance, seed=seed + 1)
+    for name in sorted(timed):
+        cold.wrap(functions[name])
+    return cold

@@ -132,3 +132,41 @@ def installed(clock: VirtualClock, seed: int) -> Iterator[VirtualClock]:
             setattr(owner, name, value)
         random.setstate(random_state)
         _VirtualDatetime.clock = None
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """SpotGuard's functions without their threads, for as long as a run on the virtual clock lasts. On
+    Lambda the interruption function handles a batch's records side by side, and the calls of one record
+    side by side too (ListTasks beside the task index); here they go one after the other, in order, each
+    with the same result and failure as before (a record's handling is its own either way). With threads,
+    which call went first (each moving the clock by its latency, each drawing its ids) would change the
+    run: the same seed would not give the same run."""
+    from concurrent.futures import Future
+
+    from aws_lambda_powertools.utilities.batch import BatchProcessor
+
+    from spotguard.runtime.interruption import ParallelBatchProcessor
+    from spotguard.usecases.interruption import InterruptionService
+
+    def one_after_another(self: Any, *calls: Any) -> list[Future[Any]]:
+        futures: list[Future[Any]] = []
+        for call in calls:  # every call is made, the first failure raised after all, as side by side
+            future: Future[Any] = Future()
+            try:
+                future.set_result(call())
+            except Exception as exc:  # carried to the caller, as the pool would
+                future.set_exception(exc)
+            futures.append(future)
+        errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:
+            raise errors[0]
+        return futures
+
+    saved = (ParallelBatchProcessor.process, InterruptionService._side_by_side)
+    ParallelBatchProcessor.process = BatchProcessor.process  # type: ignore[method-assign]
+    InterruptionService._side_by_side = one_after_another  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ParallelBatchProcessor.process, InterruptionService._side_by_side = saved  # type: ignore[method-assign]

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from spotguard_cli.emulator.gpucluster import Host, PoolGroup
-    from spotguard_cli.emulator.latency import ColdStarts
     from spotguard_cli.emulator.vclock import VirtualClock
     from spotguard_cli.emulator.world import JobsWorld
     from spotguard_cli.simulator import Job, Prices, Trace
@@ -357,8 +356,9 @@ def run_virtual(
     """Run the jobs starting at the ticks `starts` on the virtual clock; their runs and work (in the order
     of `starts`) and what the run saw (the world's counts, dead letters, calls refused by a role, the run's
     digest, its wall-clock time)."""
+    from spotguard_cli.emulator.latency import timed_invocations
     from spotguard_cli.emulator.motopatch import quicker_dynamodb_scans
-    from spotguard_cli.emulator.vclock import VirtualClock, installed
+    from spotguard_cli.emulator.vclock import VirtualClock, installed, one_thread
     from spotguard_cli.emulator.world import make_jobs_world
     from spotguard_cli.local.soak import _moto
 
@@ -374,10 +374,11 @@ def run_virtual(
         installed(clock, seed),
         _moto() as denied,
         quicker_dynamodb_scans(),
+        one_thread(),
         (work / "functions.log").open("w") as log,
     ):
         world = make_jobs_world(env=env, log=log, hosts=False)
-        durations = invocations_take_time(world, clock, seed)
+        durations = timed_invocations(world.functions, clock, seed)
         replay = VirtualReplay(world, clock, traces, job, starts, end_tick, prices, say)
         say(f"{len(traces)} spot pool(s) and on-demand on the virtual clock; {len(starts)} job(s)")
         replay.run()
@@ -396,21 +397,3 @@ def run_virtual(
         }
     facts["wall_seconds"] = round(time.monotonic() - began, 1)
     return runs, works, facts
-
-
-def invocations_take_time(world: JobsWorld, clock: VirtualClock, seed: int) -> ColdStarts:
-    """Every invocation of SpotGuard's functions takes virtual time, as on Lambda: each AWS call its
-    modelled latency, and a cold start its init duration (emulator/latency.py). The jobs function is left
-    out: the soak's and the replay's own questions (a job's status) go through it, and what a user's
-    submit takes does not matter here. The cold starts, counted."""
-    from spotguard_cli.emulator.iam import RUNNING
-    from spotguard_cli.emulator.latency import ColdStarts, LatencyModel
-
-    timed = {name for name in world.functions if name != "JobsFunction"}
-    LatencyModel(
-        seed=seed, sleep=clock.advance, applies=lambda: RUNNING.get() in timed, keep_served=False
-    ).install()
-    cold = ColdStarts(clock.now, clock.advance, seed=seed + 1)
-    for name in sorted(timed):
-        cold.wrap(world.functions[name])
-    return cold
