@@ -191,6 +191,7 @@ class Result:
     digest: str
     denied: list[str] = field(default_factory=list)  # calls a function's role does not allow
     faults: dict[str, int] = field(default_factory=dict)  # the faults played, by kind
+    dead_letter_lines: list[str] = field(default_factory=list)  # queue: why (rejected) or the body
     timeline: list[str] = field(default_factory=list, repr=False)  # what happened, when (virtual time)
 
     @property
@@ -680,6 +681,7 @@ class Soak:
             else:
                 unfinished += 1
         twice = self._twice_at_once()
+        dead_count, dead = self._dead_letter_lines()
         self._heard()
         text = "\n".join(self.log)
         return Result(
@@ -689,7 +691,8 @@ class Soak:
             lost=lost,
             twice_at_once=twice,
             steps_lost=sum(b.steps_lost for b in self.books.values()),
-            dead_letters=self._dead_letters(),
+            dead_letters=dead_count,
+            dead_letter_lines=dead,
             stuck=stuck,
             interruptions=self.interruptions,
             tasks=len(self.tasks),
@@ -709,13 +712,29 @@ class Soak:
         return alive_at_once(list(self.tasks.values()), self.clock.now())
 
     def _dead_letters(self) -> int:
+        return self._dead_letter_lines()[0]
+
+    def _dead_letter_lines(self) -> tuple[int, list[str]]:
+        """Every message in a dead-letter queue: the queue, and SpotGuard's reason when it rejected the
+        message, or the body when SQS moved it after maxReceiveCount failed receives."""
         sqs = self.world.stack.client("sqs")
-        count = 0
+        count, lines = 0, []
         for url in sqs.list_queues().get("QueueUrls", []):
             if "DeadLetter" in url or "DLQ" in url or "Dlq" in url:
+                messages = sqs.receive_message(
+                    QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], VisibilityTimeout=0
+                ).get("Messages", [])
+                for m in messages:
+                    reason = (m.get("MessageAttributes") or {}).get("spotguard-reject-reason") or {}
+                    why = reason.get("StringValue") or f"after maxReceiveCount: {m['Body'][:300]}"
+                    lines.append(f"{url.rsplit('/', 1)[-1]}: {why}")
                 attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
-                count += int(attrs["Attributes"]["ApproximateNumberOfMessages"])
-        return count
+                held = max(len(messages), int(attrs["Attributes"]["ApproximateNumberOfMessages"]))
+                count += held
+                lines += (
+                    [f"{url.rsplit('/', 1)[-1]}: {held - len(messages)} more"] if held > len(messages) else []
+                )
+        return count, lines
 
 
 def alive_at_once(tasks: list[Task], end: datetime) -> list[str]:
@@ -827,6 +846,7 @@ def render(r: Result) -> str:
     ]
     lines += [f"    lost: {x}" for x in r.lost[:10]] + [f"    at once: {x}" for x in r.twice_at_once[:10]]
     lines += [f"    stuck: {x}" for x in r.stuck[:10]] + [f"    refused: {x}" for x in r.denied[:10]]
+    lines += [f"    dead letter: {x}" for x in r.dead_letter_lines[:10]]
     lines.append(
         f"timeline: {STATE_DIR / 'timeline.log'}; the functions' logs: {STATE_DIR / 'functions.log'}"
     )
