@@ -42,7 +42,9 @@ def stack() -> Iterator[DeployedStack]:
     os.environ.update(env)
 
 
-def _injector(stack: DeployedStack, seed: int, rate: float, kinds: frozenset[str] | None = None) -> tuple:
+def _injector(
+    stack: DeployedStack, seed: int, rate: float, kinds: frozenset[str] | None = None
+) -> tuple[Injector, list[str]]:
     said: list[str] = []
     injector = Injector(stack.client, {}, record=False)
     injector.install(("sqs",))
