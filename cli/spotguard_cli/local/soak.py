@@ -322,11 +322,14 @@ class Soak:
         return contextlib.nullcontext() if self.injector is None else self.injector.paused()
 
     def _reconcile(self) -> None:
-        """The schedule's run. Failed (an error it let out, or cut by a fault), it simply runs again at the
-        next schedule, as Lambda's scheduled invocations do."""
+        """The schedule's run. Failed under faults at SpotGuard's calls (an error it let out, or cut), it
+        simply runs again at the next schedule, as Lambda's scheduled invocations do; without them, a
+        failure is SpotGuard's own and ends the soak."""
         try:
             self.world.reconcile()
         except Exception as exc:
+            if self.injector is None:
+                raise
             self._note(f"reconcile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
 
     def _note(self, what: str) -> None:
@@ -418,10 +421,8 @@ class Soak:
                 )
             except InvocationFailed as exc:  # Lambda's error: the user's CLI submits the same job again
                 answer = {"ok": False, "error": {"type": "InvocationFailed", "message": str(exc)}}
-            if not answer.get("ok") and answer.get("error", {}).get("type") in (
-                "InternalError",
-                "InvocationFailed",
-            ):
+            failed = answer.get("error", {}).get("type") in ("InternalError", "InvocationFailed")
+            if not answer.get("ok") and failed and self.injector is not None:  # a fault (else: SpotGuard)
                 book.submit_at = now + timedelta(seconds=SUBMIT_RETRY_SECONDS)
                 why = answer["error"]["message"]
                 self._note(f"{book.job_id} submit failed ({why}): again at {book.submit_at.isoformat()}")
