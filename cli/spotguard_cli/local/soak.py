@@ -299,22 +299,20 @@ class Soak:
 
     def _faults_in_place(self) -> contextlib.AbstractContextManager[None]:
         """With faults at SpotGuard's calls: moto skips a request the injector answered with an error,
-        botocore's retries do not sleep (the virtual clock does not move within an invocation), and the
-        interruption function handles a batch's records one after the other rather than side by side
-        (each record's handling is its own either way): a record cut or failed on one thread while
-        another went on would make a run depend on the threads' timing, and a cut ends the invocation
-        where it happens, the records after it never handled, as in Lambda."""
+        botocore's retries do not sleep (the virtual clock does not move within an invocation), and
+        SpotGuard's functions run without their threads (vclock.one_thread: the interruption function's
+        records and calls one after the other): a record cut or failed on one thread while another went
+        on would make a run depend on the threads' timing, and a cut ends the invocation where it
+        happens, the records after it never handled, as in Lambda."""
         if self.injector is None:
             return contextlib.nullcontext()
-        from aws_lambda_powertools.utilities.batch import BatchProcessor
-
-        from spotguard.runtime.interruption import ParallelBatchProcessor
-        from spotguard_cli.emulator.faults import moto_skips_answered_requests, no_backoff, patched
+        from spotguard_cli.emulator.faults import moto_skips_answered_requests, no_backoff
+        from spotguard_cli.emulator.vclock import one_thread
 
         stack = contextlib.ExitStack()
         stack.enter_context(moto_skips_answered_requests())
         stack.enter_context(no_backoff())
-        stack.enter_context(patched((ParallelBatchProcessor, "process", BatchProcessor.process)))
+        stack.enter_context(one_thread())
         return stack
 
     def _own(self) -> contextlib.AbstractContextManager[None]:
