@@ -11,7 +11,9 @@ RunTask runs `RESTART_MINUTES` later from the checkpoint SpotGuard gave it, make
 agent writes it), exits 0 when its work is done, and when SpotGuard stops it (StopTask: a warning, a
 cancel, a stray) commits and exits 75 `STOP_SECONDS` later, unless its instance is taken back first (then
 it is gone without a word). Every SQS delay, visibility timeout, retry and reconcile sweep (every 5
-minutes) runs on the virtual clock, which jumps from one thing due to the next.
+minutes) runs on the virtual clock, which jumps from one thing due to the next. Each invocation of
+SpotGuard's functions takes virtual time, as on Lambda: every AWS call its modelled latency, and an
+execution environment's start its init duration (emulator/latency.py).
 
 `--faults RATE` plays, each with chance RATE where it can happen, drawn from the seed:
 - task events delivered twice, or held back so that a later one overtakes them; instances taken back
@@ -54,6 +56,7 @@ from spotguard_cli import arguments
 if TYPE_CHECKING:
     from spotguard_cli.emulator.faults import Injector
     from spotguard_cli.emulator.gpucluster import Host
+    from spotguard_cli.emulator.latency import ColdStarts
     from spotguard_cli.emulator.vclock import VirtualClock
     from spotguard_cli.emulator.world import JobsWorld
     from spotguard_cli.simulator import Trace
@@ -191,6 +194,7 @@ class Result:
     digest: str
     denied: list[str] = field(default_factory=list)  # calls a function's role does not allow
     faults: dict[str, int] = field(default_factory=dict)  # the faults played, by kind
+    cold_starts: int = 0  # the functions' execution environments started (each an init duration)
     dead_letter_lines: list[str] = field(default_factory=list)  # queue: why (rejected) or the body
     timeline: list[str] = field(default_factory=list, repr=False)  # what happened, when (virtual time)
 
@@ -298,21 +302,17 @@ class Soak:
                 self.clock.advance_to(min(self._next_due(now), self.end))
 
     def _faults_in_place(self) -> contextlib.AbstractContextManager[None]:
-        """With faults at SpotGuard's calls: moto skips a request the injector answered with an error,
-        botocore's retries do not sleep (the virtual clock does not move within an invocation), and
-        SpotGuard's functions run without their threads (vclock.one_thread: the interruption function's
-        records and calls one after the other): a record cut or failed on one thread while another went
-        on would make a run depend on the threads' timing, and a cut ends the invocation where it
-        happens, the records after it never handled, as in Lambda."""
+        """With faults at SpotGuard's calls: moto skips a request the injector answered with an error, and
+        botocore's retries do not sleep (the wall clock is not the run's). The functions run without their
+        threads in every soak (`virtual_system`), so a cut ends the invocation where it happens, the
+        records after it never handled, as in Lambda."""
         if self.injector is None:
             return contextlib.nullcontext()
         from spotguard_cli.emulator.faults import moto_skips_answered_requests, no_backoff
-        from spotguard_cli.emulator.vclock import one_thread
 
         stack = contextlib.ExitStack()
         stack.enter_context(moto_skips_answered_requests())
         stack.enter_context(no_backoff())
-        stack.enter_context(one_thread())
         return stack
 
     def _own(self) -> contextlib.AbstractContextManager[None]:
@@ -753,18 +753,37 @@ def alive_at_once(tasks: list[Task], end: datetime) -> list[str]:
 
 def soak(plan: Plan, say: Callable[[str], None], log: TextIO | None = None) -> Result:
     """One soak, start to end, in this process; the functions' logs to `log`."""
-    from spotguard_cli.emulator.vclock import VirtualClock, installed
-    from spotguard_cli.emulator.world import make_jobs_world
+    from spotguard_cli.emulator.vclock import VirtualClock
 
     clock = VirtualClock(START)
-    with installed(clock, plan.seed), _moto() as denied:
-        env = {"SPOTGUARD_RETRY_BASE_SECONDS": str(RETRY_BASE_SECONDS)}
-        world = make_jobs_world(env=env, log=log, hosts=False)
+    with virtual_system(clock, plan.seed, log) as (world, denied, cold):
         run = Soak(world, clock, plan, say)
         run.run()
         result = run.result()
         result.denied = sorted({str(d) for g in denied() for d in g.denied})
+        result.cold_starts = cold.starts
         return result
+
+
+@contextlib.contextmanager
+def virtual_system(
+    clock: VirtualClock, seed: int, log: TextIO | None
+) -> Iterator[tuple[JobsWorld, Callable[[], list[Any]], ColdStarts]]:
+    """The whole stack in this process on `clock`, for a soak or a replay: every function over moto
+    (`_moto`), no host yet; every date and draw from the clock and the seed (vclock.installed); the
+    functions without their threads (vclock.one_thread: which thread called first would change the
+    run); each invocation taking its modelled time, cold starts counted (latency.timed_invocations);
+    moto's DynamoDB scans quicker, in the same order. Yields the world, the role guards installed
+    meanwhile (their `denied` calls), and the cold starts."""
+    from spotguard_cli.emulator.latency import timed_invocations
+    from spotguard_cli.emulator.motopatch import quicker_dynamodb_scans
+    from spotguard_cli.emulator.vclock import installed, one_thread
+    from spotguard_cli.emulator.world import make_jobs_world
+
+    with installed(clock, seed), _moto() as denied, quicker_dynamodb_scans(), one_thread():
+        env = {"SPOTGUARD_RETRY_BASE_SECONDS": str(RETRY_BASE_SECONDS)}
+        world = make_jobs_world(env=env, log=log, hosts=False)
+        yield world, denied, timed_invocations(world.functions, clock, seed)
 
 
 @contextlib.contextmanager
@@ -841,6 +860,7 @@ def render(r: Result) -> str:
         f"  dead letters               {r.dead_letters}",
         f"  jobs stuck                 {len(r.stuck)}",
         f"  calls refused by a role    {len(r.denied)}",
+        f"  cold starts                {r.cold_starts}",
         f"  run digest                 {r.digest}",
     ]
     lines += [f"    lost: {x}" for x in r.lost[:10]] + [f"    at once: {x}" for x in r.twice_at_once[:10]]

@@ -52,7 +52,6 @@ if TYPE_CHECKING:
     from spotguard_cli.emulator.world import JobsWorld
     from spotguard_cli.simulator import Job, Prices, Trace
 
-RETRY_BASE_SECONDS = 30  # the stack's default wait before a launch is tried again
 ENDED_CHECK = timedelta(hours=1)  # how often a run with a job that will never succeed asks if all ended
 
 
@@ -356,11 +355,8 @@ def run_virtual(
     """Run the jobs starting at the ticks `starts` on the virtual clock; their runs and work (in the order
     of `starts`) and what the run saw (the world's counts, dead letters, calls refused by a role, the run's
     digest, its wall-clock time)."""
-    from spotguard_cli.emulator.latency import timed_invocations
-    from spotguard_cli.emulator.motopatch import quicker_dynamodb_scans
-    from spotguard_cli.emulator.vclock import VirtualClock, installed, one_thread
-    from spotguard_cli.emulator.world import make_jobs_world
-    from spotguard_cli.local.soak import _moto
+    from spotguard_cli.emulator.vclock import VirtualClock
+    from spotguard_cli.local.soak import virtual_system
 
     work.mkdir(parents=True, exist_ok=True)
     gap = traces[0].gap_hours
@@ -369,16 +365,10 @@ def run_virtual(
     end_tick = min(last, *(len(t.available) for t in traces))  # a job still running then is a miss
     began = time.monotonic()
     clock = VirtualClock(START + timedelta(hours=gap * first))
-    env = {"SPOTGUARD_RETRY_BASE_SECONDS": str(RETRY_BASE_SECONDS)}
     with (
-        installed(clock, seed),
-        _moto() as denied,
-        quicker_dynamodb_scans(),
-        one_thread(),
         (work / "functions.log").open("w") as log,
+        virtual_system(clock, seed, log) as (world, denied, durations),
     ):
-        world = make_jobs_world(env=env, log=log, hosts=False)
-        durations = timed_invocations(world.functions, clock, seed)
         replay = VirtualReplay(world, clock, traces, job, starts, end_tick, prices, say)
         say(f"{len(traces)} spot pool(s) and on-demand on the virtual clock; {len(starts)} job(s)")
         replay.run()
