@@ -24,3 +24,13 @@ def test_attempts_one_after_the_other_are_fine_and_overlapping_ones_are_found():
     assert found.startswith("a: attempt 2 placed at")
     still_alive = [_task("a", 1, 0, None), _task("a", 2, 120, None)]
     assert len(alive_at_once(still_alive, end)) == 1
+
+
+def test_two_tasks_of_one_attempt_alive_at_once_are_found_too():
+    end = START + timedelta(hours=5)
+    first, second = _task("a", 1, 0, 30), _task("a", 1, 10, None)
+    second.arn = "arn-a-1-again"
+    (found,) = alive_at_once([first, second], end)
+    assert found.startswith("a: a second task of 1 placed at")
+    second.placed_at = START + timedelta(minutes=30)  # the first had exited: fine
+    assert alive_at_once([first, second], end) == []

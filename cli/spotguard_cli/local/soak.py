@@ -737,17 +737,19 @@ class Soak:
 
 
 def alive_at_once(tasks: list[Task], end: datetime) -> list[str]:
-    """Two attempts of one job alive at the same time (each from its placement to its exit; `end` for
-    one still alive)."""
+    """Two tasks of one (one-node) job alive at the same time, each from its placement to its exit (`end`
+    for one still alive): two attempts, or two tasks of one attempt (a RunTask made twice, its first task
+    left running)."""
     out = []
     by_job: dict[str, list[Task]] = {}
     for t in tasks:
         by_job.setdefault(t.job_id, []).append(t)
     for job_id, mine in sorted(by_job.items()):
         for a, b in itertools.combinations(sorted(mine, key=lambda t: t.placed_at), 2):
-            if a.attempt != b.attempt and b.placed_at < (a.exited_at or end):
+            if b.placed_at < (a.exited_at or end):
                 when = b.placed_at.isoformat()
-                out.append(f"{job_id}: attempt {b.attempt} placed at {when} while {a.attempt} ran")
+                which = f"attempt {b.attempt}" if a.attempt != b.attempt else f"a second task of {b.attempt}"
+                out.append(f"{job_id}: {which} placed at {when} while {a.attempt} ran ({a.arn[-8:]})")
     return out
 
 
