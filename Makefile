@@ -89,8 +89,9 @@ traces:
 bench-capacity: setup traces
 	$(BIN)/python bench/capacity.py
 
-# The live system on the same traces (spotguard local replay): pairs of pools and single pools, C=48 R=60
-# D=0.2, the live cost beside the simulator's for the same starts. Long (about 1.5 hours); not in CI.
+# The live system on the same traces (spotguard local replay, on the virtual clock): pairs of pools and
+# single pools, C=48 R=60 D=0.2, the live cost beside the simulator's for the same starts. Long (about 50
+# minutes; --parallel 2 on two idle cores about half that); not in CI.
 bench-replay: setup traces
 	$(BIN)/python bench/replay.py
 
