@@ -27,7 +27,6 @@ from spotguard_cli import arguments
 from spotguard_cli.local import shared
 from spotguard_cli.local.replay.report import live_row, render, sim_row, summary
 from spotguard_cli.local.replay.schedule import run_live
-from spotguard_cli.local.replay.virtual import run_virtual
 
 if TYPE_CHECKING:
     from spotguard_cli.simulator import Job, Trace
@@ -137,6 +136,8 @@ def replay(
     simulated = [run_one("spotguard", traces, r, job, prices) for r in runs]
     starts = [r.start for r in runs]
     if seconds_per_hour is None:
+        from spotguard_cli.local.replay.virtual import run_virtual  # the simulator's pools: numpy
+
         live, works, facts = run_virtual(traces, job, starts, prices, seed, work, say)
     else:
         live, facts = run_live(traces, job, starts, seconds_per_hour, prices, work, say)
