@@ -12,7 +12,6 @@ them from S3, so what is tested is the agent with its real retries, not a model 
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,8 @@ import urllib3
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+from spotguard_cli.emulator.faults import RawBody
 
 # name: (HTTP status, S3 error code)
 ANSWERS = {
@@ -32,14 +33,6 @@ ANSWERS = {
     "nobucket": (404, "NoSuchBucket"),
 }
 KINDS = (*ANSWERS, "timeout", "connection", "lost")
-
-
-class _Body:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def stream(self, **_: Any) -> Iterator[bytes]:
-        yield self.data
 
 
 @dataclass
@@ -91,7 +84,7 @@ class S3Faults:
             raise ReadTimeoutError(endpoint_url=request.url)
         status, code = ANSWERS[rule.kind]
         xml = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>injected</Message></Error>"
-        return AWSResponse(request.url, status, {"Content-Type": "application/xml"}, _Body(xml.encode()))
+        return AWSResponse(request.url, status, {"Content-Type": "application/xml"}, RawBody(xml.encode()))
 
 
 def faulty_client(endpoint: str, max_attempts: int = 3) -> Any:

@@ -154,11 +154,11 @@ def _error_response(protocol: str, status: int, code: str) -> AWSResponse:
             f"<Error><Code>{code}</Code><Message>{message}</Message><RequestId>fault-injection</RequestId>"
             "</Error>"
         ).encode()
-    return AWSResponse("https://fault-injection.invalid", status, headers, _Raw(body))
+    return AWSResponse("https://fault-injection.invalid", status, headers, RawBody(body))
 
 
-class _Raw:
-    """What AWSResponse reads its body from (a urllib3 response, normally)."""
+class RawBody:
+    """What AWSResponse reads its body from (a urllib3 response, normally): an answer made here."""
 
     def __init__(self, body: bytes) -> None:
         self._body = body
