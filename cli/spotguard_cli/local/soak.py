@@ -253,6 +253,7 @@ class Soak:
             for i in range(jobs)
         }
         self.next_reconcile = START + timedelta(seconds=RECONCILE_SECONDS)
+        self.began, self.days_said = clock.now(), 0  # `_progress`: a line a virtual day
         self.restart = timedelta(minutes=RESTART_MINUTES)  # RunTask to the first step (a replay's D)
         self.td = world.cluster.gpu_task_definition(gpus=1)
         from spotguard.adapters import clients
@@ -299,7 +300,21 @@ class Soak:
                     self._drain()
                 if self._all_ended():
                     break
+                self._progress(now)
                 self.clock.advance_to(min(self._next_due(now), self.end))
+
+    def _progress(self, now: datetime) -> None:
+        """A line for whoever watches a long run, once a virtual day: how far it got (from the model)."""
+        day = int((now - self.began).total_seconds() // 86400)
+        if day <= self.days_said:
+            return
+        self.days_said = day
+        done = len({t.job_id for t in self.tasks.values() if t.exit_code == 0})
+        live = sum(1 for t in self.tasks.values() if t.exited_at is None)
+        self.say(
+            f"day {day}: {done} of {len(self.books)} jobs' work done, {live} task(s) alive, "
+            f"{len(self.tasks)} placed so far, {self.interruptions} spot warnings"
+        )
 
     def _faults_in_place(self) -> contextlib.AbstractContextManager[None]:
         """With faults at SpotGuard's calls: moto skips a request the injector answered with an error, and
