@@ -403,26 +403,29 @@ def moto_skips_answered_requests() -> Iterator[None]:
         yield
 
 
-class _NoSleep:
-    """`time` for botocore's endpoint, without its sleeps (the backoff between retries)."""
+class _Sleeps:
+    """`time` for botocore's endpoint, whose sleeps (the backoff between retries) go to `sleep`."""
+
+    def __init__(self, sleep: Callable[[float], Any]) -> None:
+        self._sleep = sleep
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
-    @staticmethod
-    def sleep(_: float) -> None:
-        return None
+    def sleep(self, seconds: float) -> None:
+        self._sleep(seconds)
 
 
 @contextlib.contextmanager
-def no_backoff() -> Iterator[None]:
-    """botocore's retries without their backoff sleeps, and its retry quota unlimited (so that one
-    fault's exhausted retries cannot change what the next call's retries do)."""
+def no_backoff(sleep: Callable[[float], Any] = lambda _: None) -> Iterator[None]:
+    """botocore's retries without their backoff sleeps on the wall clock (given `sleep`, a virtual clock's
+    `advance`, each backoff takes its time there), and its retry quota unlimited (so that one fault's
+    exhausted retries cannot change what the next call's retries do)."""
     import botocore.endpoint
     from botocore.retries import quota
 
     with patched(
-        (botocore.endpoint, "time", _NoSleep()),
+        (botocore.endpoint, "time", _Sleeps(sleep)),
         (quota.RetryQuota, "acquire", lambda self, capacity_amount: True),
     ):
         yield

@@ -318,16 +318,16 @@ class Soak:
 
     def _faults_in_place(self) -> contextlib.AbstractContextManager[None]:
         """With faults at SpotGuard's calls: moto skips a request the injector answered with an error, and
-        botocore's retries do not sleep (the wall clock is not the run's). The functions run without their
-        threads in every soak (`virtual_system`), so a cut ends the invocation where it happens, the
-        records after it never handled, as in Lambda."""
+        botocore's backoff between retries takes its time on the virtual clock, not the wall clock. The
+        functions run without their threads in every soak (`virtual_system`), so a cut ends the invocation
+        where it happens, the records after it never handled, as in Lambda."""
         if self.injector is None:
             return contextlib.nullcontext()
         from spotguard_cli.emulator.faults import moto_skips_answered_requests, no_backoff
 
         stack = contextlib.ExitStack()
         stack.enter_context(moto_skips_answered_requests())
-        stack.enter_context(no_backoff())
+        stack.enter_context(no_backoff(sleep=self.clock.advance))
         return stack
 
     def _own(self) -> contextlib.AbstractContextManager[None]:
