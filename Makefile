@@ -21,7 +21,7 @@ CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo demo-capacity demo-gang check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay traces sam checkov events wheels clean
+.PHONY: setup demo demo-capacity demo-gang check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay bench-soak traces sam checkov events wheels clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -94,6 +94,12 @@ bench-capacity: setup traces
 # minutes; --parallel 2 on two idle cores about half that); not in CI.
 bench-replay: setup traces
 	$(BIN)/python bench/replay.py
+
+# Fifty jobs through the two V100 traces (27 days each) on the virtual clock, with faults at every place
+# they can happen (spotguard local soak): what must be zero, counted. Long (over half an hour); not in CI.
+bench-soak: setup traces
+	$(BIN)/spotguard local soak --trace .traces/cant-be-late-2022-10/us-west-2a_v100_1.json \
+	  --trace .traces/cant-be-late-2022-10/us-west-2b_v100_1.json --jobs 50 --faults 0.01 --seed 1
 
 # One capacity decision (choose_capacity, 100 random jobs x 4 pools) on one core, as a 1,769 MB Lambda
 # has: today's plan against the unbounded one of commit 389ee7e, and the cold import numpy adds.
