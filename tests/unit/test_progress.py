@@ -114,6 +114,9 @@ def test_simulate_json_is_the_same_with_and_without_a_terminal(argv, monkeypatch
     assert all(isinstance(b, NoBar) and b.n == 20 for b in bars)
 
 
+# It renders a plot: matplotlib's first figure in a process costs about 2 s of CPU, so in the whole suite
+# (one process) this test went over the 2 s bound of tests not marked slow (2.94 s, 2.35 s in two CI runs).
+@pytest.mark.slow
 def test_simulate_shows_progress_on_a_terminal_and_the_same_table(argv, tmp_path, monkeypatch, capsys, bars):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     assert main([*argv, "--samples", "5"]) == 0
