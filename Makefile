@@ -73,7 +73,8 @@ test-py313:
 	$(PY313) -m venv .venv-py313
 	.venv-py313/bin/pip install --quiet --upgrade pip
 	.venv-py313/bin/pip install --quiet -e ".[dev]" -e ./agent
-	.venv-py313/bin/pytest -q -p no:cacheprovider tests/unit tests/template tests/integration
+	SPOTGUARD_FAST_TEST_SECONDS=$${SPOTGUARD_FAST_TEST_SECONDS:-3} .venv-py313/bin/pytest -q -p no:cacheprovider \
+	  tests/unit tests/template tests/integration
 
 bench: setup
 	$(BIN)/python bench/interruptions.py
