@@ -156,10 +156,17 @@ class Task:
     exit_code: int | None = None
     stop_seconds: float = STOP_SECONDS  # its last commit after a stop (a fault: longer than the warning)
 
+    overhead: timedelta = timedelta(0)  # from RUNNING to the first step's start (a replay's restart, D)
+
+    @property
+    def works_from(self) -> datetime | None:
+        return None if self.running_at is None else self.running_at + self.overhead
+
     def step_at(self, now: datetime, total: int) -> int:
-        if self.running_at is None or now < self.running_at:
+        start = self.works_from
+        if start is None or now < start:
             return self.resumed_step
-        done = int((now - self.running_at).total_seconds() // (STEP_MINUTES * 60))
+        done = int((now - start).total_seconds() // (STEP_MINUTES * 60))
         return min(total, self.resumed_step + done)
 
 
@@ -633,7 +640,7 @@ class Soak:
             else:
                 due.append((t.last_commit_at or t.running_at) + timedelta(minutes=COMMIT_MINUTES))
                 left = self.total_steps - t.resumed_step
-                due.append(t.running_at + timedelta(minutes=STEP_MINUTES * left))
+                due.append(t.running_at + t.overhead + timedelta(minutes=STEP_MINUTES * left))
         queued = self._queue_due()
         if queued is not None:
             due.append(queued)

@@ -57,21 +57,9 @@ ENDED_CHECK = timedelta(hours=1)  # how often a run with a job that will never s
 
 @dataclass
 class ReplayTask(Task):
-    """A replay's task: RUNNING at once, its first `overhead` (the restart overhead D) with no progress."""
+    """A replay's task: the soak's, which hears a move's SIGUSR1."""
 
-    overhead: timedelta = timedelta(0)
     signalled_at: datetime | None = None  # SIGUSR1 (a move's checkpoint) not yet answered by a commit
-
-    @property
-    def works_from(self) -> datetime | None:
-        return None if self.running_at is None else self.running_at + self.overhead
-
-    def step_at(self, now: datetime, total: int) -> int:
-        start = self.works_from
-        if start is None or now < start:
-            return self.resumed_step
-        done = int((now - start).total_seconds() // (STEP_MINUTES * 60))
-        return min(total, self.resumed_step + done)
 
     def next_step_after(self, when: datetime) -> datetime | None:
         """The end of the first step that ends after `when` (the agent's next step boundary)."""
@@ -82,12 +70,6 @@ class ReplayTask(Task):
         if when < start:
             return start + step
         return start + step * (math.floor((when - start) / step) + 1)
-
-    def finishes_at(self, total: int) -> datetime | None:
-        start = self.works_from
-        return (
-            None if start is None else start + timedelta(minutes=STEP_MINUTES * (total - self.resumed_step))
-        )
 
 
 class VirtualReplay(Soak):
@@ -233,7 +215,7 @@ class VirtualReplay(Soak):
         super()._placed(arn, host, now)
         task = self.tasks.get(arn)
         if task is not None and not isinstance(task, ReplayTask):
-            self.tasks[arn] = ReplayTask(**vars(task), overhead=self.overhead)
+            self.tasks[arn] = ReplayTask(**(vars(task) | {"overhead": self.overhead}))
             # ECS's startedAt, which SpotGuard bills the attempt from: RUNNING comes `restart` later
             from moto.ecs.models import ecs_backends
 
@@ -298,8 +280,6 @@ class VirtualReplay(Soak):
         for t in self.tasks.values():
             if not isinstance(t, ReplayTask) or t.exited_at is not None:
                 continue
-            if t.stop_asked_at is None:
-                due.append(t.finishes_at(self.total_steps) or now)
             if t.signalled_at is not None:
                 due.append(t.next_step_after(t.signalled_at) or now)
         later = [d for d in due if d > now]
