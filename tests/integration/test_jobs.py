@@ -482,10 +482,22 @@ def test_submit_refuses_a_role_or_family_the_stack_may_not_use(aws):
     assert ours["ok"] is True and len(world.scheduler.requests) == 1
 
 
-def test_a_request_ecs_would_refuse_is_refused_at_submit_not_at_launch(jobs: JobsWorld):
+@pytest.mark.parametrize(
+    ("overrides", "wrong"),
+    [
+        ({"containerOverrides": [{"name": "train", "command": {"n": 1}}]}, "containerOverrides[0].command"),
+        # not a list at all: the task definition's reading (GPUs asked for) broke on it, an InternalError
+        ({"containerOverrides": {"n": ["leaf"]}}, "containerOverrides,"),
+        ({"containerOverrides": ["train"]}, "containerOverrides[0],"),
+    ],
+    ids=["command-not-a-list", "overrides-not-a-list", "override-not-an-object"],
+)
+def test_a_request_ecs_would_refuse_is_refused_at_submit_not_at_launch(jobs: JobsWorld, overrides, wrong):
     """The request's overrides are free-form: a shape RunTask refuses (a command that is not a list)
     passed submit, and botocore's validation then failed every launch of the job (the property suite
-    found it). It is checked against ECS's API model at submit."""
+    found it). It is checked against ECS's API model at submit, before the task definition is read with
+    the overrides (containerOverrides that were no list made that reading fail: the property suite
+    found it again, as an InternalError)."""
     td = jobs.cluster.gpu_task_definition(gpus=1)
     answer = jobs.invoke(
         {
@@ -494,14 +506,12 @@ def test_a_request_ecs_would_refuse_is_refused_at_submit_not_at_launch(jobs: Job
                 "cluster": "gpu-spot",
                 "taskDefinition": td,
                 "launchType": "EC2",
-                "overrides": {"containerOverrides": [{"name": "train", "command": {"n": 1}}]},
+                "overrides": overrides,
             },
         }
     )
-    assert answer["ok"] is False and answer["error"]["type"] == "BadRequest"
-    assert answer["error"]["message"].startswith(
-        "request: Invalid type for parameter overrides.containerOverrides[0].command"
-    )
+    assert answer["ok"] is False and answer["error"]["type"] == "BadRequest", answer
+    assert answer["error"]["message"].startswith(f"request: Invalid type for parameter overrides.{wrong}")
     assert jobs.scheduler.requests == [] and jobs.invoke({"action": "list"})["jobs"] == []
 
 

@@ -101,6 +101,11 @@ class JobService:
         existing = self.store.get(job_id)
         if existing is not None:
             return _same_submit(existing, cmd)
+        # The request's own shape, by ECS's API model, before anything reads it: overrides that are not
+        # ECS's TaskOverride must be refused as such, not break the reading of the task definition.
+        wrong = self.ecs.check_run_task(cmd.request.model_dump(exclude_none=True))
+        if wrong:
+            raise CommandError("BadRequest", f"request: {wrong}")
         try:
             td = self.ecs.task_definition(cmd.request.taskDefinition, cmd.request.overrides)
         except Exception as exc:
