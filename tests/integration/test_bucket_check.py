@@ -135,7 +135,7 @@ def test_the_reconcile_function_checks_a_brought_bucket_and_sweeps_anyway(aws, c
         first = jobs.reconcile()
     warned = [r.getMessage() for r in caplog.records if "checkpoint bucket users-bucket:" in r.getMessage()]
     assert len(warned) == 3 and not any("versioning" in w for w in warned)
-    (alert,) = [json.loads(m["Message"]) for m in jobs.received(jobs.notifications_url)]
+    (alert,) = jobs.notifications()
     assert alert["kind"] == "checkpoint-bucket-check" and len(alert["findings"]) == 3
     caplog.clear()
     assert jobs.reconcile() == first  # within the hour: not checked again, the sweep unchanged
@@ -144,4 +144,4 @@ def test_the_reconcile_function_checks_a_brought_bucket_and_sweeps_anyway(aws, c
     with caplog.at_level("WARNING"):
         jobs.reconcile()
     assert len([r for r in caplog.records if "checkpoint bucket users-bucket:" in r.getMessage()]) == 3
-    assert jobs.received(jobs.notifications_url) == []  # the same findings: logged again, not re-sent
+    assert jobs.notifications() == []  # the same findings: logged again, not re-sent

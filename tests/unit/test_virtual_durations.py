@@ -101,6 +101,21 @@ def _answers(ddb: Any) -> list[Any]:
         ddb.query(
             TableName="t", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "JOB#3"}}
         )["Items"],
+        # newest first, a range condition, pages of 3 followed to the end, an unknown hash key
+        [
+            item
+            for page in ddb.get_paginator("query").paginate(
+                TableName="t",
+                KeyConditionExpression="pk = :p AND sk >= :s",
+                ExpressionAttributeValues={":p": {"S": "JOB#5"}, ":s": {"S": "A#010"}},
+                ScanIndexForward=False,
+                PaginationConfig={"PageSize": 3},
+            )
+            for item in page["Items"]
+        ],
+        ddb.query(
+            TableName="t", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "NONE"}}
+        )["Items"],
         ddb.query(
             TableName="t",
             IndexName="by-state",
@@ -119,5 +134,5 @@ def test_quicker_scans_answer_in_moto_s_own_order():
         moto_own = _answers(ddb)
         with quicker_dynamodb_scans():
             quicker = _answers(ddb)
-        assert quicker == moto_own and len(quicker[2]) == 60
+        assert quicker == moto_own and len(quicker[4]) == 60 and len(quicker[1]) > 3
         assert _answers(ddb) == moto_own  # put back on the way out

@@ -36,8 +36,8 @@ class JobsWorld:
     retries: QueuePoller
     checkpoints: QueuePoller
     versions: dict[str, int]
-    notifications_url: str
-    job_events_url: str
+    notifications_url: str | None  # None: not caught (make_jobs_world's `caught`)
+    job_events_url: str | None
     reconcile_fn: FunctionHost
     hosts_of_functions: list[FunctionHost]
     pollers: list[QueuePoller]  # every queue's, in the template's order
@@ -166,11 +166,17 @@ class JobsWorld:
 
     def notifications(self) -> list[dict[str, Any]]:
         """What reached the SNS topic (an SQS subscriber stands in for the e-mail)."""
-        return [json.loads(n["Message"]) for n in self.received(self.notifications_url)]
+        return [json.loads(n["Message"]) for n in self.received(_caught(self.notifications_url))]
 
     def job_events(self) -> list[dict[str, Any]]:
         """SpotGuard's own EventBridge events (a rule on source spotguard to SQS stands in for users)."""
-        return self.received(self.job_events_url)
+        return self.received(_caught(self.job_events_url))
+
+
+def _caught(url: str | None) -> str:
+    if url is None:
+        raise RuntimeError("this world does not catch notifications (make_jobs_world(caught=False))")
+    return url
 
 
 def make_jobs_world(
@@ -178,10 +184,13 @@ def make_jobs_world(
     log: TextIO | None = None,
     parameters: dict[str, str] | None = None,
     hosts: bool = True,
+    caught: bool = True,
 ) -> JobsWorld:
     """The system assembled in moto in this process (call it under `mock_aws`), six GPU hosts (1, 4 and 8
     GPUs in two zones; none with `hosts` False), and the notifications and SpotGuard's own events caught
-    in SQS queues. `parameters`: the stack's, beside the defaults."""
+    in SQS queues (not with `caught` False: a long run that never reads them would pile them up, and
+    moto counts a queue's every message at each send to it). `parameters`: the stack's, beside the
+    defaults."""
     shared = {"SPOTGUARD_RETRY_BASE_SECONDS": "1", "SPOTGUARD_LIFECYCLE_CHECK_SECONDS": "0", **(env or {})}
     parts = assemble(None, {"NotificationEmail": "", **(parameters or {})}, shared, log=log)
     stack, cluster = parts.stack, parts.cluster
@@ -196,18 +205,7 @@ def make_jobs_world(
     made = {name: cluster.add_host(itype, zone) for name, (itype, zone) in kinds.items()} if hosts else {}
     fns = parts.functions
 
-    sqs, sns, events = stack.client("sqs"), stack.client("sns"), stack.client("events")
-    notes_url = sqs.create_queue(QueueName="test-notifications")["QueueUrl"]
-    notes_arn = sqs.get_queue_attributes(QueueUrl=notes_url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    sns.subscribe(TopicArn=stack.outputs["NotificationsTopicArn"], Protocol="sqs", Endpoint=notes_arn)
-    job_events_url = sqs.create_queue(QueueName="test-job-events")["QueueUrl"]
-    job_events_arn = sqs.get_queue_attributes(QueueUrl=job_events_url, AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]["QueueArn"]
-    events.put_rule(Name="test-job-events", EventPattern=json.dumps({"source": ["spotguard"]}))
-    events.put_targets(Rule="test-job-events", Targets=[{"Id": "q", "Arn": job_events_arn}])
+    notes_url, job_events_url = _catch(stack) if caught else (None, None)
     return JobsWorld(
         stack=stack,
         cluster=cluster,
@@ -226,3 +224,20 @@ def make_jobs_world(
         pollers=parts.pollers,
         functions=fns,
     )
+
+
+def _catch(stack: DeployedStack) -> tuple[str, str]:
+    """Queues that catch the topic's notifications and SpotGuard's EventBridge events, for tests to read."""
+    sqs, sns, events = stack.client("sqs"), stack.client("sns"), stack.client("events")
+    notes_url = sqs.create_queue(QueueName="test-notifications")["QueueUrl"]
+    notes_arn = sqs.get_queue_attributes(QueueUrl=notes_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    sns.subscribe(TopicArn=stack.outputs["NotificationsTopicArn"], Protocol="sqs", Endpoint=notes_arn)
+    job_events_url = sqs.create_queue(QueueName="test-job-events")["QueueUrl"]
+    job_events_arn = sqs.get_queue_attributes(QueueUrl=job_events_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    events.put_rule(Name="test-job-events", EventPattern=json.dumps({"source": ["spotguard"]}))
+    events.put_targets(Rule="test-job-events", Targets=[{"Id": "q", "Arn": job_events_arn}])
+    return notes_url, job_events_url

@@ -806,7 +806,7 @@ def virtual_system(
 
     with installed(clock, seed), _moto() as denied, quicker_dynamodb_scans(), one_thread():
         env = {"SPOTGUARD_RETRY_BASE_SECONDS": str(RETRY_BASE_SECONDS)}
-        world = make_jobs_world(env=env, log=log, hosts=False)
+        world = make_jobs_world(env=env, log=log, hosts=False, caught=False)
         yield world, denied, timed_invocations(world.functions, clock, seed)
 
 
