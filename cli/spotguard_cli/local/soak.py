@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import heapq
 import itertools
@@ -858,7 +859,8 @@ def run(args: argparse.Namespace) -> int:
     shortest = min(len(t.available) for t in traces) * traces[0].gap_hours
     hours = min(args.hours or shortest, shortest)
     hosts = args.hosts_per_pool or max(1, math.ceil(args.jobs * 0.6 / len(traces)))
-    say = (lambda _: None) if args.json else print
+    # a line a virtual day, seen at once also through a pipe (`| tee`): a long run says how far it got
+    say = (lambda _: None) if args.json else functools.partial(print, flush=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with (STATE_DIR / "functions.log").open("w") as log:
         plan = Plan(traces, args.jobs, args.job_hours, hours, hosts, args.seed, args.faults, args.call_faults)
