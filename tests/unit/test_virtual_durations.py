@@ -136,3 +136,37 @@ def test_quicker_scans_answer_in_moto_s_own_order():
             quicker = _answers(ddb)
         assert quicker == moto_own and len(quicker[4]) == 60 and len(quicker[1]) > 3
         assert _answers(ddb) == moto_own  # put back on the way out
+
+
+def test_quicker_dispatch_answers_as_moto_does_and_is_put_back():
+    import moto.core.responses as responses
+    import moto.sqs.models as sqs_models
+    from moto.core import utils
+
+    from spotguard_cli.emulator.motopatch import quicker_dispatch
+
+    real_snake, real_names = utils.camelcase_to_underscores, utils.method_names_from_class
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.create_queue(QueueName="q", Attributes={"DelaySeconds": "0"})["QueueUrl"]
+
+        def answers() -> list[Any]:
+            sqs.send_message(QueueUrl=url, MessageBody="m")
+            got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+            return [
+                {k: v for k, v in got.items() if not k.endswith("Timestamp")},
+                utils.method_names_from_class(responses.BaseResponse),
+            ]
+
+        before = answers()
+        with quicker_dispatch():
+            assert sqs_models.camelcase_to_underscores is not real_snake
+            during = answers()
+        after = answers()
+    assert during[1] == before[1] and during[0]["ApproximateNumberOfMessages"] == "2"
+    assert {k: v for k, v in during[0].items() if k != "ApproximateNumberOfMessages"} == {
+        k: v for k, v in before[0].items() if k != "ApproximateNumberOfMessages"
+    }
+    assert after[0]["ApproximateNumberOfMessages"] == "3"
+    assert sqs_models.camelcase_to_underscores is real_snake is utils.camelcase_to_underscores  # put back
+    assert responses.method_names_from_class is real_names

@@ -798,17 +798,18 @@ def virtual_system(
     (`_moto`), no host yet; every date and draw from the clock and the seed (vclock.installed); the
     functions without their threads (vclock.one_thread: which thread called first would change the
     run); each invocation taking its modelled time, cold starts counted (latency.timed_invocations);
-    moto's DynamoDB scans quicker, in the same order. Yields the world, the role guards installed
-    meanwhile (their `denied` calls), and the cold starts."""
+    moto's DynamoDB scans and its dispatch quicker, with the same answers (motopatch). Yields the world,
+    the role guards installed meanwhile (their `denied` calls), and the cold starts."""
     from spotguard_cli.emulator.latency import timed_invocations
-    from spotguard_cli.emulator.motopatch import quicker_dynamodb_scans
+    from spotguard_cli.emulator.motopatch import quicker_dispatch, quicker_dynamodb_scans
     from spotguard_cli.emulator.vclock import installed, one_thread
     from spotguard_cli.emulator.world import make_jobs_world
 
     with installed(clock, seed), _moto() as denied, quicker_dynamodb_scans(), one_thread():
         env = {"SPOTGUARD_RETRY_BASE_SECONDS": str(RETRY_BASE_SECONDS)}
         world = make_jobs_world(env=env, log=log, hosts=False, caught=False)
-        yield world, denied, timed_invocations(world.functions, clock, seed)
+        with quicker_dispatch():  # once the stack's deployment has imported moto's services
+            yield world, denied, timed_invocations(world.functions, clock, seed)
 
 
 @contextlib.contextmanager
