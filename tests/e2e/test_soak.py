@@ -64,3 +64,38 @@ def test_a_soak_loses_nothing_and_repeats_exactly(tmp_path: Path):
     assert "spot warning" in timeline and "exited 75" in timeline
     second, again = _soak(tmp_path, traces, seed=5)
     assert second == first and again == timeline  # the same seed: the same run, event for event
+
+
+def test_ctrl_c_ends_a_long_soak_at_its_next_step_with_what_it_found(tmp_path: Path):
+    """A long run (the 50-job bench) said nothing until it ended; its line a virtual day now comes at once
+    through a pipe, and a first Ctrl-C ends the run between two steps, as if its hours ran out, with the
+    counts so far: nothing cut half-way, so nothing lost or stuck."""
+    import signal
+
+    traces = write_traces(tmp_path)
+    argv = [str(SPOTGUARD), "local", "soak", "--trace", str(traces[0]), "--trace", str(traces[1])]
+    argv += ["--jobs", "4", "--job-hours", "60", "--hours", "120", "--seed", "2"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("day 1:"):
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    text = "".join(lines) + out
+    hours = float(text.split(" h of traces")[0].rsplit(" ", 1)[-1])
+    assert 24 <= hours < 48, text  # ended within the second virtual day, not at 120 h
+    assert "(running or waiting when the run was stopped (Ctrl-C))" in text
+    assert "  jobs lost                  0" in text and "  jobs stuck                 0" in text
+    assert "stopped by the user (Ctrl-C)" in (tmp_path / ".local-stack" / "soak" / "timeline.log").read_text()

@@ -30,7 +30,9 @@ execution environment's start its init duration (emulator/latency.py).
 It prints what must be zero: jobs lost (not succeeded by the end), attempts of one job running at once,
 committed steps lost (a task started from an older checkpoint than the newest committed before it was
 placed), messages in dead-letter queues, and jobs stuck (neither running, nor waiting with a retry due,
-nor ended) at the end; and a digest of the run. The same seed gives the same run, byte for byte.
+nor ended) at the end; and a digest of the run. The same seed gives the same run, byte for byte. A long
+run prints a line a virtual day; Ctrl-C ends it at its next step and prints what it found so far (a
+second Ctrl-C stops it at once).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import itertools
 import json
 import math
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -203,6 +206,7 @@ class Result:
     denied: list[str] = field(default_factory=list)  # calls a function's role does not allow
     faults: dict[str, int] = field(default_factory=dict)  # the faults played, by kind
     cold_starts: int = 0  # the functions' execution environments started (each an init duration)
+    stopped_early: bool = False  # Ctrl-C ended the run before its hours (what it found so far)
     dead_letter_lines: list[str] = field(default_factory=list)  # queue: why (rejected) or the body
     timeline: list[str] = field(default_factory=list, repr=False)  # what happened, when (virtual time)
 
@@ -261,6 +265,7 @@ class Soak:
             for i in range(jobs)
         }
         self.next_reconcile = START + timedelta(seconds=RECONCILE_SECONDS)
+        self.stopped_early = False  # Ctrl-C ended the run before its hours
         self.began, self.days_said = clock.now(), 0  # `_progress`: a line a virtual day
         self.restart = timedelta(minutes=RESTART_MINUTES)  # RunTask to the first step (a replay's D)
         self.td = world.cluster.gpu_task_definition(gpus=1)
@@ -293,8 +298,12 @@ class Soak:
 
     # ------------------------------------------------------------------------------------ the loop
     def run(self) -> None:
-        with self._faults_in_place():
+        with self._faults_in_place(), _stop_on_interrupt() as stop:
             while self.clock.now() < self.end:
+                if stop.asked:  # Ctrl-C: the run ends here, between two steps, as if its hours ran out
+                    self.stopped_early = True
+                    self._note("stopped by the user (Ctrl-C)")
+                    break
                 now = self.clock.now()
                 self._traces(now)
                 self._deliver_held(now)
@@ -722,6 +731,7 @@ class Soak:
             digest=hashlib.sha256(text.encode()).hexdigest()[:16],
             timeline=list(self.log),
             faults=self._faults_played(),
+            stopped_early=self.stopped_early,
         )
 
     def _faults_played(self) -> dict[str, int]:
@@ -774,6 +784,31 @@ def alive_at_once(tasks: list[Task], end: datetime) -> list[str]:
                 which = f"attempt {b.attempt}" if a.attempt != b.attempt else f"a second task of {b.attempt}"
                 out.append(f"{job_id}: {which} placed at {when} while {a.attempt} ran ({a.arn[-8:]})")
     return out
+
+
+class _Stop:
+    asked = False
+
+
+@contextlib.contextmanager
+def _stop_on_interrupt() -> Iterator[_Stop]:
+    """A first Ctrl-C asks a long run to end at its next step and say what it found so far (nothing is
+    cut half-way, so nothing is counted stuck that was not); a second one stops it at once. Only on the
+    main thread (where Python takes signals); elsewhere, nothing changes."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def asked(signum: int, frame: Any) -> None:
+        stop.asked = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the next one: KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, asked)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def soak(plan: Plan, say: Callable[[str], None], log: TextIO | None = None) -> Result:
@@ -880,7 +915,8 @@ def render(r: Result) -> str:
         f"soak: {r.jobs} jobs, {r.virtual_hours} h of traces, {r.interruptions} spot warnings, "
         f"{r.tasks} tasks, faults {', '.join(f'{k} {n}' for k, n in r.faults.items()) or 'none'}",
         f"  jobs succeeded             {r.succeeded}",
-        f"  jobs still at work         {r.unfinished}  (running or waiting when the hours ran out)",
+        f"  jobs still at work         {r.unfinished}  (running or waiting when the "
+        + ("run was stopped (Ctrl-C))" if r.stopped_early else "hours ran out)"),
         f"  jobs lost                  {len(r.lost)}",
         f"  attempts running at once   {len(r.twice_at_once)}",
         f"  committed steps lost       {r.steps_lost}",

@@ -364,6 +364,7 @@ def run_virtual(
             "trace_hours_played": round((clock.now() - START).total_seconds() / 3600 - gap * first, 2),
             "pids": [],
             "cold_starts": durations.starts,
+            "stopped_early": replay.stopped_early,  # Ctrl-C: the jobs as they stood then
         }
     facts["wall_seconds"] = round(time.monotonic() - began, 1)
     return runs, works, facts
