@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from unittest import mock
 
 from spotguard_cli import arguments
 
@@ -840,7 +841,11 @@ def virtual_system(
     from spotguard_cli.emulator.vclock import installed, one_thread
     from spotguard_cli.emulator.world import make_jobs_world
 
-    with installed(clock, seed), _moto() as denied, quicker_dynamodb_scans(), one_thread():
+    # moto's EC2 loads its public AMIs (ids drawn from the seeded random) unless told not to: left to the
+    # caller's environment, the same seed gave another run under pytest (which turns them off) than in a
+    # shell. No run reads them; always off.
+    amis_off = mock.patch.dict(os.environ, {"MOTO_EC2_LOAD_DEFAULT_AMIS": "false"})
+    with amis_off, installed(clock, seed), _moto() as denied, quicker_dynamodb_scans(), one_thread():
         env = {"SPOTGUARD_RETRY_BASE_SECONDS": str(RETRY_BASE_SECONDS)}
         world = make_jobs_world(env=env, log=log, hosts=False, caught=False)
         with quicker_dispatch():  # once the stack's deployment has imported moto's services
