@@ -107,3 +107,38 @@ def test_ctrl_c_ends_a_long_soak_at_its_next_step_with_what_it_found(tmp_path: P
     assert "(running or waiting when the run was stopped (Ctrl-C))" in text
     assert "  jobs lost                  0" in text and "  jobs stuck                 0" in text
     assert "stopped by the user (Ctrl-C)" in (tmp_path / ".local-stack" / "soak" / "timeline.log").read_text()
+
+
+def test_a_pools_new_instances_join_after_their_boot_or_never(tmp_path: Path):
+    """Spot back is not an instance in the cluster: the group launches, and the instance joins a boot
+    later (`--boot-seconds`, the local stack's boot model). A pool whose spot comes back for ten minutes
+    at a time, with a 15-minute boot, never gets an instance into the cluster; the jobs run on the
+    other pool, nothing lost."""
+    traces = write_traces(tmp_path)
+    flicker = tmp_path / "pool-f.json"
+    flicker.write_text(
+        json.dumps({"metadata": {"gap_seconds": 600}, "data": [i % 2 for i in range(4 * 24 * 6)]})
+    )
+    argv = [str(SPOTGUARD), "local", "soak", "--trace", str(traces[0]), "--trace", str(flicker)]
+    argv += [
+        "--jobs",
+        "3",
+        "--job-hours",
+        "2",
+        "--hours",
+        "12",
+        "--seed",
+        "1",
+        "--boot-seconds",
+        "900",
+        "--json",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    result = json.loads(done.stdout)
+    timeline = (tmp_path / ".local-stack" / "soak" / "timeline.log").read_text()
+    assert result["ok"] and result["succeeded"] == 3, result
+    assert "pool 1: 1 booting instance(s) gone" in timeline and "pool 1: spot back" in timeline
+    assert "pool 0: spot back" in timeline and " joins" in timeline
+    assert not [line for line in timeline.splitlines() if line.split(" ", 1)[1].startswith("pool 1: i-")]

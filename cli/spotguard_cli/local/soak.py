@@ -123,6 +123,14 @@ def add_parser(actions: Any) -> None:
         "--hosts-per-pool", type=arguments.count, default=None, metavar="K", help="instances a pool has"
     )
     s.add_argument(
+        "--boot-seconds",
+        type=arguments.number(0, 3600),
+        default=None,
+        metavar="S",
+        help="from spot coming back to the pool's new instances joining the cluster (default: the local "
+        "stack's boot model's, emulator/boot.py; 0: at once)",
+    )
+    s.add_argument(
         "--faults",
         type=arguments.number(0, 1),
         default=0.0,
@@ -235,6 +243,7 @@ class Plan:
     seed: int
     faults: float = 0.0  # the chance of each fault (FAULTS) at each place it can happen
     call_faults: float | None = None  # the chance at each of SpotGuard's AWS calls (None: `faults`)
+    boot_seconds: float = 0.0  # spot back -> the pool's new instances join the cluster (the boot model's)
 
 
 class Soak:
@@ -254,6 +263,8 @@ class Soak:
         self.pools: list[list[Host]] = [[] for _ in traces]
         self.available: list[bool | None] = [None for _ in traces]
         self.reclaims: list[tuple[datetime, Host]] = []
+        self.boot = timedelta(seconds=plan.boot_seconds)
+        self.booting: list[tuple[datetime, int]] = []  # (joins at, pool): instances launched, not yet joined
         self.tasks: dict[str, Task] = {}
         self.log: list[str] = []
         self.heard: list[str] = []  # the faults at SpotGuard's calls, said since the soak's last note
@@ -391,12 +402,14 @@ class Soak:
             if up == self.available[i]:
                 continue
             self.available[i] = up
-            if up:
-                for _ in range(self.hosts_per_pool - len(self.pools[i])):
-                    host = self.world.cluster.add_host(INSTANCE_TYPE, ZONES[i])
-                    self.pools[i].append(host)
-                    self._note(f"pool {i}: {host.instance_id} joins")
+            if up:  # the group launches what the pool lacks; each instance joins once booted
+                launched = self.hosts_per_pool - len(self.pools[i])
+                self.booting += [(now + self.boot, i)] * launched
+                self._note(f"pool {i}: spot back, {launched} instance(s) launched")
             else:
+                if any(p == i for _, p in self.booting):  # still booting: taken back before they join
+                    self._note(f"pool {i}: {sum(p == i for _, p in self.booting)} booting instance(s) gone")
+                    self.booting = [(when, p) for when, p in self.booting if p != i]
                 for host in self.pools[i]:
                     if self._fault("no-warning"):  # spot takes the instance back without a word
                         self.reclaims.append((now, host))
@@ -408,6 +421,11 @@ class Soak:
                     self._note(f"pool {i}: spot warning for {host.instance_id}")
                     self._slow_last_commits(host)
                 self.pools[i] = []
+        for when, i in [b for b in self.booting if b[0] <= now]:
+            self.booting.remove((when, i))
+            host = self.world.cluster.add_host(INSTANCE_TYPE, ZONES[i])
+            self.pools[i].append(host)
+            self._note(f"pool {i}: {host.instance_id} joins")
         for when, host in [r for r in self.reclaims if r[0] <= now]:
             self.reclaims.remove((when, host))
             for task in self._live_on(host):
@@ -639,6 +657,7 @@ class Soak:
         gap = timedelta(hours=self.traces[0].gap_hours)
         due.append(START + gap * (self._tick(now) + 1))
         due += [when for when, _ in self.reclaims]
+        due += [when for when, _ in self.booting]
         due += [when for when, _, _ in self.later]
         due += [b.submit_at for b in self.books.values() if not b.submitted]
         for t in self.tasks.values():
@@ -876,16 +895,12 @@ def _moto() -> Iterator[Callable[[], list[Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
-    import warnings
-
+    from spotguard_cli.emulator.boot import BOOT_SECONDS
+    from spotguard_cli.local.shared import quiet_moto, same_hash_seed
     from spotguard_cli.simulator import TraceError, load_trace
 
-    # moto's CloudFormation on what it does not model (alarms, queue policies): nothing the soak reads
-    warnings.filterwarnings("ignore")
-    logging.getLogger("moto").setLevel(logging.ERROR)
-    if os.environ.get("PYTHONHASHSEED") != "0":  # the same seed, the same run: string hashing too
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
+    quiet_moto()
+    same_hash_seed()  # the same seed, the same run: string hashing too
     try:
         traces = [load_trace(p) for p in args.trace]
     except TraceError as exc:
@@ -904,7 +919,17 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda _: None) if args.json else functools.partial(print, flush=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with (STATE_DIR / "functions.log").open("w") as log:
-        plan = Plan(traces, args.jobs, args.job_hours, hours, hosts, args.seed, args.faults, args.call_faults)
+        plan = Plan(
+            traces,
+            args.jobs,
+            args.job_hours,
+            hours,
+            hosts,
+            args.seed,
+            args.faults,
+            args.call_faults,
+            boot_seconds=BOOT_SECONDS if args.boot_seconds is None else args.boot_seconds,
+        )
         result = soak(plan, say, log)
         (STATE_DIR / "timeline.log").write_text("\n".join(result.timeline) + "\n")
     if args.json:
