@@ -1,20 +1,20 @@
 """`spotguard local soak`: many jobs through spot availability traces, the whole system in this process on
 a virtual clock (emulator/vclock.py), and what must never happen counted.
 
-The stack's functions run over moto in this process (`make_jobs_world`, no hosts of its own). Each trace is
-a spot pool (g5.xlarge in a zone of its own) of `--hosts-per-pool` instances: when the trace says spot is
-gone, every instance of the pool gets its spot warning through the interruption function and is taken
-back two minutes later; when it is back, as many new instances are launched, and each joins the cluster
-`--boot-seconds` later (the local stack's boot model, emulator/boot.py), or never if spot goes first.
-`--jobs` one-GPU jobs are submitted over the first hours, each `--job-hours` of work. Their tasks are modelled, not run: a task placed by
-RunTask runs `RESTART_MINUTES` later from the checkpoint SpotGuard gave it, makes a step every
-`STEP_MINUTES`, commits every `COMMIT_MINUTES` (a manifest in the checkpoint bucket and its event, as the
-agent writes it), exits 0 when its work is done, and when SpotGuard stops it (StopTask: a warning, a
-cancel, a stray) commits and exits 75 `STOP_SECONDS` later, unless its instance is taken back first (then
-it is gone without a word). Every SQS delay, visibility timeout, retry and reconcile sweep (every 5
-minutes) runs on the virtual clock, which jumps from one thing due to the next. Each invocation of
-SpotGuard's functions takes virtual time, as on Lambda: every AWS call its modelled latency, and an
-execution environment's start its init duration (emulator/latency.py).
+The stack's functions run over moto in this process (`make_jobs_world`, no hosts of its own). Each trace is a
+spot pool (g5.xlarge in a zone of its own) of `--hosts-per-pool` instances: when the trace says spot is gone,
+every instance of the pool gets its spot warning through the interruption function and is taken back two
+minutes later; when it is back, as many new instances are launched, and each joins the cluster
+`--boot-seconds` later (the local stack's boot model, emulator/boot.py), or never if spot goes first. `--jobs`
+one-GPU jobs are submitted over the first hours, each `--job-hours` of work. Their tasks are modelled, not
+run: a task placed by RunTask runs `RESTART_MINUTES` later from the checkpoint SpotGuard gave it, makes a step
+every `STEP_MINUTES`, commits every `COMMIT_MINUTES` (a manifest in the checkpoint bucket and its event, as
+the agent writes it), exits 0 when its work is done, and when SpotGuard stops it (StopTask: a warning, a
+cancel, a stray) commits and exits 75 `STOP_SECONDS` later, unless its instance is taken back first (then it
+is gone without a word). Every SQS delay, visibility timeout, retry and reconcile sweep (every 5 minutes) runs
+on the virtual clock, which jumps from one thing due to the next. Each invocation of SpotGuard's functions
+takes virtual time, as on Lambda: every AWS call its modelled latency, and an execution environment's start
+its init duration (emulator/latency.py).
 
 `--faults RATE` plays, each with chance RATE where it can happen, drawn from the seed:
 - task events delivered twice, or held back so that a later one overtakes them; instances taken back
