@@ -102,7 +102,8 @@ bench-replay: setup traces
 	$(BIN)/python bench/replay.py
 
 # Fifty jobs through the two V100 traces (27 days each) on the virtual clock, with faults at every place
-# they can happen (spotguard local soak): what must be zero, counted. Long (over half an hour); not in CI.
+# they can happen (spotguard local soak): what must be zero, counted. Long (about 13 minutes on one core
+# here); not in CI.
 bench-soak: setup traces
 	$(BIN)/spotguard local soak --trace .traces/cant-be-late-2022-10/us-west-2a_v100_1.json \
 	  --trace .traces/cant-be-late-2022-10/us-west-2b_v100_1.json --jobs 50 --faults 0.01 --seed 1

@@ -313,7 +313,7 @@ class Soak:
     def run(self) -> None:
         with self._faults_in_place(), _stop_on_interrupt() as stop:
             while self.clock.now() < self.end:
-                if stop.asked:  # Ctrl-C: the run ends here, between two steps, as if its hours ran out
+                if stop.is_set():  # Ctrl-C: the run ends here, between two steps, as if its hours ran out
                     self.stopped_early = True
                     self._note("stopped by the user (Ctrl-C)")
                     break
@@ -408,9 +408,10 @@ class Soak:
                 self.booting += [(now + self.boot, i)] * launched
                 self._note(f"pool {i}: spot back, {launched} instance(s) launched")
             else:
-                if any(p == i for _, p in self.booting):  # still booting: taken back before they join
-                    self._note(f"pool {i}: {sum(p == i for _, p in self.booting)} booting instance(s) gone")
-                    self.booting = [(when, p) for when, p in self.booting if p != i]
+                gone = [b for b in self.booting if b[1] == i]
+                if gone:  # still booting: taken back before they join
+                    self._note(f"pool {i}: {len(gone)} booting instance(s) gone")
+                    self.booting = [b for b in self.booting if b[1] != i]
                 for host in self.pools[i]:
                     if self._fault("no-warning"):  # spot takes the instance back without a word
                         self.reclaims.append((now, host))
@@ -807,22 +808,18 @@ def alive_at_once(tasks: list[Task], end: datetime) -> list[str]:
     return out
 
 
-class _Stop:
-    asked = False
-
-
 @contextlib.contextmanager
-def _stop_on_interrupt() -> Iterator[_Stop]:
+def _stop_on_interrupt() -> Iterator[threading.Event]:
     """A first Ctrl-C asks a long run to end at its next step and say what it found so far (nothing is
     cut half-way, so nothing is counted stuck that was not); a second one stops it at once. Only on the
     main thread (where Python takes signals); elsewhere, nothing changes."""
-    stop = _Stop()
+    stop = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
     def asked(signum: int, frame: Any) -> None:
-        stop.asked = True
+        stop.set()
         signal.signal(signal.SIGINT, signal.default_int_handler)  # the next one: KeyboardInterrupt
 
     before = signal.signal(signal.SIGINT, asked)
