@@ -219,6 +219,26 @@ class _DurableWriter(io.BufferedWriter):
         return super().fileno()
 
 
+@contextlib.contextmanager
+def _no_zip_crc32() -> Iterator[None]:
+    """torch.save without the CRC32 of every record, in this thread while a file is written (the
+    setting is per thread; restored after, so the job's own torch.save calls keep theirs). The file's
+    sha256, taken as it is written and checked on restore, covers what the CRC would; computing the CRC
+    costs as much CPU as the sha256 itself (0.33 s against 0.44 s a 0.5 GiB state, one core) on the
+    path the stop checkpoint must cross in time. torch.load reads such files as any other."""
+    get = getattr(torch.serialization, "get_crc32_options", None)
+    set_ = getattr(torch.serialization, "set_crc32_options", None)
+    if get is None or set_ is None:  # a torch without the setting: CRC32 as always
+        yield
+        return
+    before = get()
+    set_(False)
+    try:
+        yield
+    finally:
+        set_(before)
+
+
 def _filesystem_base() -> type:
     from torch.distributed.checkpoint.filesystem import FileSystem
 
@@ -243,7 +263,7 @@ class HashingFileSystem(_filesystem_base()):  # type: ignore[misc]
         path = Path(path)
         raw = _HashingRaw(path)
         stream = _DurableWriter(raw, buffer_size=_BUFFER)
-        with stream:
+        with stream, _no_zip_crc32():
             yield stream
         with self._lock:
             self._files[path.name] = (raw.size, raw.sha.hexdigest())

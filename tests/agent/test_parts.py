@@ -104,6 +104,24 @@ def test_a_saved_state_loads_back_exactly_with_every_file_hashed_as_written(tmp_
     assert torch.equal(opt.state_dict()["state"][0]["exp_avg"], state["optimizer"]["state"][0]["exp_avg"])
 
 
+@pytest.mark.skipif(
+    not hasattr(torch.serialization, "set_crc32_options"), reason="a torch without the CRC32 setting"
+)
+def test_the_writers_skip_the_zip_crc32_the_sha256_covers_and_leave_the_jobs_own_setting_alone(tmp_path):
+    from spotguard_agent.torch_state import HashingFileSystem
+
+    fs = HashingFileSystem()
+    assert torch.serialization.get_crc32_options()  # the job's own torch.save computes it
+    with fs.create_stream(tmp_path / "f", "wb") as stream:
+        assert not torch.serialization.get_crc32_options()  # while the agent writes this file
+        torch.save(torch.arange(5.0), stream)
+    assert torch.serialization.get_crc32_options()  # given back in the writer's thread
+    (entry,) = fs.entries()
+    data = (tmp_path / "f").read_bytes()
+    assert entry.sha256 == hashlib.sha256(data).hexdigest()
+    assert torch.equal(torch.load(tmp_path / "f", weights_only=True), torch.arange(5.0))
+
+
 def test_load_in_place_fills_the_given_tensors(tmp_path):
     agent = _agent(tmp_path)
     state = _state()
