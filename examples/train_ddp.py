@@ -5,7 +5,7 @@ the agent makes one checkpoint of them all (one decision per step, one manifest)
 Each step's global batch is a function of (seed, step), split among the ranks, so a run stopped,
 checkpointed and resumed on the same number of ranks ends with exactly the weights of one never
 stopped; it can also resume on another number of ranks (the model is replicated, the checkpoint holds
-it once). gloo on the CPU, nccl on GPUs.
+it once). nccl with a GPU a rank, else gloo on the CPU (tinymodel.init_distributed).
 
     spotguard-agent run -- torchrun --nproc-per-node 4 examples/train_ddp.py --steps 1000 --out final.pt
 """
@@ -13,7 +13,6 @@ it once). gloo on the CPU, nccl on GPUs.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ import torch
 import torch.distributed as dist
 from spotguard_agent import Agent
 from spotguard_agent.torch_state import load, save
-from tinymodel import build
+from tinymodel import build, init_distributed
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -44,12 +43,8 @@ def main() -> int:
     p.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps")
     args = p.parse_args()
 
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl" if cuda else "gloo")
+    device = init_distributed()  # a GPU a rank with nccl, else the CPU with gloo
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda") if cuda else torch.device("cpu")
     model, _ = build(args.seed)
     model = model.to(device)
     ddp = DistributedDataParallel(model)

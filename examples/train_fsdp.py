@@ -5,13 +5,12 @@ reads its part, also when the job resumes on another number of ranks (8 GPUs to 
 
     spotguard-agent run -- torchrun --nproc-per-node 8 examples/train_fsdp.py --steps 1000 --out final.pt
 
-gloo on the CPU, nccl on GPUs.
+nccl with a GPU a rank, else gloo on the CPU (tinymodel.init_distributed).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ import torch
 import torch.distributed as dist
 from spotguard_agent import Agent
 from spotguard_agent.torch_state import load, save
-from tinymodel import build
+from tinymodel import build, init_distributed
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -42,12 +41,8 @@ def main() -> int:
     p.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps")
     args = p.parse_args()
 
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl" if cuda else "gloo")
+    device = init_distributed()  # a GPU a rank with nccl, else the CPU with gloo
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda") if cuda else torch.device("cpu")
     model, _ = build(args.seed)
     model = model.to(device)
     for layer in model:
