@@ -21,7 +21,7 @@ CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo demo-capacity demo-gang check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay bench-soak traces sam checkov events wheels clean
+.PHONY: setup demo demo-capacity demo-gang check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay bench-soak gpu-wheels traces sam checkov events wheels clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -148,6 +148,18 @@ wheels: setup
 	rm -f dist/spotguard-*.whl dist/spotguard_agent-*.whl
 	$(BIN)/python -m build --wheel --outdir dist .
 	$(BIN)/python -m build --wheel --outdir dist agent
+
+# The agent's packages as wheels for a GPU machine with python3 and PyTorch but no network (bench/gpu.sh
+# installs them there): the versions this .venv holds, built for GPU_PYTHON on x86-64 Linux.
+GPU_PYTHON ?= 3.12
+GPU_WHEELS := boto3|botocore|s3transfer|jmespath|pydantic|pydantic[-_]core|annotated[-_]types|typing[-_]inspection|typing[-_]extensions
+gpu-wheels: setup
+	rm -rf .whl && mkdir -p .whl
+	$(BIN)/pip freeze | grep -i -E '^($(GPU_WHEELS))==' > .whl/requirements.txt
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
+	  -d .whl -r .whl/requirements.txt
+	@ls .whl
 
 events: setup
 	$(BIN)/python -m spotguard_cli.emulator.inject

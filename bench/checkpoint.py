@@ -36,15 +36,12 @@ import time
 import uuid
 from pathlib import Path
 
-import boto3
 import torch
 from spotguard_agent import Agent, AgentEnv, CheckpointStore
 from spotguard_agent.ranks import Ranks
 from spotguard_agent.snapshot import HostBuffers
 from spotguard_agent.torch_state import _threads, save
 from torch import nn
-
-from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS, MotoServer
 
 
 def model_of(mib: int) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -238,11 +235,14 @@ def _tensors(value: object) -> list[torch.Tensor]:
     return []
 
 
-def hardware_main(sizes: list[float], device: torch.device, root: Path) -> None:
+def hardware_main(sizes: list[float], device: torch.device, root: Path) -> list[dict[str, float]]:
+    """Measure and print each state's figures; returns them."""
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (no CUDA: plain host buffers)"
-    print(f"{name}; store file://{root}/ ; {os.cpu_count()} cores")
+    print(f"{name}; store file://{root}/ ; {os.cpu_count()} cores; torch {torch.__version__}")
+    results = []
     for gib in sizes:
         r = hardware(gib, device, root)
+        results.append(r)
         print(f"\ntraining state {r['bytes'] / 1024**3:.2f} GiB ({TENSORS} tensors):")
         one = "one pinned copy" if r["pinned"] else "one copy"
         ratio = r["snapshot_gbps"] / r["link_gbps"]
@@ -263,7 +263,8 @@ def hardware_main(sizes: list[float], device: torch.device, root: Path) -> None:
             ("the commit's share of 120 s", f"{r['commit_s'] / WARNING * 100:7.1f} %", ""),
         ]
         for what, figure, note in lines:
-            print(f"  {what:<36} {figure:>12}   {note}".rstrip())
+            print(f"  {what:<36} {figure:>12}   {note}".rstrip(), flush=True)
+    return results
 
 
 def main() -> None:
@@ -287,6 +288,12 @@ def main() -> None:
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return
+    # the moto mode's imports here: the GPU mode needs only the agent's own packages (a GPU machine
+    # may have no moto)
+    import boto3
+
+    from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS, MotoServer
+
     os.environ.update(FAKE_CREDENTIALS)
     torch.manual_seed(0)
     with MotoServer() as moto:

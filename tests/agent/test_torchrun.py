@@ -4,12 +4,9 @@ Checkpoints in a file:// store (the same code path as S3 but the upload)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,84 +15,26 @@ torch = pytest.importorskip("torch")
 
 from spotguard_agent import CheckpointStore  # noqa: E402
 
-from ..conftest import REPO  # noqa: E402
+from bench.torchrun_jobs import (  # noqa: E402
+    DDP,
+    EXIT_RE,
+    FSDP,
+    STEPS,
+    job_env,
+    run,
+    same_weights,
+    signalled,
+    torchrun,
+    wrapped,
+)
 
 pytestmark = pytest.mark.slow  # every test runs torchrun and its ranks as processes
 
-EXAMPLES = REPO / "examples"
-DDP = EXAMPLES / "train_ddp.py"
-FSDP = EXAMPLES / "train_fsdp.py"
 DIES = Path(__file__).with_name("rank_dies.py")
-STEPS = 40
-EXIT_RE = re.compile(r"checkpointed after step (\d+): exit 75")
-
-
-def _env(store: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SPOTGUARD_"))}
-    env.update(
-        AWS_EC2_METADATA_DISABLED="true",
-        SPOTGUARD_WATCH_METADATA="false",
-        SPOTGUARD_JOB_ID="j-ranks",
-        SPOTGUARD_CHECKPOINT_URI=f"file://{store}/",
-        OMP_NUM_THREADS="1",
-        **extra,
-    )
-    return env
-
-
-def _torchrun(script: Path, ranks: int, out: Path, *args: str, steps: int = STEPS) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(ranks),
-        str(script),
-        "--steps",
-        str(steps),
-        "--out",
-        str(out),
-        *args,
-    ]
-
-
-def _wrapped(cmd: list[str]) -> list[str]:
-    return [sys.executable, "-m", "spotguard_agent.wrapper", "run", "--", *cmd]
-
-
-def _run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-
-
-def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _read_until(proc: subprocess.Popen[str], pattern: str) -> None:
-    lines = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line.strip())
-        if re.fullmatch(pattern, line.strip()):
-            return
-    raise AssertionError(
-        f"ended before {pattern!r}: {lines[-5:]} {proc.stderr.read()[-3000:] if proc.stderr else ''}"
-    )
-
-
-def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
-    out, err = proc.communicate(timeout=300)
-    return proc.returncode, out, err
 
 
 def _store(path: Path) -> CheckpointStore:
     return CheckpointStore(None, f"file://{path}/")
-
-
-def _same_weights(a: Path, b: Path) -> bool:
-    x, y = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +42,7 @@ def reference(tmp_path_factory) -> Path:
     """The weights of an uninterrupted 2-rank run."""
     d = tmp_path_factory.mktemp("reference")
     out = d / "final.pt"
-    done = _run(_torchrun(DDP, 2, out), _env(d / "store"))
+    done = run(torchrun(DDP, 2, out), job_env(d / "store"))
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -112,11 +51,10 @@ def test_sigterm_to_the_wrapper_commits_one_checkpoint_of_both_ranks_exits_75_an
     tmp_path, reference
 ):
     store = tmp_path / "store"
-    env = _env(store)
-    proc = _start(_wrapped(_torchrun(DDP, 2, tmp_path / "a.pt", "--step-seconds", "0.05")), env)
-    _read_until(proc, r"step 5 loss .*")
-    proc.send_signal(signal.SIGTERM)  # as ECS StopTask does, to the container's first process
-    code, out, err = _finish(proc)
+    env = job_env(store)
+    code, out, err = signalled(
+        wrapped(torchrun(DDP, 2, tmp_path / "a.pt", "--step-seconds", "0.05")), env, 5, signal.SIGTERM
+    )  # as ECS StopTask does, to the container's first process
     assert code == 75, err[-3000:]
     stopped = int(EXIT_RE.search(out)[1])  # type: ignore[index]
     assert 5 <= stopped < STEPS
@@ -132,24 +70,26 @@ def test_sigterm_to_the_wrapper_commits_one_checkpoint_of_both_ranks_exits_75_an
     # resumed on 1 rank (8 GPUs to 4: here 2 ranks to 1), from a copy of the store as it is now
     one = tmp_path / "one"
     shutil.copytree(store, one)
-    single = _run(_wrapped(_torchrun(DDP, 1, tmp_path / "c.pt")), _env(one))
+    single = run(wrapped(torchrun(DDP, 1, tmp_path / "c.pt")), job_env(one))
     assert single.returncode == 0, single.stderr[-3000:]
     assert f"resumed after step {stopped} on 1 rank(s)" in single.stdout
     assert f"step {stopped + 1} loss" in single.stdout and "finished" in single.stdout
 
     # resumed on 2 ranks: bit-identical to the uninterrupted run
-    again = _run(_wrapped(_torchrun(DDP, 2, tmp_path / "b.pt")), env)
+    again = run(wrapped(torchrun(DDP, 2, tmp_path / "b.pt")), env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed after step {stopped} on 2 rank(s)" in again.stdout
-    assert _same_weights(tmp_path / "b.pt", reference)
+    assert same_weights(tmp_path / "b.pt", reference)
 
 
 def test_sigusr1_to_the_wrapper_makes_every_rank_checkpoint_and_go_on(tmp_path, reference):
     store = tmp_path / "store"
-    proc = _start(_wrapped(_torchrun(DDP, 2, tmp_path / "a.pt", "--step-seconds", "0.05")), _env(store))
-    _read_until(proc, r"step 5 loss .*")
-    proc.send_signal(signal.SIGUSR1)  # as SpotGuard does on a rebalance recommendation
-    code, out, err = _finish(proc)
+    code, out, err = signalled(
+        wrapped(torchrun(DDP, 2, tmp_path / "a.pt", "--step-seconds", "0.05")),
+        job_env(store),
+        5,
+        signal.SIGUSR1,
+    )  # as SpotGuard does on a rebalance recommendation
     assert code == 0, err[-3000:]
     assert "finished" in out
     s = _store(store)
@@ -157,36 +97,36 @@ def test_sigusr1_to_the_wrapper_makes_every_rank_checkpoint_and_go_on(tmp_path, 
     manifest = s.read_manifest(0)
     assert 5 <= manifest.step < STEPS - 1
     assert {n.path.split("_")[2] for n in manifest.files if n.path.startswith("__")} == {"0", "1"}
-    assert _same_weights(tmp_path / "a.pt", reference)  # the checkpoint changed nothing
+    assert same_weights(tmp_path / "a.pt", reference)  # the checkpoint changed nothing
 
 
 def test_a_rank_killed_mid_commit_leaves_no_manifest_and_the_previous_checkpoint_is_restored(
     tmp_path, reference
 ):
     store = tmp_path / "store"
-    env = _env(store, DIE_RANK="1", DIE_AT_SEQUENCE="1")
-    died = _run(_torchrun(DIES, 2, tmp_path / "a.pt", "--save-every", "10"), env)
+    env = job_env(store, DIE_RANK="1", DIE_AT_SEQUENCE="1")
+    died = run(torchrun(DIES, 2, tmp_path / "a.pt", "--save-every", "10"), env)
     assert died.returncode not in (0, 75), died.stdout[-2000:]
     s = _store(store)
     assert s.committed() == [0]  # checkpoint 1 was begun (its files are there) but has no manifest
     begun = store / "checkpoints" / "0000000001"
     assert begun.is_dir() and any(p.name.startswith("__1_") for p in begun.iterdir())
     assert not (begun / "MANIFEST.json").exists()
-    resumed = _run(_wrapped(_torchrun(DDP, 2, tmp_path / "b.pt")), _env(store))
+    resumed = run(wrapped(torchrun(DDP, 2, tmp_path / "b.pt")), job_env(store))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed after step 9 on 2 rank(s)" in resumed.stdout
-    assert _same_weights(tmp_path / "b.pt", reference)
+    assert same_weights(tmp_path / "b.pt", reference)
 
 
 def test_a_stop_checkpoint_that_cannot_fit_its_budget_is_said_and_the_last_committed_one_kept(tmp_path):
     store = tmp_path / "store"
-    env = _env(store, SPOTGUARD_STOP_TIMEOUT_SECONDS="0.01")  # no commit can fit in it
-    proc = _start(
-        _wrapped(_torchrun(DDP, 2, tmp_path / "a.pt", "--step-seconds", "0.05", "--save-every", "5")), env
+    env = job_env(store, SPOTGUARD_STOP_TIMEOUT_SECONDS="0.01")  # no commit can fit in it
+    code, out, err = signalled(
+        wrapped(torchrun(DDP, 2, tmp_path / "a.pt", "--step-seconds", "0.05", "--save-every", "5")),
+        env,
+        12,
+        signal.SIGTERM,
     )
-    _read_until(proc, r"step 12 loss .*")
-    proc.send_signal(signal.SIGTERM)
-    code, out, err = _finish(proc)
     assert code == 75, err[-3000:]
     said = re.findall(r"not starting it; stopping on committed checkpoint (\d+) \(step (\d+)\)", err)
     assert len(said) == 1, err[-3000:]  # one line, from one rank
@@ -200,26 +140,26 @@ def test_a_stop_checkpoint_that_cannot_fit_its_budget_is_said_and_the_last_commi
 
 def test_fsdp_shards_resume_on_another_number_of_ranks(tmp_path):
     store = tmp_path / "store"
-    first = _run(_wrapped(_torchrun(FSDP, 2, tmp_path / "a.pt", "--save-every", "10", steps=20)), _env(store))
+    first = run(wrapped(torchrun(FSDP, 2, tmp_path / "a.pt", "--save-every", "10", steps=20)), job_env(store))
     assert first.returncode == 0, first.stderr[-3000:]
     manifest = _store(store).read_manifest(1)
     assert manifest.step == 19
     assert {n.path.split("_")[2] for n in manifest.files if n.path.startswith("__")} == {"0", "1"}
-    single = _run(_wrapped(_torchrun(FSDP, 1, tmp_path / "b.pt", steps=24)), _env(store))
+    single = run(wrapped(torchrun(FSDP, 1, tmp_path / "b.pt", steps=24)), job_env(store))
     assert single.returncode == 0, single.stderr[-3000:]
     assert "resumed after step 19 on 1 rank(s)" in single.stdout and "finished" in single.stdout
 
 
 def test_ranks_checkpoint_to_s3_each_uploading_its_own_files(tmp_path, moto_server, s3, bucket):
-    env = _env(tmp_path, AWS_ENDPOINT_URL=moto_server.endpoint, AWS_ACCESS_KEY_ID="testing")
+    env = job_env(tmp_path, AWS_ENDPOINT_URL=moto_server.endpoint, AWS_ACCESS_KEY_ID="testing")
     env.update(AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     env["SPOTGUARD_CHECKPOINT_URI"] = f"s3://{bucket}/jobs/ranks/"
-    first = _run(_wrapped(_torchrun(DDP, 2, tmp_path / "a.pt", "--save-every", "10", steps=20)), env)
+    first = run(wrapped(torchrun(DDP, 2, tmp_path / "a.pt", "--save-every", "10", steps=20)), env)
     assert first.returncode == 0, first.stderr[-3000:]
     store = CheckpointStore(s3, env["SPOTGUARD_CHECKPOINT_URI"])
     assert store.committed() == [0, 1]
     files = {f.path for f in store.read_manifest(1).files}
     assert ".metadata" in files and {n.split("_")[2] for n in files if n.startswith("__")} == {"0", "1"}
-    single = _run(_wrapped(_torchrun(DDP, 1, tmp_path / "b.pt", steps=22)), env)
+    single = run(wrapped(torchrun(DDP, 1, tmp_path / "b.pt", steps=22)), env)
     assert single.returncode == 0, single.stderr[-3000:]
     assert "resumed after step 19 on 1 rank(s)" in single.stdout

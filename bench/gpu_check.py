@@ -1,0 +1,194 @@
+"""The agent's checks on a machine with an NVIDIA GPU, as one short run (docs/benchmarks.md, "Checkpoints
+at the hardware's speed"; bench/gpu.sh runs it on a bare machine that has python3 and PyTorch):
+
+1. figures: bench/checkpoint.py's GPU mode for each --sizes state, beside the goals: the snapshot at
+   least 0.8 x one pinned copy's GB/s, and the SIGTERM commit at most 1.25 x the same bytes written,
+   hashed and fsynced by parallel writers doing nothing else, both in the same run;
+2. the example torchrun jobs on the GPU (one rank: nccl, state on the GPU, snapshots through pinned
+   buffers) under the agent's wrapper, signalled as ECS and SpotGuard signal it:
+   - DDP stopped by SIGTERM: exit 75, one checkpoint, resumed to weights bit-identical to a run never
+     stopped;
+   - DDP told SIGUSR1: a checkpoint, the job goes on, the weights are unchanged;
+   - FSDP (DTensor shards on the GPU) stopped by SIGTERM: resumed bit-identical to a run never stopped.
+
+    python bench/gpu_check.py [--sizes 1,13.5] [--dir /local/disk] [--only figures|jobs]
+
+One line per check (ok, or FAILED with why); exit 1 when a check failed. A goal missed is said beside its
+figure but fails nothing: figures belong to the machine. `--rehearse` runs everything on the CPU (plain
+host buffers, the jobs with gloo), which is how the script is tested where there is no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from checkpoint import hardware_main
+from spotguard_agent import CheckpointStore
+from torchrun_jobs import DDP, EXIT_RE, FSDP, job_env, run, same_weights, signalled, torchrun, wrapped
+
+SNAPSHOT_GOAL = 0.8  # of one pinned copy's GB/s
+COMMIT_GOAL = 1.25  # of the parallel writers' seconds
+STEPS = 30
+
+
+def figures(sizes: list[float], device: torch.device, root: Path) -> list[str]:
+    """bench/checkpoint.py's GPU mode, then each state's goals: what was missed (nothing fails)."""
+    missed = []
+    for r in hardware_main(sizes, device, root):
+        gib = r["bytes"] / 1024**3
+        snapshot = r["snapshot_gbps"] / r["link_gbps"]
+        commit = r["commit_s"] / r["limit_s"]
+        for what, ratio, goal, met in (
+            ("snapshot / one pinned copy", snapshot, SNAPSHOT_GOAL, snapshot >= SNAPSHOT_GOAL),
+            ("SIGTERM commit / parallel writers", commit, COMMIT_GOAL, commit <= COMMIT_GOAL),
+        ):
+            print(f"  goal {gib:.2f} GiB: {what} x{ratio:.2f} (goal x{goal}): {'met' if met else 'MISSED'}")
+            if not met:
+                missed.append(f"{gib:.2f} GiB {what} x{ratio:.2f}")
+    return missed
+
+
+def _store(path: Path) -> CheckpointStore:
+    return CheckpointStore(None, f"file://{path}/")
+
+
+def ddp_stop_and_resume(work: Path, reference: Path) -> str:
+    store = work / "store"
+    code, out, err = signalled(
+        wrapped(torchrun(DDP, 1, work / "a.pt", "--step-seconds", "0.05", steps=STEPS)),
+        job_env(store),
+        5,
+        signal.SIGTERM,
+    )
+    if code != 75:
+        return f"exit {code} after SIGTERM, not 75: {err[-2000:]}"
+    found = EXIT_RE.search(out)
+    manifests = _store(store).committed()
+    if found is None or len(manifests) != 1:
+        return f"no stop checkpoint: {manifests} {out[-500:]}"
+    stopped = int(found[1])
+    if _store(store).read_manifest(manifests[0]).step != stopped:
+        return "the checkpoint is not of the step the job stopped after"
+    again = run(wrapped(torchrun(DDP, 1, work / "b.pt", steps=STEPS)), job_env(store))
+    if again.returncode != 0 or f"resumed after step {stopped} on 1 rank(s)" not in again.stdout:
+        return f"the resumed run: exit {again.returncode}: {again.stderr[-2000:]}"
+    if not same_weights(work / "b.pt", reference):
+        return "resumed weights differ from the uninterrupted run's"
+    return ""
+
+
+def ddp_checkpoint_and_go_on(work: Path, reference: Path) -> str:
+    store = work / "store"
+    code, out, err = signalled(
+        wrapped(torchrun(DDP, 1, work / "a.pt", "--step-seconds", "0.05", steps=STEPS)),
+        job_env(store),
+        5,
+        signal.SIGUSR1,
+    )
+    if code != 0 or "finished" not in out:
+        return f"exit {code} after SIGUSR1, not 0: {err[-2000:]}"
+    if _store(store).committed() != [0]:
+        return f"checkpoints {_store(store).committed()}, not one"
+    if not same_weights(work / "a.pt", reference):
+        return "the checkpoint changed the weights"
+    return ""
+
+
+def fsdp_stop_and_resume(work: Path, reference: Path) -> str:
+    store = work / "store"
+    code, out, err = signalled(
+        wrapped(torchrun(FSDP, 1, work / "a.pt", "--step-seconds", "0.05", steps=STEPS)),
+        job_env(store),
+        5,
+        signal.SIGTERM,
+    )
+    if code != 75 or (found := EXIT_RE.search(out)) is None:
+        return f"exit {code} after SIGTERM, not 75: {err[-2000:]}"
+    again = run(wrapped(torchrun(FSDP, 1, work / "b.pt", steps=STEPS)), job_env(store))
+    if again.returncode != 0 or f"resumed after step {found[1]} on 1 rank(s)" not in again.stdout:
+        return f"the resumed run: exit {again.returncode}: {again.stderr[-2000:]}"
+    if not same_weights(work / "b.pt", reference):
+        return "resumed weights differ from the uninterrupted run's"
+    return ""
+
+
+def uninterrupted(script: Path, work: Path) -> Path:
+    out = work / f"reference-{script.stem}.pt"
+    done = run(torchrun(script, 1, out, steps=STEPS), job_env(work / f"reference-{script.stem}"))
+    if done.returncode != 0:
+        raise RuntimeError(f"the uninterrupted {script.name} run failed: {done.stderr[-2000:]}")
+    return out
+
+
+def jobs(root: Path, cuda: bool) -> list[str]:
+    """The example jobs stopped, checkpointed and resumed; the checks that failed."""
+    env_device = "the GPU (nccl)" if cuda else "the CPU (gloo)"
+    print(f"\nthe example jobs under spotguard-agent run -- torchrun, 1 rank on {env_device}:")
+    failed = []
+    references: dict[Path, Path] = {}
+    checks: list[tuple[str, Path, Callable[[Path, Path], str]]] = [
+        ("DDP: SIGTERM -> exit 75, one checkpoint, resumed bit-identical", DDP, ddp_stop_and_resume),
+        ("DDP: SIGUSR1 -> checkpoint and go on, weights unchanged", DDP, ddp_checkpoint_and_go_on),
+        ("FSDP: SIGTERM -> exit 75, resumed bit-identical", FSDP, fsdp_stop_and_resume),
+    ]
+    for name, script, check in checks:
+        work = root / check.__name__
+        work.mkdir()
+        started = time.perf_counter()
+        try:
+            if script not in references:
+                references[script] = uninterrupted(script, root)
+            why = check(work, references[script])
+        except Exception as exc:  # a hung or broken run is this check's failure, not the script's end
+            why = f"{type(exc).__name__}: {exc}"
+        took = time.perf_counter() - started
+        print(f"  {'FAILED' if why else 'ok    '} {name} ({took:.1f} s)", flush=True)
+        if why:
+            print(f"    {why}", flush=True)
+            failed.append(name)
+    return failed
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="1,13.5", help="training states in GiB, comma-separated")
+    p.add_argument("--dir", type=Path, help="where the file:// stores go (a local disk)")
+    p.add_argument("--only", choices=("figures", "jobs"), help="one of the two parts")
+    p.add_argument("--rehearse", action="store_true", help="everything on the CPU (no GPU needed)")
+    args = p.parse_args()
+    try:
+        sizes = [float(x) for x in args.sizes.split(",")]
+    except ValueError:
+        p.error(f"--sizes {args.sizes!r}: GiB figures separated by commas, e.g. 1,13.5")
+    cuda = torch.cuda.is_available() and not args.rehearse
+    if not cuda and not args.rehearse:
+        p.error("no CUDA device here (--rehearse runs the same checks on the CPU)")
+    if args.rehearse:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the jobs' processes too
+    device = torch.device("cuda" if cuda else "cpu")
+    root = Path(tempfile.mkdtemp(prefix="spotguard-gpu-check-", dir=args.dir))
+    failed: list[str] = []
+    missed: list[str] = []
+    try:
+        if args.only in (None, "figures"):
+            missed = figures(sizes, device, root)
+        if args.only in (None, "jobs"):
+            failed = jobs(root, cuda)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"\n{len(failed)} check(s) failed" + (f": {', '.join(failed)}" if failed else ""))
+    print(f"{len(missed)} goal(s) missed" + (f": {'; '.join(missed)}" if missed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
