@@ -76,8 +76,8 @@ class HostBuffers:
         self._ensure([(tuple(t.shape), t.dtype) for t in sources], pinned=cuda and torch.cuda.is_available())
         for src, dst in zip(sources, self._views, strict=True):
             dst.copy_(src, non_blocking=cuda)
-        if cuda:
-            torch.cuda.synchronize()
+        for device in {t.device for t in sources if t.is_cuda}:  # the current GPU's, and any other's
+            torch.cuda.synchronize(device)
         copies = iter(self._views)
 
         def rebuild(value: Any) -> Any:
