@@ -18,9 +18,8 @@ torch = pytest.importorskip("torch")
 
 from spotguard_agent import CheckpointStore  # noqa: E402
 
+from bench.torchrun_jobs import EXIT_RE, STEPS, job_env, same_weights, wrapped  # noqa: E402
 from spotguard_cli.local.gang import NODES, ddp_torchrun  # noqa: E402
-
-from .test_torchrun import EXIT_RE, STEPS, _env, _same_weights, _wrapped  # noqa: E402
 
 pytestmark = pytest.mark.slow  # every test runs two torchruns and their ranks as processes
 
@@ -39,8 +38,8 @@ def _gang(store: Path, out: Path, step_seconds: float | None = None) -> list[sub
     port = _free_port()
     return [
         subprocess.Popen(
-            _wrapped(ddp_torchrun(out, STEPS, step_seconds, rendezvous=(k, port))),
-            env=_env(store),
+            wrapped(ddp_torchrun(out, STEPS, step_seconds, rendezvous=(k, port))),
+            env=job_env(store),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -98,4 +97,4 @@ def test_sigterm_to_one_node_checkpoints_both_at_one_step_both_exit_75_and_resum
     again = _finish(_gang(store, tmp_path / "b.pt"))
     assert [code for code, _, _ in again] == [0, 0], again[1][2][-3000:]
     assert f"resumed after step {stopped} on 2 rank(s)" in again[0][1]
-    assert _same_weights(tmp_path / "b.pt", reference)
+    assert same_weights(tmp_path / "b.pt", reference)
