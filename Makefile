@@ -152,7 +152,7 @@ wheels: setup
 # The agent's packages as wheels for a GPU machine with python3 and PyTorch but no network (bench/gpu.sh
 # installs them there): the versions this .venv holds, built for GPU_PYTHON on x86-64 Linux.
 GPU_PYTHON ?= 3.12
-GPU_WHEELS := boto3|botocore|s3transfer|jmespath|pydantic|pydantic[-_]core|annotated[-_]types|typing[-_]inspection|typing[-_]extensions
+GPU_WHEELS := boto3|botocore|s3transfer|jmespath|python[-_]dateutil|six|urllib3|pydantic|pydantic[-_]core|annotated[-_]types|typing[-_]inspection|typing[-_]extensions
 gpu-wheels: setup
 	rm -rf .whl && mkdir -p .whl
 	$(BIN)/pip freeze | grep -i -E '^($(GPU_WHEELS))==' > .whl/requirements.txt

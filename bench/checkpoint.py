@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import hashlib
 import os
 import shutil
@@ -130,11 +131,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def one_copy_gbps(nbytes: int, device: torch.device) -> float:
-    """One copy of `nbytes` from the device into pinned host memory (plain memory on the CPU),
-    non-blocking, one synchronize: the link's own speed. Best of 3."""
+def one_copy_gbps(nbytes: int, device: torch.device, into: torch.Tensor) -> float:
+    """One copy of `nbytes` from the device into `into` (the snapshot's own host block: the same
+    memory, pinned the same way), non-blocking, one synchronize: the link's own speed. Best of 3."""
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty(nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
+    dst = into[:nbytes]
     best = float("inf")
     for _ in range(3):
         sync(device)
@@ -142,7 +143,7 @@ def one_copy_gbps(nbytes: int, device: torch.device) -> float:
         dst.copy_(src, non_blocking=True)
         sync(device)
         best = min(best, time.perf_counter() - t)
-    del src, dst
+    del src
     return nbytes / best / 1e9
 
 
@@ -186,11 +187,12 @@ def hardware(gib: float, device: torch.device, root: Path) -> dict[str, float]:
     state = training_state(gib, device)
     sync(device)
     nbytes = sum(v.numel() * v.element_size() for v in _tensors(state))
-    link = one_copy_gbps(nbytes, device)
     buffers = HostBuffers()
     t = time.perf_counter()
     buffers.take(state)  # the first take makes (and pins) the buffers
     first = time.perf_counter() - t
+    assert buffers._block is not None
+    link = one_copy_gbps(nbytes, device, buffers._block)
     stalls = []
     for _ in range(3):
         buffers.take(state)
@@ -243,6 +245,9 @@ def hardware_main(sizes: list[float], device: torch.device, root: Path) -> list[
     for gib in sizes:
         r = hardware(gib, device, root)
         results.append(r)
+        gc.collect()  # this state's buffers and GPU memory go before the next one's are made
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
         print(f"\ntraining state {r['bytes'] / 1024**3:.2f} GiB ({TENSORS} tensors):")
         one = "one pinned copy" if r["pinned"] else "one copy"
         ratio = r["snapshot_gbps"] / r["link_gbps"]

@@ -13,6 +13,11 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl
 fi
 export PYTHONPATH="$PWD/agent:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# the agent and everything it imports, before any check: a missing package is one line, here
+python3 -c "import spotguard_agent.torch_state" || {
+    echo "the agent's packages are missing: make gpu-wheels where pip works, and bring .whl/ along" >&2
+    exit 2
+}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 log=${OUT:+$OUT/gpu-check.log}
 python3 bench/gpu_check.py "$@" 2>&1 | tee ${log:-/dev/null}

@@ -1,17 +1,18 @@
 """The agent's checks on a machine with an NVIDIA GPU, as one short run (docs/benchmarks.md, "Checkpoints
 at the hardware's speed"; bench/gpu.sh runs it on a bare machine that has python3 and PyTorch):
 
-1. figures: bench/checkpoint.py's GPU mode for each --sizes state, beside the goals: the snapshot at
-   least 0.8 x one pinned copy's GB/s, and the SIGTERM commit at most 1.25 x the same bytes written,
-   hashed and fsynced by parallel writers doing nothing else, both in the same run;
-2. the example torchrun jobs on the GPU (one rank: nccl, state on the GPU, snapshots through pinned
-   buffers) under the agent's wrapper, signalled as ECS and SpotGuard signal it:
+1. the example torchrun jobs on the GPU (one rank: nccl, state on the GPU, snapshots through pinned
+   buffers) under the agent's wrapper, signalled as ECS and SpotGuard signal it (first: minutes at
+   most, and nothing of them stays in memory):
    - DDP stopped by SIGTERM: exit 75, one checkpoint, resumed to weights bit-identical to a run never
      stopped;
    - DDP told SIGUSR1: a checkpoint, the job goes on, the weights are unchanged;
-   - FSDP (DTensor shards on the GPU) stopped by SIGTERM: resumed bit-identical to a run never stopped.
+   - FSDP (DTensor shards on the GPU) stopped by SIGTERM: resumed bit-identical to a run never stopped;
+2. figures: bench/checkpoint.py's GPU mode for each --sizes state, beside the goals: the snapshot at
+   least 0.8 x one pinned copy's GB/s, and the SIGTERM commit at most 1.25 x the same bytes written,
+   hashed and fsynced by parallel writers doing nothing else, both in the same run.
 
-    python bench/gpu_check.py [--sizes 1,13.5] [--dir /local/disk] [--only figures|jobs]
+    python bench/gpu_check.py [--sizes 1,13.5] [--dir /local/disk] [--only jobs|figures]
 
 One line per check (ok, or FAILED with why); exit 1 when a check failed. A goal missed is said beside its
 figure but fails nothing: figures belong to the machine. `--rehearse` runs everything on the CPU (plain
@@ -162,7 +163,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="1,13.5", help="training states in GiB, comma-separated")
     p.add_argument("--dir", type=Path, help="where the file:// stores go (a local disk)")
-    p.add_argument("--only", choices=("figures", "jobs"), help="one of the two parts")
+    p.add_argument("--only", choices=("jobs", "figures"), help="one of the two parts")
     p.add_argument("--rehearse", action="store_true", help="everything on the CPU (no GPU needed)")
     args = p.parse_args()
     try:
@@ -179,10 +180,10 @@ def main() -> int:
     failed: list[str] = []
     missed: list[str] = []
     try:
-        if args.only in (None, "figures"):
-            missed = figures(sizes, device, root)
         if args.only in (None, "jobs"):
             failed = jobs(root, cuda)
+        if args.only in (None, "figures"):
+            missed = figures(sizes, device, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\n{len(failed)} check(s) failed" + (f": {', '.join(failed)}" if failed else ""))

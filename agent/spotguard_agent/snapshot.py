@@ -13,14 +13,18 @@ deep-copied.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
+import logging
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+log = logging.getLogger("spotguard.agent")
 ALIGN = 64  # bytes: every slice starts aligned for any dtype and for the copy engines
 
 
@@ -110,7 +114,7 @@ class HostBuffers:
             total += -(-size // ALIGN) * ALIGN
         self._views = []
         self._block = None  # let the old block go first
-        block = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pinned)
+        block, pinned = _host_block(total, pinned)
         base = block.data_ptr()
         views: list[torch.Tensor] = []
         for (shape, dtype), offset, size in zip(layout, offsets, sizes, strict=True):
@@ -124,6 +128,47 @@ class HostBuffers:
         self._block, self._views, self._layout, self.pinned = block, views, key, pinned
         self.bytes = total
         self.allocations += 1
+
+
+def _host_block(total: int, pinned: bool) -> tuple[torch.Tensor, bool]:
+    """A block of exactly `total` bytes of host memory, and whether it is pinned. Pinned by registering
+    plain memory with CUDA (as torch.distributed.checkpoint's own staging does) rather than through
+    PyTorch's pinned allocator, which rounds every block up to a power of two and caches it: a 13.5 GiB
+    state would lock 16 GiB, one just over 16 GiB 32, for as long as the job runs. Unregistered when the
+    block goes. Where registering fails, PyTorch's pinned allocator after all."""
+    with _unfilled():
+        block = torch.empty(max(total, 1), dtype=torch.uint8)
+    if not pinned:
+        return block, False
+    cudart = torch.cuda.cudart()
+    address = block.data_ptr()
+    code = int(cudart.cudaHostRegister(address, block.numel(), 0))
+    if code != 0:
+        log.warning(
+            "pinning %d bytes of host memory failed (CUDA error %d): using PyTorch's pinned allocator",
+            total,
+            code,
+        )
+        return torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=True), True
+    # run as the block is collected, before its memory is freed
+    weakref.finalize(block, cudart.cudaHostUnregister, address)
+    return block, True
+
+
+@contextlib.contextmanager
+def _unfilled() -> Iterator[None]:
+    """New tensors left as they come, also in a job that asked for deterministic algorithms (which fill
+    them, a pass over every byte): each take writes every byte a copy holds."""
+    deterministic = getattr(torch.utils, "deterministic", None)
+    before = getattr(deterministic, "fill_uninitialized_memory", None)
+    if deterministic is None or not before:
+        yield
+        return
+    deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        deterministic.fill_uninitialized_memory = before
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -3,6 +3,7 @@ files hashed as they are written, the stop budget, the wrapper's control directo
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import signal
@@ -75,6 +76,69 @@ def test_host_buffers_are_made_once_and_each_copy_owns_exactly_its_bytes():
     assert buffers.bytes >= state_bytes(state)
     buffers.take({"other": torch.ones(3)})  # another shape: new buffers
     assert buffers.allocations == 2
+
+
+class _FakeCudart:
+    """torch.cuda.cudart() where there is no GPU: records what is registered and unregistered."""
+
+    def __init__(self, code: int = 0) -> None:
+        self.code = code
+        self.registered: list[tuple[int, int]] = []
+        self.unregistered: list[int] = []
+
+    def cudaHostRegister(self, address: int, size: int, flags: int) -> int:
+        self.registered.append((address, size))
+        return self.code
+
+    def cudaHostUnregister(self, address: int) -> int:
+        self.unregistered.append(address)
+        return 0
+
+
+def test_pinned_buffers_are_exactly_the_states_bytes_registered_and_unregistered_when_they_go(monkeypatch):
+    from spotguard_agent import snapshot
+
+    cudart = _FakeCudart()
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: cudart)
+    state = {"w": torch.arange(10.0), "b": torch.ones(3, dtype=torch.bfloat16)}
+    torch.use_deterministic_algorithms(True)  # which fills new tensors: not the block, written anyway
+    try:
+        block, pinned = snapshot._host_block(1_000_003, pinned=True)
+        assert torch.utils.deterministic.fill_uninitialized_memory  # the job's setting, given back
+    finally:
+        torch.use_deterministic_algorithms(False)
+    # not rounded up to a power of two, as PyTorch's pinned allocator would (2 MiB here, 16 GiB for 13.5)
+    assert pinned and block.numel() == 1_000_003 and cudart.registered == [(block.data_ptr(), 1_000_003)]
+    address = block.data_ptr()
+    del block
+    gc.collect()
+    assert cudart.unregistered == [address]  # before the memory went back
+
+    buffers = HostBuffers()
+    buffers._ensure([((10,), torch.float32), ((3,), torch.bfloat16)], pinned=True)
+    assert buffers.pinned and cudart.registered[-1][1] == buffers.bytes == 128  # 64-byte aligned slices
+    views = buffers._views
+    for src, dst in zip(state.values(), views, strict=True):
+        dst.copy_(src)
+    assert torch.equal(views[0], state["w"]) and torch.equal(views[1], state["b"])
+
+
+def test_where_registering_fails_the_pinned_allocator_is_used_after_all(monkeypatch):
+    from spotguard_agent import snapshot
+
+    monkeypatch.setattr(
+        torch.cuda, "cudart", lambda: _FakeCudart(code=712)
+    )  # cudaErrorHostMemoryAlreadyRegistered
+    made: list[dict] = []
+    empty = torch.empty
+
+    def recording_empty(*args, **kwargs):
+        made.append(kwargs)
+        return empty(*args, **{k: v for k, v in kwargs.items() if k != "pin_memory"})
+
+    monkeypatch.setattr(snapshot.torch, "empty", recording_empty)
+    block, pinned = snapshot._host_block(4096, pinned=True)
+    assert pinned and block.numel() == 4096 and made[-1].get("pin_memory") is True
 
 
 def test_containers_keep_their_kind():
