@@ -144,6 +144,9 @@ def _host_block(total: int, pinned: bool) -> tuple[torch.Tensor, bool]:
     address = block.data_ptr()
     code = int(cudart.cudaHostRegister(address, block.numel(), 0))
     if code != 0:
+        clear = getattr(cudart, "cudaGetLastError", None)
+        if clear is not None:
+            clear()  # else the failed call's error is raised at the next kernel launch's check
         log.warning(
             "pinning %d bytes of host memory failed (CUDA error %d): using PyTorch's pinned allocator",
             total,

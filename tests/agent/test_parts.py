@@ -85,6 +85,7 @@ class _FakeCudart:
         self.code = code
         self.registered: list[tuple[int, int]] = []
         self.unregistered: list[int] = []
+        self.cleared = False
 
     def cudaHostRegister(self, address: int, size: int, flags: int) -> int:
         self.registered.append((address, size))
@@ -92,6 +93,10 @@ class _FakeCudart:
 
     def cudaHostUnregister(self, address: int) -> int:
         self.unregistered.append(address)
+        return 0
+
+    def cudaGetLastError(self) -> int:
+        self.cleared = True
         return 0
 
 
@@ -126,9 +131,8 @@ def test_pinned_buffers_are_exactly_the_states_bytes_registered_and_unregistered
 def test_where_registering_fails_the_pinned_allocator_is_used_after_all(monkeypatch):
     from spotguard_agent import snapshot
 
-    monkeypatch.setattr(
-        torch.cuda, "cudart", lambda: _FakeCudart(code=712)
-    )  # cudaErrorHostMemoryAlreadyRegistered
+    cudart = _FakeCudart(code=712)  # cudaErrorHostMemoryAlreadyRegistered
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: cudart)
     made: list[dict] = []
     empty = torch.empty
 
@@ -139,6 +143,7 @@ def test_where_registering_fails_the_pinned_allocator_is_used_after_all(monkeypa
     monkeypatch.setattr(snapshot.torch, "empty", recording_empty)
     block, pinned = snapshot._host_block(4096, pinned=True)
     assert pinned and block.numel() == 4096 and made[-1].get("pin_memory") is True
+    assert cudart.cleared  # the failed call's error is not left for the next kernel launch to raise
 
 
 def test_containers_keep_their_kind():
