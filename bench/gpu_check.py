@@ -62,24 +62,26 @@ def _store(path: Path) -> CheckpointStore:
     return CheckpointStore(None, f"file://{path}/")
 
 
-def ddp_stop_and_resume(work: Path, reference: Path) -> str:
-    store = work / "store"
-    code, out, err = signalled(
-        wrapped(torchrun(DDP, 1, work / "a.pt", "--step-seconds", "0.05", steps=STEPS)),
-        job_env(store),
-        5,
-        signal.SIGTERM,
-    )
+def _signalled(script: Path, work: Path, sig: signal.Signals) -> tuple[int, str, str]:
+    """The example `script` on 1 rank under the wrapper, sent `sig` after step 5; (exit, out, err)."""
+    cmd = wrapped(torchrun(script, 1, work / "a.pt", "--step-seconds", "0.05", steps=STEPS))
+    return signalled(cmd, job_env(work / "store"), 5, sig)
+
+
+def stop_and_resume(script: Path, work: Path, reference: Path) -> str:
+    """SIGTERM: exit 75 and one checkpoint of the step it stopped after; resumed, the run ends with the
+    uninterrupted run's weights bit for bit. Why not, or ""."""
+    code, out, err = _signalled(script, work, signal.SIGTERM)
     if code != 75:
         return f"exit {code} after SIGTERM, not 75: {err[-2000:]}"
     found = EXIT_RE.search(out)
-    manifests = _store(store).committed()
-    if found is None or len(manifests) != 1:
-        return f"no stop checkpoint: {manifests} {out[-500:]}"
+    store = _store(work / "store")
+    if found is None or len(store.committed()) != 1:
+        return f"no stop checkpoint: {store.committed()} {out[-500:]}"
     stopped = int(found[1])
-    if _store(store).read_manifest(manifests[0]).step != stopped:
+    if store.read_manifest(store.committed()[0]).step != stopped:
         return "the checkpoint is not of the step the job stopped after"
-    again = run(wrapped(torchrun(DDP, 1, work / "b.pt", steps=STEPS)), job_env(store))
+    again = run(wrapped(torchrun(script, 1, work / "b.pt", steps=STEPS)), job_env(work / "store"))
     if again.returncode != 0 or f"resumed after step {stopped} on 1 rank(s)" not in again.stdout:
         return f"the resumed run: exit {again.returncode}: {again.stderr[-2000:]}"
     if not same_weights(work / "b.pt", reference):
@@ -87,38 +89,15 @@ def ddp_stop_and_resume(work: Path, reference: Path) -> str:
     return ""
 
 
-def ddp_checkpoint_and_go_on(work: Path, reference: Path) -> str:
-    store = work / "store"
-    code, out, err = signalled(
-        wrapped(torchrun(DDP, 1, work / "a.pt", "--step-seconds", "0.05", steps=STEPS)),
-        job_env(store),
-        5,
-        signal.SIGUSR1,
-    )
+def checkpoint_and_go_on(script: Path, work: Path, reference: Path) -> str:
+    """SIGUSR1: one checkpoint, the job goes on to its end with the uninterrupted run's weights."""
+    code, out, err = _signalled(script, work, signal.SIGUSR1)
     if code != 0 or "finished" not in out:
         return f"exit {code} after SIGUSR1, not 0: {err[-2000:]}"
-    if _store(store).committed() != [0]:
-        return f"checkpoints {_store(store).committed()}, not one"
+    if _store(work / "store").committed() != [0]:
+        return f"checkpoints {_store(work / 'store').committed()}, not one"
     if not same_weights(work / "a.pt", reference):
         return "the checkpoint changed the weights"
-    return ""
-
-
-def fsdp_stop_and_resume(work: Path, reference: Path) -> str:
-    store = work / "store"
-    code, out, err = signalled(
-        wrapped(torchrun(FSDP, 1, work / "a.pt", "--step-seconds", "0.05", steps=STEPS)),
-        job_env(store),
-        5,
-        signal.SIGTERM,
-    )
-    if code != 75 or (found := EXIT_RE.search(out)) is None:
-        return f"exit {code} after SIGTERM, not 75: {err[-2000:]}"
-    again = run(wrapped(torchrun(FSDP, 1, work / "b.pt", steps=STEPS)), job_env(store))
-    if again.returncode != 0 or f"resumed after step {found[1]} on 1 rank(s)" not in again.stdout:
-        return f"the resumed run: exit {again.returncode}: {again.stderr[-2000:]}"
-    if not same_weights(work / "b.pt", reference):
-        return "resumed weights differ from the uninterrupted run's"
     return ""
 
 
@@ -136,19 +115,19 @@ def jobs(root: Path, cuda: bool) -> list[str]:
     print(f"\nthe example jobs under spotguard-agent run -- torchrun, 1 rank on {env_device}:")
     failed = []
     references: dict[Path, Path] = {}
-    checks: list[tuple[str, Path, Callable[[Path, Path], str]]] = [
-        ("DDP: SIGTERM -> exit 75, one checkpoint, resumed bit-identical", DDP, ddp_stop_and_resume),
-        ("DDP: SIGUSR1 -> checkpoint and go on, weights unchanged", DDP, ddp_checkpoint_and_go_on),
-        ("FSDP: SIGTERM -> exit 75, resumed bit-identical", FSDP, fsdp_stop_and_resume),
+    checks: list[tuple[str, Path, Callable[[Path, Path, Path], str]]] = [
+        ("DDP: SIGTERM -> exit 75, one checkpoint, resumed bit-identical", DDP, stop_and_resume),
+        ("DDP: SIGUSR1 -> checkpoint and go on, weights unchanged", DDP, checkpoint_and_go_on),
+        ("FSDP: SIGTERM -> exit 75, one checkpoint, resumed bit-identical", FSDP, stop_and_resume),
     ]
     for name, script, check in checks:
-        work = root / check.__name__
+        work = root / f"{script.stem}-{check.__name__}"
         work.mkdir()
         started = time.perf_counter()
         try:
             if script not in references:
                 references[script] = uninterrupted(script, root)
-            why = check(work, references[script])
+            why = check(script, work, references[script])
         except Exception as exc:  # a hung or broken run is this check's failure, not the script's end
             why = f"{type(exc).__name__}: {exc}"
         took = time.perf_counter() - started
