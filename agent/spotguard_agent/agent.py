@@ -55,7 +55,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from spotguard_agent.imds import MetadataWatcher
 from spotguard_agent.manifest import FileEntry, Manifest
 from spotguard_agent.ranks import Collective, ControlDir, Ranks
-from spotguard_agent.store import CheckpointStore, CheckpointUnavailable, Committed, StoreError
+from spotguard_agent.store import (
+    CheckpointStore,
+    CheckpointUnavailable,
+    Committed,
+    StoreError,
+    transfer_for,
+)
 
 log = logging.getLogger("spotguard.agent")
 
@@ -88,6 +94,9 @@ class AgentEnv(BaseModel):
     # Threads writing (and hashing) one process's part of a torch_state checkpoint; 0: up to 8, the
     # machine's cores shared among the processes on it (LOCAL_WORLD_SIZE).
     write_threads: int = Field(default=0, alias="SPOTGUARD_WRITE_THREADS", ge=0, le=256)
+    # S3 requests one process keeps in flight (16 MiB parts, uploads and restores); 0: 64 a machine
+    # shared among its processes, at least 8 each (store.transfer_for).
+    s3_concurrency: int = Field(default=0, alias="SPOTGUARD_S3_CONCURRENCY", ge=0, le=256)
     # Local runs only (`spotguard local demo --scenario capacity`, `spotguard local replay`): the time
     # manifests carry reads `clock_at` (Unix seconds; default `clock_origin`) at the wall clock's
     # `clock_origin` and runs `clock_scale` times faster from there, as the functions' clock does there.
@@ -178,8 +187,9 @@ class Agent:
             ranks = Ranks.from_env(environ)
         except ValueError as exc:
             raise StoreError(f"bad environment: {exc}") from None
-        s3 = client or boto3.client("s3", config=_retrying())
-        store = CheckpointStore(s3, env.checkpoint_uri, keep=env.keep, clock=env.clock)
+        transfer = transfer_for(env.s3_concurrency, ranks.local_world)
+        s3 = client or boto3.client("s3", config=_retrying(transfer.max_concurrency))
+        store = CheckpointStore(s3, env.checkpoint_uri, keep=env.keep, clock=env.clock, transfer=transfer)
         control = ControlDir.from_env(environ)
         agent = cls(env, store, ranks=ranks, control=control)
         # The instance metadata is watched once a machine: by the wrapper when there is one (its requests
@@ -593,10 +603,12 @@ class Agent:
             )
 
 
-def _retrying() -> Any:
+def _retrying(concurrency: int) -> Any:
+    """botocore's standard retries, and a connection for every request in flight (and a few more for the
+    manifests and listings beside them)."""
     from botocore.config import Config
 
-    return Config(retries={"mode": "standard", "max_attempts": 6}, max_pool_connections=16)
+    return Config(retries={"mode": "standard", "max_attempts": 6}, max_pool_connections=concurrency + 8)
 
 
 def _attempt(call: Callable[[], Any]) -> Any:

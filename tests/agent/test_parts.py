@@ -21,6 +21,7 @@ from spotguard_agent import Agent, AgentEnv, CheckpointStore  # noqa: E402
 from spotguard_agent.imds import _unix_time  # noqa: E402
 from spotguard_agent.ranks import ControlDir, Ranks  # noqa: E402
 from spotguard_agent.snapshot import HostBuffers, state_bytes  # noqa: E402
+from spotguard_agent.store import StoreError  # noqa: E402
 from spotguard_agent.torch_state import STATE_FILE, load, save  # noqa: E402
 
 
@@ -312,6 +313,30 @@ def test_ranks_come_from_torchrun_environment():
         Ranks.from_env({"RANK": "2", "WORLD_SIZE": "2"})
     with pytest.raises(ValueError, match="whole number"):
         Ranks.from_env({"WORLD_SIZE": "two"})
+
+
+def test_s3_requests_in_flight_are_the_machines_64_shared_among_its_processes_at_least_8_each():
+    from spotguard_agent.store import transfer_for
+
+    assert transfer_for(0, 1).max_concurrency == 64  # one process of a one-GPU job: its whole share
+    assert transfer_for(0, 4).max_concurrency == 16
+    assert transfer_for(0, 8).max_concurrency == 8
+    assert transfer_for(0, 16).max_concurrency == 8  # never fewer than 8
+    assert transfer_for(24, 8).max_concurrency == 24  # SPOTGUARD_S3_CONCURRENCY, as it says
+    assert transfer_for(0, 1).multipart_chunksize == 16 * 1024 * 1024
+
+
+def test_the_agent_s3_client_has_a_connection_for_every_request_in_flight(tmp_path):
+    env = {"SPOTGUARD_CHECKPOINT_URI": "s3://bucket-x/jobs/a/", "SPOTGUARD_WATCH_METADATA": "false"}
+    env |= {"AWS_DEFAULT_REGION": "us-east-1", "RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}
+    agent = Agent.from_env(env)
+    assert agent.store.transfer.max_concurrency == 16  # 64 among 4 processes on the machine
+    assert agent.store.client.meta.config.max_pool_connections >= 16
+    agent = Agent.from_env({**env, "SPOTGUARD_S3_CONCURRENCY": "40"})
+    assert agent.store.transfer.max_concurrency == 40
+    assert agent.store.client.meta.config.max_pool_connections >= 40
+    with pytest.raises(StoreError, match="SPOTGUARD_S3_CONCURRENCY"):
+        Agent.from_env({**env, "SPOTGUARD_S3_CONCURRENCY": "many"})
 
 
 def _sigterm_once_ready(command: list[str], env: dict[str, str]) -> tuple[int, float, str]:
