@@ -32,10 +32,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torchrun_jobs
 from checkpoint import hardware_main
 from spotguard_agent import CheckpointStore
 from torchrun_jobs import DDP, EXIT_RE, FSDP, job_env, run, same_weights, signalled, torchrun, wrapped
 
+# One job's run takes seconds (30 steps, CUDA and nccl started): a hung one fails its check in 2 minutes
+# rather than eat the borrowed machine's time that the figures need.
+torchrun_jobs.TIMEOUT = 120
 SNAPSHOT_GOAL = 0.8  # of one pinned copy's GB/s
 COMMIT_GOAL = 1.25  # of the parallel writers' seconds
 STEPS = 30
@@ -148,7 +152,9 @@ def main() -> int:
     try:
         sizes = [float(x) for x in args.sizes.split(",")]
     except ValueError:
-        p.error(f"--sizes {args.sizes!r}: GiB figures separated by commas, e.g. 1,13.5")
+        sizes = []
+    if not sizes or min(sizes) <= 0:
+        p.error(f"--sizes {args.sizes!r}: GiB figures above 0 separated by commas, e.g. 1,13.5")
     cuda = torch.cuda.is_available() and not args.rehearse
     if not cuda and not args.rehearse:
         p.error("no CUDA device here (--rehearse runs the same checks on the CPU)")

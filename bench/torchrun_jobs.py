@@ -4,11 +4,13 @@ tests/agent/test_torchrun.py (2 ranks, gloo, CPU) and bench/gpu_check.py (the sa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -60,11 +62,29 @@ def wrapped(cmd: list[str]) -> list[str]:
 
 
 def run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    """Run `cmd` to its end; one still running TIMEOUT seconds after its start is killed with the
+    processes it started (its exit status then says so)."""
+    proc = start(cmd, env)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        kill(proc)
+        out, err = proc.communicate()
+        err += f"\n(killed after {TIMEOUT} s)"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """`cmd` in a process group of its own (torchrun and its ranks with it), for `kill`."""
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    """`proc` and every process it started (they hold its output open)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def read_until(proc: subprocess.Popen[str], pattern: str) -> None:
@@ -88,15 +108,20 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 def signalled(
     cmd: list[str], env: dict[str, str], after_step: int, sig: signal.Signals
 ) -> tuple[int, str, str]:
-    """Start `cmd`, send `sig` to it once it has printed step `after_step`, and wait for its end."""
+    """Start `cmd`, send `sig` to it once it has printed step `after_step`, and wait for its end. One not
+    ended TIMEOUT seconds after its start is killed with the processes it started (the read or the
+    wait then fails)."""
     proc = start(cmd, env)
+    watchdog = threading.Timer(TIMEOUT, kill, args=(proc,))
+    watchdog.start()
     try:
         read_until(proc, rf"step {after_step} loss .*")
         proc.send_signal(sig)
         return finish(proc)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
-            proc.kill()
+            kill(proc)
             proc.wait()
 
 

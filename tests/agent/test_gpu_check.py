@@ -42,3 +42,29 @@ def test_without_a_gpu_it_says_so_in_one_line():
     )
     assert done.returncode == 2
     assert "no CUDA device here (--rehearse runs the same checks on the CPU)" in done.stderr
+
+
+# a first process whose child holds the output open: killing the first alone would leave the read waiting
+# for the child's minute
+HANGS = (
+    "import subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+)
+
+
+@pytest.mark.parametrize("helper", ["signalled", "run"])
+def test_a_job_past_its_time_is_killed_with_the_processes_it_started(monkeypatch, helper):
+    import signal
+    import time
+
+    from bench import torchrun_jobs
+
+    monkeypatch.setattr(torchrun_jobs, "TIMEOUT", 1)
+    cmd, started = [sys.executable, "-c", HANGS], time.monotonic()
+    if helper == "signalled":  # it never prints the step to signal it after
+        with pytest.raises(AssertionError, match="ended before"):
+            torchrun_jobs.signalled(cmd, dict(os.environ), 5, signal.SIGTERM)
+    else:
+        done = torchrun_jobs.run(cmd, dict(os.environ))
+        assert done.returncode != 0 and "killed after 1 s" in done.stderr
+    assert time.monotonic() - started < 20
