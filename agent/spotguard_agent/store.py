@@ -73,9 +73,6 @@ PART = 16 * 1024 * 1024  # bytes: multipart above this, in parts of this
 # one process of a one-GPU job no longer sends a 13.5 GiB stop checkpoint through 8 (0.7 GB/s, 20 s).
 NODE_CONCURRENCY = 64
 MIN_CONCURRENCY = 8
-TRANSFER = TransferConfig(
-    multipart_threshold=PART, multipart_chunksize=PART, max_concurrency=MIN_CONCURRENCY, use_threads=True
-)
 
 
 def transfer_for(concurrency: int, local_processes: int) -> TransferConfig:
@@ -86,6 +83,9 @@ def transfer_for(concurrency: int, local_processes: int) -> TransferConfig:
     return TransferConfig(
         multipart_threshold=PART, multipart_chunksize=PART, max_concurrency=n, use_threads=True
     )
+
+
+TRANSFER = transfer_for(MIN_CONCURRENCY, 1)  # a store made without the agent's environment
 
 
 RESTORE_ATTEMPTS = 3  # tries of one checkpoint's whole restore, each after botocore's own retries
