@@ -4,6 +4,8 @@
    the rest in the background; sync: copy, write and upload) against a step that does not.
 2. Commit time of a 1 GiB checkpoint (4 files of 256 MiB) through the agent (transfer manager, parallel
    multipart, manifest last) against the same bytes sent as a single plain put_object.
+2b. The stop checkpoint of a --gib GiB training state (1,152 tensors) streamed to S3 as it is written,
+   against the same files written, hashed and fsynced into a local directory, then uploaded.
 
 Only ratios within one run mean anything on a shared machine; moto keeps objects in memory, so the
 figures measure the client side (hashing, parallelism) more than a network.
@@ -41,7 +43,8 @@ import torch
 from spotguard_agent import Agent, AgentEnv, CheckpointStore
 from spotguard_agent.ranks import Ranks
 from spotguard_agent.snapshot import HostBuffers
-from spotguard_agent.torch_state import _threads, save
+from spotguard_agent.store import transfer_for
+from spotguard_agent.torch_state import HashingFileSystem, _threads, save
 from torch import nn
 
 
@@ -100,6 +103,37 @@ def commit_vs_put(s3: object, bucket: str, gib: float) -> dict[str, float]:
         s3.put_object(Bucket=bucket, Key=f"plain/{uuid.uuid4().hex}", Body=blob)  # type: ignore[attr-defined]
         put_s = time.perf_counter() - t
     return {"bytes": float(total), "agent_commit_s": agent_s, "single_put_s": put_s}
+
+
+def stop_commit_to_s3(s3: object, bucket: str, gib: float) -> dict[str, float]:
+    """The stop checkpoint of a `gib` GiB training state to S3: streamed up as it is written (the agent)
+    against the same DCP files written, hashed and fsynced into a local directory first and then
+    uploaded (the agent's path before: a second pass through a disk)."""
+    state = training_state(gib, torch.device("cpu"))
+    nbytes = sum(v.numel() * v.element_size() for v in _tensors(state))
+    env = AgentEnv.model_validate({"SPOTGUARD_CHECKPOINT_URI": f"s3://{bucket}/stop/{uuid.uuid4().hex}/"})
+    store = CheckpointStore(s3, env.checkpoint_uri, keep=1, transfer=transfer_for(0, 1))
+    agent = Agent(env, store, install_signals=False, ranks=Ranks())
+    agent.host_buffers = HostBuffers()
+    agent.host_buffers.take(state)  # made before, as a running job's agent has them
+    agent.request_stop()
+    t = time.perf_counter()
+    save(agent, 1, 0.5, state)
+    streamed = time.perf_counter() - t
+    with tempfile.TemporaryDirectory() as d:
+        import torch.distributed.checkpoint as dcp
+
+        t = time.perf_counter()
+        payload = {f"t{i}": v for i, v in enumerate(_tensors(agent.host_buffers.take(state)))}
+        fs = HashingFileSystem()
+        writer = dcp.FileSystemWriter(d, thread_count=_threads(agent), sync_files=True, overwrite=True)
+        writer.fs = fs
+        dcp.save(payload, storage_writer=writer, no_dist=True)
+        written = time.perf_counter() - t
+        key = f"staged/{uuid.uuid4().hex}/"
+        store.backend.put_files([(Path(d) / e.path, key + e.path) for e in fs.entries()])
+        staged = time.perf_counter() - t
+    return {"bytes": float(nbytes), "streamed_s": streamed, "staged_s": staged, "written_s": written}
 
 
 # ------------------------------------------------------------------------------------ GPU mode
@@ -317,6 +351,14 @@ def main() -> None:
         print(f"  one plain put_object of the same bytes                 {c['single_put_s']:6.2f} s")
         ratio = c["agent_commit_s"] / c["single_put_s"]
         print(f"  ratio agent / put_object                               {ratio:6.2f}")
+        s = stop_commit_to_s3(s3, bucket, args.gib)
+        gib = s["bytes"] / 1024**3
+        print(f"\nstop checkpoint of a {gib:.2f} GiB training state ({TENSORS} tensors) to S3:")
+        print(f"  streamed up as written (the agent)                     {s['streamed_s']:6.2f} s")
+        print(
+            f"  written to a local disk ({s['written_s']:.2f} s), then uploaded       {s['staged_s']:6.2f} s"
+            f"   streamed x{s['streamed_s'] / s['staged_s']:.2f} of it"
+        )
 
 
 if __name__ == "__main__":

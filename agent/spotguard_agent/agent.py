@@ -59,6 +59,7 @@ from spotguard_agent.store import (
     CheckpointStore,
     CheckpointUnavailable,
     Committed,
+    Parts,
     StoreError,
     transfer_for,
 )
@@ -466,13 +467,14 @@ class Agent:
 
     def commit_parts(
         self,
-        write: Callable[[Path, Any], list[FileEntry]],
+        write: Callable[[Parts, Any], list[FileEntry]],
         step: int,
         progress: float,
         sync: bool = False,
     ) -> None:
-        """Commit a checkpoint whose files `write(directory, group)` writes into `directory` (durably,
-        returning each file's entry, hashed as written), `group` being the agent's process group for
+        """Commit a checkpoint whose files `write(parts, group)` writes where `parts` says (store.Parts:
+        a directory in place, or streams to S3), returning each file's entry, hashed as written; they
+        are durable once it returns. `group` is the agent's process group for
         the writers' own collectives (None in one process). In the background unless `sync` or stopping;
         in a job of several ranks every rank calls it at the same step, and rank 0 writes the manifest
         of every rank's files once all of them are durable: a rank that fails or dies leaves none."""
@@ -496,7 +498,7 @@ class Agent:
         self._pending.start()
 
     def _commit_parts(
-        self, write: Callable[[Path, Any], list[FileEntry]], step: int, progress: float
+        self, write: Callable[[Parts, Any], list[FileEntry]], step: int, progress: float
     ) -> Committed:
         started = time.monotonic()
         coll = self._coll() if self.ranks.distributed else None
@@ -507,36 +509,32 @@ class Agent:
             if isinstance(chosen, str):
                 raise StoreError(chosen)
             sequence = chosen
-        directory = self.store.stage(sequence)
+        entries: list[FileEntry] = []
+        error: str | None = None
         try:
-            entries: list[FileEntry] = []
-            error: str | None = None
-            try:
-                entries = write(directory, coll.commit if coll is not None else None)
-                self.store.upload(sequence, directory, entries)
-            except Exception as exc:
-                if coll is None:
-                    raise
-                error = f"rank {self.ranks.rank}: {type(exc).__name__}: {exc}"
+            with self.store.parts(sequence) as target:
+                entries = write(target, coll.commit if coll is not None else None)
+        except Exception as exc:
             if coll is None:
-                return self._publish(sequence, entries, step, progress, started)
-            parts = coll.gather((entries, error))
-            errors = [e for _, e in parts if e]
-            result: Committed | str | None = None
-            if self.ranks.leader:
-                every = [entry for files, _ in parts for entry in files]
-                result = (
-                    errors[0]
-                    if errors
-                    else _attempt(lambda: self._publish(sequence, every, step, progress, started))
-                )
-            result = coll.broadcast(result)
-            if isinstance(result, str):
-                raise StoreError(f"checkpoint {sequence} not committed: {result}")
-            assert isinstance(result, Committed)
-            return result
-        finally:
-            self.store.unstage(directory)
+                raise
+            error = f"rank {self.ranks.rank}: {type(exc).__name__}: {exc}"
+        if coll is None:
+            return self._publish(sequence, entries, step, progress, started)
+        parts = coll.gather((entries, error))
+        errors = [e for _, e in parts if e]
+        result: Committed | str | None = None
+        if self.ranks.leader:
+            every = [entry for files, _ in parts for entry in files]
+            result = (
+                errors[0]
+                if errors
+                else _attempt(lambda: self._publish(sequence, every, step, progress, started))
+            )
+        result = coll.broadcast(result)
+        if isinstance(result, str):
+            raise StoreError(f"checkpoint {sequence} not committed: {result}")
+        assert isinstance(result, Committed)
+        return result
 
     def _publish(
         self, sequence: int, entries: list[FileEntry], step: int, progress: float, started: float

@@ -1,10 +1,12 @@
 """Committed checkpoints on S3 (or in a local directory, such as a mounted EBS volume that SpotGuard
 snapshots): write the files, then MANIFEST.json last; restore the newest good one.
 
-- commit: every file goes up through boto3's transfer manager (parallel, multipart for large files);
-  the manifest is written only after all of them, so a checkpoint cut short by SIGKILL has no manifest
-  and does not exist. Older checkpoints beyond `keep` are deleted only after the new one is committed
-  (see "Retention" below); a retention that fails is logged and leaves the commit standing.
+- commit: every file goes up through boto3's transfer manager (parallel, multipart for large files),
+  from a directory (`commit`) or streamed as it is written (`parts`: torch_state's checkpoints, never
+  through a local disk); the manifest is written only after all of them, so a checkpoint cut short by
+  SIGKILL has no manifest and does not exist. Older checkpoints beyond `keep` are deleted only after
+  the new one is committed (see "Retention" below); a retention that fails is logged and leaves the
+  commit standing.
 - a `file:///path/` URI keeps checkpoints in that directory: files are copied and fsynced, and the
   manifest is written to a temporary name, fsynced and renamed, so it appears whole or not at all. No
   symbolic link below that directory is followed, on commit or on restore.
@@ -31,6 +33,7 @@ committed past them; another job's checkpoints are never deleted.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
@@ -40,6 +43,7 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +62,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 from pydantic import ValidationError
 from s3transfer.exceptions import RetriesExceededError
+from s3transfer.subscribers import BaseSubscriber
 
 from spotguard_agent.manifest import MANIFEST, FileEntry, Manifest, list_files, sequence_name, sha256_of
 
@@ -80,9 +85,15 @@ def transfer_for(concurrency: int, local_processes: int) -> TransferConfig:
     share of the machine's NODE_CONCURRENCY among `local_processes`, at least MIN_CONCURRENCY. In
     memory at most that many parts of 16 MiB (64: 1 GiB)."""
     n = concurrency or max(MIN_CONCURRENCY, NODE_CONCURRENCY // max(1, local_processes))
-    return TransferConfig(
+    config = TransferConfig(
         multipart_threshold=PART, multipart_chunksize=PART, max_concurrency=n, use_threads=True
     )
+    # A file streamed up as it is written (CheckpointStore.parts) holds its parts in memory until sent,
+    # and is read by a submission thread of its own for as long as it is written: as many of each as
+    # there are requests in flight, or the streams would wait on s3transfer's defaults (10 and 5).
+    config.max_in_memory_upload_chunks = n
+    config.max_submission_concurrency = n
+    return config
 
 
 TRANSFER = transfer_for(MIN_CONCURRENCY, 1)  # a store made without the agent's environment
@@ -198,6 +209,32 @@ class S3Backend:
             for f in [manager.upload(str(path), self.bucket, key) for path, key in pairs]:
                 f.result()
 
+    @contextlib.contextmanager
+    def streams(self) -> Iterator[Callable[[str], contextlib.AbstractContextManager[Any]]]:
+        """`open(key)`: a context whose writable stream goes up to `key` as it is written, through one
+        transfer manager for every stream opened here (its requests in flight shared among them). The
+        object is complete when the context ends without an error; an error inside it (or an upload that
+        fails) leaves no object: the multipart upload is aborted, never completed short. No byte touches
+        a local disk."""
+        with create_transfer_manager(self.client, self.transfer) as manager:
+
+            @contextlib.contextmanager
+            def open_(key: str) -> Iterator[_Pipe]:
+                pipe = _Pipe(key, 2 * self.transfer.multipart_chunksize)
+                future = manager.upload(pipe, self.bucket, key, subscribers=[_EndsPipe(pipe)])
+                try:
+                    yield pipe
+                except BaseException as exc:
+                    pipe.abort(f"not completed: its writer failed ({type(exc).__name__})")
+                    failure = _failure(future)  # waits for the upload to end (aborted)
+                    if isinstance(exc, _PipeAborted) and failure is not None:
+                        raise failure from None  # the upload failed first: its error says why
+                    raise
+                pipe.close()
+                future.result()
+
+            yield open_
+
     def put_bytes(self, key: str, body: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
 
@@ -221,6 +258,106 @@ class S3Backend:
                     f"{len(answer['Errors'])} of {len(keys[i : i + 1000])} objects not deleted, "
                     f"such as {first.get('Key')} ({first.get('Code')})"
                 )
+
+
+class _PipeAborted(StoreError):
+    """A stream's writer or its upload ended the other side."""
+
+
+class _Pipe:
+    """The bytes of one file, from the thread that writes them to the transfer manager, which reads a
+    stream that cannot seek in parts of its chunk size. At most `limit` bytes wait in between: a writer
+    faster than its upload waits for it. `close` is the end of the file; `abort` ends both sides with
+    an error instead, so a file cut short is never taken for a whole one."""
+
+    def __init__(self, key: str, limit: int) -> None:
+        self.key, self.limit = key, limit
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._held = 0
+        self._closed = False
+        self._error: str | None = None
+        self._cond = threading.Condition()
+
+    # the writer's side
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        step = max(1, self.limit // 2)
+        for at in range(0, len(view), step):
+            piece = bytes(view[at : at + step])  # a copy: the writer may reuse its buffer
+            with self._cond:
+                while self._held >= self.limit and self._error is None:
+                    self._cond.wait()
+                self._check()
+                if self._closed:
+                    raise ValueError(f"{self.key}: written after its end")
+                self._chunks.append(piece)
+                self._held += len(piece)
+                self._cond.notify_all()
+        return len(view)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def abort(self, why: str) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = why
+            self._cond.notify_all()
+
+    # the transfer manager's side
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def read(self, amount: int | None = -1) -> bytes:
+        """`amount` bytes (fewer only at the end of the file), or every byte to the end."""
+        out: list[bytes] = []
+        wanted = amount if amount is not None and amount >= 0 else None
+        got = 0
+        with self._cond:
+            while wanted is None or got < wanted:
+                while not self._chunks and not self._closed and self._error is None:
+                    self._cond.wait()
+                self._check()
+                if not self._chunks:  # closed: the end of the file
+                    break
+                chunk = self._chunks.popleft()
+                if wanted is not None and got + len(chunk) > wanted:
+                    keep = wanted - got
+                    self._chunks.appendleft(chunk[keep:])
+                    chunk = chunk[:keep]
+                out.append(chunk)
+                got += len(chunk)
+                self._held -= len(chunk)
+                self._cond.notify_all()
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise _PipeAborted(f"{self.key}: {self._error}")
+
+
+def _failure(future: Any) -> BaseException | None:
+    try:
+        future.result()
+    except BaseException as exc:
+        return exc
+    return None
+
+
+class _EndsPipe(BaseSubscriber):  # type: ignore[misc]
+    """An upload that ends before its file does (it failed) ends the writer's side too, which would
+    otherwise wait for room that never comes."""
+
+    def __init__(self, pipe: _Pipe) -> None:
+        self.pipe = pipe
+
+    def on_done(self, future: Any, **kwargs: Any) -> None:
+        self.pipe.abort("its upload failed")
 
 
 class LocalBackend:
@@ -378,6 +515,17 @@ def _copy(src: int, dst: int) -> None:
 
 
 @dataclass(frozen=True)
+class Parts:
+    """Where one process writes its files of a checkpoint (CheckpointStore.parts): into `directory`,
+    in place (a file:// store), or each through `open(name)`, a context whose writable stream goes up
+    to the file's object as it is written (S3: no copy through a local disk, which may be too small or
+    too slow for a GPU's state; the upload runs while the file is written)."""
+
+    directory: Path | None = None
+    open: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None
+
+
+@dataclass(frozen=True)
 class Committed:
     manifest: Manifest
     uri: str  # of its MANIFEST.json
@@ -490,31 +638,25 @@ class CheckpointStore:
     def next_sequence(self) -> int:
         return self._next(self._keys())
 
-    def stage(self, sequence: int) -> Path:
-        """Where this process writes its files of checkpoint `sequence`."""
+    @contextlib.contextmanager
+    def parts(self, sequence: int) -> Iterator[Parts]:
+        """Where this process writes its files of checkpoint `sequence`: in a file:// store into the
+        checkpoint's own directory, in place (each file fsynced by its writer; the directory is fsynced
+        here once they are all written); in S3 each file streamed up to its object as it is written.
+        When the context ends without an error, every file written in it is durable; the manifest is
+        the caller's to publish."""
         if isinstance(self.backend, LocalBackend):
             key = self.location.key(sequence, MANIFEST)
             directories, _ = self.backend._parts(key)
-            os.close(self.backend._directory(directories, create=True))  # made without following a link
-            return Path(key).parent
-        return Path(tempfile.mkdtemp(prefix=f"spotguard-ckpt-{sequence_name(sequence)}-"))
-
-    def upload(self, sequence: int, directory: Path, entries: list[FileEntry]) -> None:
-        """Send this process's files of checkpoint `sequence`, written in `stage(sequence)`, up (a
-        file:// store: they are in place, fsynced by their writer; their directory is fsynced here)."""
-        if isinstance(self.backend, LocalBackend):
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            fd = self.backend._directory(directories, create=True)  # made without following a link
             try:
+                yield Parts(directory=Path(key).parent)
                 os.fsync(fd)
             finally:
                 os.close(fd)
             return
-        self.backend.put_files([(directory / e.path, self.location.key(sequence, e.path)) for e in entries])
-
-    def unstage(self, directory: Path) -> None:
-        """Remove a staging directory (S3 only: a file:// store's is the checkpoint itself)."""
-        if not isinstance(self.backend, LocalBackend):
-            shutil.rmtree(directory, ignore_errors=True)
+        with self.backend.streams() as open_:
+            yield Parts(open=lambda name: open_(self.location.key(sequence, name)))
 
     def publish(
         self,

@@ -12,7 +12,8 @@ they are written, fsynced and uploaded in the background (after SIGTERM at once)
 torch.distributed.checkpoint (DCP) with several writer threads. In a job of several ranks every rank
 calls it at the same step: DCP writes tensors replicated on every rank once and each DTensor shard by
 its owner, and the agent commits one manifest of every rank's files. In a file:// store the files are
-written straight into the checkpoint's directory; for S3 into a local directory, then uploaded.
+written straight into the checkpoint's directory; to S3 each is streamed up as it is written, with no
+copy through a local disk (store.CheckpointStore.parts).
 
 What is kept: every tensor, under the path of keys that leads to it; the state's other values (numbers,
 strings, the optimizer's param_groups, the structure itself with its key types) as this rank's
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import io
 import os
@@ -34,20 +36,23 @@ import pickle
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from spotguard_agent.agent import Agent
 from spotguard_agent.manifest import FileEntry
 from spotguard_agent.snapshot import HostBuffers
+from spotguard_agent.store import Parts
 
 STATE_FILE = "state.pt"  # the earlier single-file format, still loaded
 TENSOR = "t:"  # DCP keys: t:<path of the tensor in the state>
 SKELETON = "skeleton:"  # skeleton:<rank>: the state's structure and values that are not tensors
 SEP = "/"
+STREAMED = "streamed"  # DCP's path for a checkpoint whose files are streamed up (only their names count)
 _BUFFER = 4 * 1024 * 1024
 # DCP says this whenever it runs without a process group, which is how one process saves and loads here
 warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
@@ -123,17 +128,34 @@ def save(agent: Agent, step: int, progress: float, state: dict[str, Any], sync: 
     payload: dict[str, Any] = {**tensors, f"{SKELETON}{agent.ranks.rank}": _as_tensor(pickle.dumps(skeleton))}
     threads = _threads(agent)
 
-    def write(directory: Path, group: Any) -> list[FileEntry]:
+    def write(parts: Parts, group: Any) -> list[FileEntry]:
         import torch.distributed.checkpoint as dcp
 
-        fs = HashingFileSystem()
-        writer = dcp.FileSystemWriter(directory, thread_count=threads, sync_files=True, overwrite=True)
+        fs = HashingFileSystem(parts.open)
+        writer = _checked_writer()(
+            parts.directory or STREAMED,
+            thread_count=threads,
+            sync_files=parts.directory is not None,  # a streamed file is durable when its upload ends
+            overwrite=True,
+        )
         writer.fs = fs
-        dcp.save(payload, storage_writer=writer, process_group=group, no_dist=group is None)
+        try:
+            dcp.save(payload, storage_writer=writer, process_group=group, no_dist=group is None)
+        except CheckpointException as exc:  # a BaseException whose text is every rank's traceback
+            raise _first_failure(exc) from None
         return fs.entries()
 
     agent.commit_parts(write, step, progress, sync=sync)
     agent.note_cost(time.monotonic() - started)
+
+
+def _first_failure(exc: CheckpointException) -> Exception:
+    """The error of the lowest rank that failed, as that rank raised it (one line, an Exception)."""
+    for rank in sorted(exc.failures):
+        error = exc.failures[rank][0]
+        if isinstance(error, Exception):
+            return error
+    return RuntimeError(f"checkpoint not written by rank(s) {sorted(exc.failures)}")
 
 
 def _threads(agent: Agent) -> int:
@@ -239,20 +261,72 @@ def _no_zip_crc32() -> Iterator[None]:
         set_(before)
 
 
+@functools.cache
+def _checked_writer() -> type:
+    """DCP's FileSystemWriter, but a save whose writer threads did not write every item fails. DCP's
+    extra writer threads end on an error (a full disk, an upload refused) without telling the save,
+    which would otherwise go on to write metadata of a checkpoint without those tensors, and the agent
+    commit it."""
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    class CheckedWriter(FileSystemWriter):  # type: ignore[misc]
+        def write_data(self, plan: Any, planner: Any) -> Any:
+            future = super().write_data(plan, planner)
+            written = len(future.wait())
+            if written != len(plan.items):
+                why = getattr(self.fs, "first_error", None)
+                raise OSError(
+                    f"{len(plan.items) - written} of {len(plan.items)} items of this rank's checkpoint "
+                    f"not written: {why or 'a writer thread failed'}"
+                )
+            return future
+
+    return CheckedWriter
+
+
 def _filesystem_base() -> type:
     from torch.distributed.checkpoint.filesystem import FileSystem
 
     return FileSystem
 
 
+class _HashingSink(io.RawIOBase):
+    """Writes to `sink` (a streamed upload), hashing what it writes. Closing it does not end the sink:
+    the upload completes only when its own context ends without an error."""
+
+    def __init__(self, sink: Any) -> None:
+        super().__init__()
+        self.sink = sink
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:  # DCP records where each item starts
+        return self.size
+
+    def write(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        self.sink.write(view)
+        self.sha.update(view)
+        self.size += len(view)
+        return len(view)
+
+
 class HashingFileSystem(_filesystem_base()):  # type: ignore[misc]
     """DCP's local file system, but every file it writes is hashed while written (sha256 and size
-    recorded by name) and never written through a symbolic link."""
+    recorded by name) and never written through a symbolic link. With `open` (store.Parts.open: S3),
+    every file is streamed up through `open(name)` instead of written to a disk; DCP's metadata, which
+    it writes under a temporary name and renames, is kept in memory until renamed, then sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, open: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None) -> None:
         super().__init__()
+        self._open = open
         self._lock = threading.Lock()
         self._files: dict[str, tuple[int, str]] = {}
+        self._held: dict[str, bytes] = {}  # streamed: files written under a temporary name
+        self.first_error: str | None = None  # of a file that could not be written, in one line
 
     @contextlib.contextmanager
     def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[io.IOBase]:
@@ -260,21 +334,55 @@ class HashingFileSystem(_filesystem_base()):  # type: ignore[misc]
             with super().create_stream(path, mode) as stream:
                 yield stream
             return
-        path = Path(path)
-        raw = _HashingRaw(path)
-        stream = _DurableWriter(raw, buffer_size=_BUFFER)
-        with stream, _no_zip_crc32():
-            yield stream
+        name = Path(path).name
+        try:
+            if self._open is None:
+                raw: _HashingRaw | _HashingSink = _HashingRaw(Path(path))
+                with _DurableWriter(raw, buffer_size=_BUFFER) as stream, _no_zip_crc32():
+                    yield stream
+            elif name.endswith(".tmp"):
+                with io.BytesIO() as held:
+                    yield held
+                    self._held[name] = held.getvalue()
+                return
+            else:
+                with self._open(name) as sink:
+                    raw = _HashingSink(sink)
+                    with io.BufferedWriter(raw, buffer_size=_BUFFER) as stream, _no_zip_crc32():
+                        yield stream
+        except BaseException as exc:
+            with self._lock:
+                self.first_error = self.first_error or f"{name}: {type(exc).__name__}: {exc}"
+            raise
         with self._lock:
-            self._files[path.name] = (raw.size, raw.sha.hexdigest())
+            self._files[name] = (raw.size, raw.sha.hexdigest())
 
     def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
+        old, new = Path(path).name, Path(new_path).name
+        if self._open is not None and old in self._held:
+            data = self._held.pop(old)
+            with self._open(new) as sink:
+                raw = _HashingSink(sink)
+                raw.write(data)
+            with self._lock:
+                self._files[new] = (raw.size, raw.sha.hexdigest())
+            return
         super().rename(path, new_path)
         with self._lock:
-            self._files[Path(new_path).name] = self._files.pop(Path(path).name)
+            self._files[new] = self._files.pop(old)
+
+    def mkdir(self, path: str | os.PathLike[str]) -> None:
+        if self._open is None:
+            super().mkdir(path)
+
+    def exists(self, path: str | os.PathLike[str]) -> bool:
+        # streamed: a checkpoint's sequence is new, so nothing of it exists yet
+        return False if self._open is not None else bool(super().exists(path))
 
     def entries(self) -> list[FileEntry]:
         with self._lock:
+            if self.first_error is not None:
+                raise OSError(f"a file of the checkpoint was not written: {self.first_error}")
             return [
                 FileEntry(path=name, size=size, sha256=sha)
                 for name, (size, sha) in sorted(self._files.items())

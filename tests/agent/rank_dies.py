@@ -4,25 +4,29 @@ tests/agent/test_torchrun.py, run by torchrun in place of the example."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from spotguard_agent.store import CheckpointStore
+from spotguard_agent.store import CheckpointStore, Parts
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
 
 if os.environ.get("RANK") == os.environ.get("DIE_RANK", "1"):
-    upload, die_at = CheckpointStore.upload, int(os.environ["DIE_AT_SEQUENCE"])
+    parts, die_at = CheckpointStore.parts, int(os.environ["DIE_AT_SEQUENCE"])
 
-    def upload_or_die(self: CheckpointStore, sequence: int, directory: Path, entries: list) -> None:
-        if sequence >= die_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        upload(self, sequence, directory, entries)
+    @contextlib.contextmanager
+    def parts_or_die(self: CheckpointStore, sequence: int) -> Iterator[Parts]:
+        with parts(self, sequence) as target:
+            yield target  # this rank's files are written here
+            if sequence >= die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
 
-    CheckpointStore.upload = upload_or_die  # type: ignore[method-assign]
+    CheckpointStore.parts = parts_or_die  # type: ignore[method-assign]
 
 sys.path.insert(0, str(EXAMPLE.parent))
 sys.argv = [str(EXAMPLE), *sys.argv[1:]]

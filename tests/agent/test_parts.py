@@ -192,6 +192,33 @@ def test_the_writers_skip_the_zip_crc32_the_sha256_covers_and_leave_the_jobs_own
     assert torch.equal(torch.load(tmp_path / "f", weights_only=True), torch.arange(5.0))
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the writer's end
+def test_a_writer_thread_that_fails_fails_the_save_and_the_last_checkpoint_stays(tmp_path, monkeypatch):
+    """DCP's extra writer threads end on an error without telling the save, which went on to write the
+    metadata and files of the other threads: a checkpoint without those tensors, committed."""
+    import errno
+    import threading
+
+    from spotguard_agent.torch_state import _HashingRaw
+
+    agent = _agent(tmp_path, SPOTGUARD_WRITE_THREADS="4")
+    save(agent, 1, 0.1, _state(), sync=True)
+    write = _HashingRaw.write
+
+    def full_disk_for_threads(self, b):
+        if threading.current_thread() is not threading.main_thread():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self, b)
+
+    monkeypatch.setattr(_HashingRaw, "write", full_disk_for_threads)
+    with pytest.raises(OSError, match="No space left on device") as failed:
+        save(agent, 2, 0.2, _state(), sync=True)
+    assert "\n" not in str(failed.value).strip()
+    monkeypatch.undo()
+    assert agent.store.committed() == [0] and agent.last.manifest.step == 1
+    assert agent.restore(tmp_path / "r") is not None and load(tmp_path / "r")["step"] == 7
+
+
 def test_load_in_place_fills_the_given_tensors(tmp_path):
     agent = _agent(tmp_path)
     state = _state()
