@@ -59,6 +59,7 @@ from spotguard_agent.store import (
     CheckpointStore,
     CheckpointUnavailable,
     Committed,
+    OtherRankFailed,
     Parts,
     StoreError,
     transfer_for,
@@ -511,20 +512,23 @@ class Agent:
             sequence = chosen
         entries: list[FileEntry] = []
         error: str | None = None
+        own = True
         try:
             with self.store.parts(sequence) as target:
                 entries = write(target, coll.commit if coll is not None else None)
         except Exception as exc:
             if coll is None:
                 raise
-            error = f"rank {self.ranks.rank}: {type(exc).__name__}: {exc}"
+            own = not isinstance(exc, OtherRankFailed)
+            error = f"rank {self.ranks.rank}: {type(exc).__name__}: {exc}" if own else str(exc)
         if coll is None:
             return self._publish(sequence, entries, step, progress, started)
-        parts = coll.gather((entries, error))
-        errors = [e for _, e in parts if e]
+        parts = coll.gather((entries, error, own))
+        # a rank's own failure is the one said, before the ranks that failed because of it
+        errors = [e for _, e, first in sorted(parts, key=lambda p: not p[2]) if e]
         result: Committed | str | None = None
         if self.ranks.leader:
-            every = [entry for files, _ in parts for entry in files]
+            every = [entry for files, _, _ in parts for entry in files]
             result = (
                 errors[0]
                 if errors

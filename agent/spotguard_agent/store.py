@@ -62,7 +62,6 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 from pydantic import ValidationError
 from s3transfer.exceptions import RetriesExceededError
-from s3transfer.subscribers import BaseSubscriber
 
 from spotguard_agent.manifest import MANIFEST, FileEntry, Manifest, list_files, sequence_name, sha256_of
 
@@ -86,7 +85,13 @@ def transfer_for(concurrency: int, local_processes: int) -> TransferConfig:
     memory at most that many parts of 16 MiB (64: 1 GiB)."""
     n = concurrency or max(MIN_CONCURRENCY, NODE_CONCURRENCY // max(1, local_processes))
     config = TransferConfig(
-        multipart_threshold=PART, multipart_chunksize=PART, max_concurrency=n, use_threads=True
+        multipart_threshold=PART,
+        multipart_chunksize=PART,
+        max_concurrency=n,
+        use_threads=True,
+        # not the CRT client boto3 picks on instances it deems optimized (p4d, p5, ...) when awscrt is
+        # installed: the streams below rely on s3transfer's own reading, limits and retries
+        preferred_transfer_client="classic",
     )
     # A file streamed up as it is written (CheckpointStore.parts) holds its parts in memory until sent,
     # and is read by a submission thread of its own for as long as it is written: as many of each as
@@ -105,6 +110,11 @@ RETRY_PAUSE_SECONDS = 2.0  # before the second try; doubled before each further 
 
 class StoreError(RuntimeError):
     """A checkpoint location, SPOTGUARD_RESUME_FROM or restore target that cannot be used, in one line."""
+
+
+class OtherRankFailed(StoreError):
+    """This rank's part of a checkpoint failed because another rank's did: its text names that rank and
+    its error (the one to report, rather than this rank's)."""
 
 
 class CheckpointUnavailable(StoreError):
@@ -221,7 +231,7 @@ class S3Backend:
             @contextlib.contextmanager
             def open_(key: str) -> Iterator[_Pipe]:
                 pipe = _Pipe(key, 2 * self.transfer.multipart_chunksize)
-                future = manager.upload(pipe, self.bucket, key, subscribers=[_EndsPipe(pipe)])
+                pipe.future = future = manager.upload(pipe, self.bucket, key)
                 try:
                     yield pipe
                 except BaseException as exc:
@@ -264,6 +274,9 @@ class _PipeAborted(StoreError):
     """A stream's writer or its upload ended the other side."""
 
 
+_POLL_SECONDS = 0.1  # how often a writer waiting for room looks whether its upload failed
+
+
 class _Pipe:
     """The bytes of one file, from the thread that writes them to the transfer manager, which reads a
     stream that cannot seek in parts of its chunk size. At most `limit` bytes wait in between: a writer
@@ -272,6 +285,7 @@ class _Pipe:
 
     def __init__(self, key: str, limit: int) -> None:
         self.key, self.limit = key, limit
+        self.future: Any = None  # the upload reading it: one that ends (fails) first ends the writer too
         self._chunks: collections.deque[bytes] = collections.deque()
         self._held = 0
         self._closed = False
@@ -285,8 +299,10 @@ class _Pipe:
         for at in range(0, len(view), step):
             piece = bytes(view[at : at + step])  # a copy: the writer may reuse its buffer
             with self._cond:
+                self._upload_going()
                 while self._held >= self.limit and self._error is None:
-                    self._cond.wait()
+                    self._cond.wait(_POLL_SECONDS)
+                    self._upload_going()
                 self._check()
                 if self._closed:
                     raise ValueError(f"{self.key}: written after its end")
@@ -340,6 +356,14 @@ class _Pipe:
         if self._error is not None:
             raise _PipeAborted(f"{self.key}: {self._error}")
 
+    def _upload_going(self) -> None:
+        """An upload that is done while its file is still being written has failed or been cancelled
+        (s3transfer marks it done at once, then reads on to the end of the file, skipping every part):
+        the writer stops now rather than write the rest of the file for nothing."""
+        if self._error is None and self.future is not None and self.future.done():
+            self._error = "its upload failed"
+            self._cond.notify_all()
+
 
 def _failure(future: Any) -> BaseException | None:
     try:
@@ -347,17 +371,6 @@ def _failure(future: Any) -> BaseException | None:
     except BaseException as exc:
         return exc
     return None
-
-
-class _EndsPipe(BaseSubscriber):  # type: ignore[misc]
-    """An upload that ends before its file does (it failed) ends the writer's side too, which would
-    otherwise wait for room that never comes."""
-
-    def __init__(self, pipe: _Pipe) -> None:
-        self.pipe = pipe
-
-    def on_done(self, future: Any, **kwargs: Any) -> None:
-        self.pipe.abort("its upload failed")
 
 
 class LocalBackend:
@@ -631,10 +644,10 @@ class CheckpointStore:
 
     # --------------------------------------------------- a checkpoint written in parts (torch_state)
     # The parts of one checkpoint may come from several processes (the ranks of a torchrun job): one of
-    # them picks the sequence (`next_sequence`), each writes its own files into `stage(sequence)` (the
-    # checkpoint's own directory in a file:// store, so nothing is copied again; a local temporary
-    # directory for S3) and sends them up (`upload`), and once every part is durable one of them writes
-    # the manifest listing every part's files (`publish`). A part that never arrives leaves no manifest.
+    # them picks the sequence (`next_sequence`), each writes its own files where `parts(sequence)` says
+    # (the checkpoint's own directory in a file:// store, so nothing is copied again; for S3 each file
+    # streamed up as it is written), and once every part is durable one of them writes the manifest
+    # listing every part's files (`publish`). A part that never arrives leaves no manifest.
     def next_sequence(self) -> int:
         return self._next(self._keys())
 

@@ -46,7 +46,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from spotguard_agent.agent import Agent
 from spotguard_agent.manifest import FileEntry
 from spotguard_agent.snapshot import HostBuffers
-from spotguard_agent.store import Parts
+from spotguard_agent.store import OtherRankFailed, Parts
 
 STATE_FILE = "state.pt"  # the earlier single-file format, still loaded
 TENSOR = "t:"  # DCP keys: t:<path of the tensor in the state>
@@ -54,6 +54,7 @@ SKELETON = "skeleton:"  # skeleton:<rank>: the state's structure and values that
 SEP = "/"
 STREAMED = "streamed"  # DCP's path for a checkpoint whose files are streamed up (only their names count)
 _BUFFER = 4 * 1024 * 1024
+MAX_FILE_BYTES = 64 * 1024**3  # a streamed file goes up in 16 MiB parts, at most 10,000 (156 GiB)
 # DCP says this whenever it runs without a process group, which is how one process saves and loads here
 warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
 
@@ -126,7 +127,8 @@ def save(agent: Agent, step: int, progress: float, state: dict[str, Any], sync: 
     skeleton, tensors = _split(buffers.take(state))
     agent.snapshot_seconds = buffers.last_seconds
     payload: dict[str, Any] = {**tensors, f"{SKELETON}{agent.ranks.rank}": _as_tensor(pickle.dumps(skeleton))}
-    threads = _threads(agent)
+    # enough files that none is over MAX_FILE_BYTES (S3 takes at most 10,000 parts of a file)
+    threads = max(_threads(agent), -(-buffers.bytes // MAX_FILE_BYTES))
 
     def write(parts: Parts, group: Any) -> list[FileEntry]:
         import torch.distributed.checkpoint as dcp
@@ -142,20 +144,25 @@ def save(agent: Agent, step: int, progress: float, state: dict[str, Any], sync: 
         try:
             dcp.save(payload, storage_writer=writer, process_group=group, no_dist=group is None)
         except CheckpointException as exc:  # a BaseException whose text is every rank's traceback
-            raise _first_failure(exc) from None
+            raise _first_failure(exc, agent.ranks.rank) from None
         return fs.entries()
 
     agent.commit_parts(write, step, progress, sync=sync)
     agent.note_cost(time.monotonic() - started)
 
 
-def _first_failure(exc: CheckpointException) -> Exception:
-    """The error of the lowest rank that failed, as that rank raised it (one line, an Exception)."""
-    for rank in sorted(exc.failures):
-        error = exc.failures[rank][0]
-        if isinstance(error, Exception):
-            return error
-    return RuntimeError(f"checkpoint not written by rank(s) {sorted(exc.failures)}")
+def _first_failure(exc: CheckpointException, rank: int) -> BaseException:
+    """What to raise for DCP's CheckpointException, which every rank gets alike: this rank's own error
+    when it failed (one line, as it raised it; an interrupt stays one), else OtherRankFailed naming the
+    lowest rank that failed and its error."""
+    failed = sorted(exc.failures)
+    if not failed:
+        return RuntimeError("the checkpoint was not written")
+    chosen = rank if rank in exc.failures else failed[0]
+    error = exc.failures[chosen][0]
+    if chosen == rank or not isinstance(error, Exception):
+        return error
+    return OtherRankFailed(f"rank {chosen}: {type(error).__name__}: {error}")
 
 
 def _threads(agent: Agent) -> int:
@@ -275,8 +282,9 @@ def _checked_writer() -> type:
             written = len(future.wait())
             if written != len(plan.items):
                 why = getattr(self.fs, "first_error", None)
+                part = "this process's part" if self.rank is None else f"rank {self.rank}'s part"
                 raise OSError(
-                    f"{len(plan.items) - written} of {len(plan.items)} items of this rank's checkpoint "
+                    f"{len(plan.items) - written} of {len(plan.items)} items of {part} of the checkpoint "
                     f"not written: {why or 'a writer thread failed'}"
                 )
             return future

@@ -118,6 +118,19 @@ def test_a_rank_killed_mid_commit_leaves_no_manifest_and_the_previous_checkpoint
     assert same_weights(tmp_path / "b.pt", reference)
 
 
+def test_a_rank_whose_writes_fail_is_the_one_named_and_nothing_is_committed(tmp_path):
+    """DCP tells every rank alike that one failed: the rank whose disk was full is the one said, not
+    rank 0 that failed only because of it."""
+    store = tmp_path / "store"
+    env = job_env(store, DIE_RANK="1", DIE_AT_SEQUENCE="1", DIE_HOW="disk-full")
+    failed = run(torchrun(DIES, 2, tmp_path / "a.pt", "--save-every", "10"), env)
+    assert failed.returncode not in (0, 75), failed.stdout[-2000:]
+    said = re.findall(r"checkpoint 1 not committed: (rank \d+: \w+)", failed.stderr)
+    assert said and set(said) == {"rank 1: OSError"}, failed.stderr[-3000:]
+    assert "No space left on device" in failed.stderr and "OtherRankFailed" not in failed.stderr
+    assert _store(store).committed() == [0]
+
+
 def test_a_stop_checkpoint_that_cannot_fit_its_budget_is_said_and_the_last_committed_one_kept(tmp_path):
     store = tmp_path / "store"
     env = job_env(store, SPOTGUARD_STOP_TIMEOUT_SECONDS="0.01")  # no commit can fit in it
