@@ -439,3 +439,20 @@ def test_a_late_sigusr1_after_close_does_not_turn_a_finished_job_into_a_failure(
     )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "finished" in done.stdout, done.stderr
+
+
+def test_dcp_s_exception_becomes_this_rank_s_own_error_or_names_the_rank_that_failed():
+    from spotguard_agent.store import OtherRankFailed
+    from spotguard_agent.torch_state import _first_failure
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    full = OSError(28, "No space left on device")
+    both = CheckpointException("failed", {1: (full, None), 3: (ValueError("x"), None)})
+    assert _first_failure(both, 1) is full  # this rank's own, as it raised it
+    other = _first_failure(both, 0)
+    assert (
+        isinstance(other, OtherRankFailed)
+        and str(other) == "rank 1: OSError: [Errno 28] No space left on device"
+    )
+    interrupted = KeyboardInterrupt()
+    assert _first_failure(CheckpointException("failed", {0: (interrupted, None)}), 2) is interrupted
