@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import hashlib
 import io
 import os
@@ -42,6 +41,7 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
 
 from spotguard_agent.agent import Agent
 from spotguard_agent.manifest import FileEntry
@@ -134,7 +134,7 @@ def save(agent: Agent, step: int, progress: float, state: dict[str, Any], sync: 
         import torch.distributed.checkpoint as dcp
 
         fs = HashingFileSystem(parts.open)
-        writer = _checked_writer()(
+        writer = _CheckedWriter(
             parts.directory or STREAMED,
             thread_count=threads,
             sync_files=parts.directory is not None,  # a streamed file is durable when its upload ends
@@ -268,34 +268,23 @@ def _no_zip_crc32() -> Iterator[None]:
         set_(before)
 
 
-@functools.cache
-def _checked_writer() -> type:
+class _CheckedWriter(FileSystemWriter):  # type: ignore[misc]
     """DCP's FileSystemWriter, but a save whose writer threads did not write every item fails. DCP's
     extra writer threads end on an error (a full disk, an upload refused) without telling the save,
     which would otherwise go on to write metadata of a checkpoint without those tensors, and the agent
     commit it."""
-    from torch.distributed.checkpoint import FileSystemWriter
 
-    class CheckedWriter(FileSystemWriter):  # type: ignore[misc]
-        def write_data(self, plan: Any, planner: Any) -> Any:
-            future = super().write_data(plan, planner)
-            written = len(future.wait())
-            if written != len(plan.items):
-                why = getattr(self.fs, "first_error", None)
-                part = "this process's part" if self.rank is None else f"rank {self.rank}'s part"
-                raise OSError(
-                    f"{len(plan.items) - written} of {len(plan.items)} items of {part} of the checkpoint "
-                    f"not written: {why or 'a writer thread failed'}"
-                )
-            return future
-
-    return CheckedWriter
-
-
-def _filesystem_base() -> type:
-    from torch.distributed.checkpoint.filesystem import FileSystem
-
-    return FileSystem
+    def write_data(self, plan: Any, planner: Any) -> Any:
+        future = super().write_data(plan, planner)
+        written = len(future.wait())
+        if written != len(plan.items):
+            why = getattr(self.fs, "first_error", None)
+            part = "this process's part" if self.rank is None else f"rank {self.rank}'s part"
+            raise OSError(
+                f"{len(plan.items) - written} of {len(plan.items)} items of {part} of the checkpoint "
+                f"not written: {why or 'a writer thread failed'}"
+            )
+        return future
 
 
 class _HashingSink(io.RawIOBase):
@@ -322,7 +311,7 @@ class _HashingSink(io.RawIOBase):
         return len(view)
 
 
-class HashingFileSystem(_filesystem_base()):  # type: ignore[misc]
+class HashingFileSystem(FileSystem):  # type: ignore[misc]
     """DCP's local file system, but every file it writes is hashed while written (sha256 and size
     recorded by name) and never written through a symbolic link. With `open` (store.Parts.open: S3),
     every file is streamed up through `open(name)` instead of written to a disk; DCP's metadata, which
