@@ -3,7 +3,7 @@ compare-and-set, effects that hand back transitions, drive), no AWS."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -242,3 +242,57 @@ def test_a_transition_that_changes_nothing_writes_nothing():
     engine, _, _ = _engine(store, FakeEcs())
     job, note = engine.run("j1", lambda j: Step(note="nothing to do"))
     assert note == "nothing to do" and store.writes == 0 and job.state is JobState.SUCCEEDED
+
+
+class _LateReader(FakeJobs):
+    """A job store whose next `get` hands out the job as it stood before (`stale`): a Lambda that read
+    the job just before another Lambda wrote it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stale: Job | None = None
+
+    def get(self, job_id: str) -> Job | None:
+        if self.stale is not None:
+            job, self.stale = self.stale, None
+            return job
+        return super().get(job_id)
+
+
+def test_an_attempt_stopped_by_two_lambdas_at_once_is_spent_once(capsys):
+    """The same STOPPED event applied by two Lambdas at once (EventBridge delivers at least once): the
+    second read the job while its attempt still ran, lost the compare-and-set and found the stop done.
+    Its GPU-hours are counted by the one write that stopped the attempt, not by each Lambda."""
+    from spotguard.job_metrics import SpendMeter
+    from spotguard.usecases.jobs.service import JobService
+
+    store = _LateReader()
+    arn = TASK + "1" * 32
+    store.jobs["j1"] = _job()
+    engine, _, retries = _engine(store, FakeEcs(RunResult(task_arn=arn)))
+    engine.meter = SpendMeter(store)
+    service = JobService(engine, None, None, retries=retries)  # type: ignore[arg-type]
+    engine.drive("j1")
+
+    def event(status: str, version: int, **kw) -> TaskEvent:
+        return TaskEvent(
+            task_arn=arn,
+            cluster_arn=CLUSTER,
+            version=version,
+            last_status=status,
+            started_by="spotguard/j1/1",
+            started_at=T0,
+            containers=({"name": "train", "exitCode": 0},) if status == "STOPPED" else (),
+            **kw,
+        )
+
+    service.on_task_event(event("RUNNING", 2))
+    running = store.get("j1")
+    stopped = event("STOPPED", 3, stopped_at=T0 + timedelta(hours=2))
+    service.on_task_event(stopped)  # the first Lambda
+    store.stale = running
+    service.on_task_event(stopped)  # the second, which read the job before the first wrote it
+    job = store.get("j1")
+    assert job.state is JobState.SUCCEEDED and job.attempts[0].outcome == "succeeded"
+    out = capsys.readouterr().out
+    assert out.count('"GpuHours":[') == 1 and '"GpuHours":[2.0]' in out  # 2 h x 1 GPU, once

@@ -8,7 +8,8 @@ must not load the jobs domain at cold start.
   resubmitted, waiting, capacity-wanted, decision, succeeded, failed, gave-up, cancelled;
 - `CapacityDecisions` (placement): each capacity decision by where it put the job: spot, on-demand, wait;
 - `GpuHours`, `GpuHoursLost`, `DollarsSpent`, `DollarsLost`: what an attempt spent, and lost, counted
-  once when its STOPPED event is applied (`SpendMeter`, the figures of `domain.jobs.spend`);
+  once, by the one write that stops it (`SpendMeter`, called by the jobs engine after each
+  compare-and-set; the figures of `domain.jobs.spend`);
 - `JobsByState` (state): how many jobs are in each live state, at every reconcile sweep.
 """
 
@@ -61,6 +62,7 @@ class SpendMeter:
         self.store = store
 
     def __call__(self, before: Job | None, after: Job) -> None:
+        """`before`: the job a write was computed on; `after`: the job written."""
         # an attempt is counted once its tasks have all stopped (a gang's: every node's)
         seen = {a.number for a in before.attempts if not a.live} if before else set()
         stopped = [

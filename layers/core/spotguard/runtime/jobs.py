@@ -89,6 +89,7 @@ class JobsRuntime:
             placement=advisor,
             signaller=signaller,
             spares=spares,
+            meter=SpendMeter(store),
         )
         self.service = JobService(
             engine,
@@ -96,7 +97,6 @@ class JobsRuntime:
             claims=ledger,
             index=ledger,
             volumes=volumes,
-            meter=SpendMeter(store),
             placement=advisor,
             pool_observations=advisor,
             retries=retries,

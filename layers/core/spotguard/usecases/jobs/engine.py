@@ -176,6 +176,7 @@ class JobEngine:
         placement: LaunchPlacement | None = None,
         signaller: Signaller | None = None,
         spares: Spares | None = None,
+        meter: Callable[[Job, Job], None] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -188,6 +189,10 @@ class JobEngine:
         self.placement = placement or LaunchPlacement()
         self.signaller = signaller  # a move's SIGUSR1 to the job's checkpoint container (SSM)
         self.spares = spares  # the early replacement (usecases.jobs.spares); None: off
+        # what each write did, as metrics (job_metrics.SpendMeter): called with the job the write was
+        # computed on and the job written, once per successful compare-and-set. An attempt stops in
+        # exactly one such write, however many Lambdas apply its events at once.
+        self.meter = meter
 
     def get(self, job_id: str) -> Job:
         job = self.store.get(job_id)  # UnreadableJob: the caller says which job, and why, in one line
@@ -307,6 +312,11 @@ class JobEngine:
             new = revised(new, outbox=[*new.outbox, *items])
         if not self.store.replace(new, old.rev):
             return None
+        if self.meter is not None:
+            try:
+                self.meter(old, new)
+            except Exception:  # a metric lost, never the job's change
+                log.exception("job %s: could not count what its change spent", new.job_id)
         return self.flush(new)
 
     def _carry_out(self, job: Job, effect: Effect) -> Iterable[Transition]:

@@ -64,7 +64,6 @@ class JobService:
         claims: StopClaims,
         index: TaskIndex | None = None,
         volumes: EbsVolumes | None = None,
-        meter: Callable[[Job | None, Job], None] | None = None,
         placement: LaunchPlacement | None = None,
         pool_observations: PoolObservations | None = None,
         *,
@@ -84,7 +83,6 @@ class JobService:
         self.claims = claims
         self.index = index
         self.volumes = volumes
-        self.meter = meter  # what a task event did, as metrics (job_metrics.SpendMeter): before, after
         self.adoption = Adoption(self.config, self.store, self.ecs, self.clock)
 
     # ================================================================================ manual actions
@@ -201,11 +199,6 @@ class JobService:
             self.pool_observations.task_seen(job, after)
         except Exception:  # a pool fact lost costs a little knowledge, never the job's event
             log.exception("job %s: could not record what its task taught about its pool", job_id)
-        if self.meter is not None:
-            try:
-                self.meter(job, after)
-            except Exception:  # a metric lost, never the job's event
-                log.exception("job %s: could not count what its task spent", job_id)
         return note
 
     def on_launch_due(self, job_id: str, launch_try: int) -> str:
