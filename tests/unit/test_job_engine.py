@@ -270,7 +270,7 @@ def test_an_attempt_stopped_by_two_lambdas_at_once_is_spent_once(capsys):
     arn = TASK + "1" * 32
     store.jobs["j1"] = _job()
     engine, _, retries = _engine(store, FakeEcs(RunResult(task_arn=arn)))
-    engine.meter = SpendMeter(store)
+    engine.on_written = [SpendMeter(store)]
     service = JobService(engine, None, None, retries=retries)  # type: ignore[arg-type]
     engine.drive("j1")
 

@@ -13,13 +13,14 @@ from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, revised
 from spotguard.domain.pools import MAX_AHEAD, Observation, fold, fold_all, merge_discovered
 from spotguard.domain.settings import Settings
 from spotguard.domain.task_events import PoolEvent, classify_task_message
+from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.engine import PoolMarks
 from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService
 from tests.conftest import EVENTS
 from tests.fakes import FakeJobs, FakePools
-from tests.unit.test_job_engine import TASK, FakeEcs, _engine, _job
+from tests.unit.test_job_engine import CLUSTER, TASK, FakeEcs, _engine, _job
 from tests.unit.test_placement import T0, _job_on, _running, advisor, pool
 from tests.unit.test_pool_facts import record
 
@@ -217,6 +218,7 @@ def _service(*jobs):
     book = PoolService(None, ledger, "us-east-1")  # type: ignore[arg-type]
     advisor = CapacityAdvisor(book, FakeJobs(), lambda: NOW, clusters=("gpu-spot",))
     engine.placement = advisor
+    engine.on_written = [advisor.task_seen]  # as the runtime wires it
     service = JobService(
         engine, None, None, placement=advisor, pool_observations=advisor, retries=engine.retries
     )  # type: ignore[arg-type]
@@ -296,3 +298,35 @@ def test_discovery_drops_facts_kept_ahead_of_the_clock_before_they_were_refused(
     assert merge_discovered(healed, found) == healed
     skewed = fold(healed, Observation(at=NOW + MAX_AHEAD, available=True, source="launch-success"))
     assert len(merge_discovered(skewed, found).observations) == 2  # clock skew is no poison
+
+
+def test_an_interruption_applied_by_two_lambdas_at_once_is_one_fact_of_its_pool():
+    """The STOPPED event of an interrupted spot attempt, applied by two Lambdas a second apart (delivered
+    twice): the second read the job while it ran and lost the compare-and-set. The pool keeps one
+    start and one interruption, not two of each at two times, which would double its interruption rate."""
+    service, ledger, _ = _service(_waiting(NOW - timedelta(minutes=5)))
+    store = service.store
+    arn = TASK + "a" * 32
+    clock = [NOW]
+    service.engine.clock = lambda: clock[0]
+    service.pool_observations.clock = lambda: clock[0]  # type: ignore[attr-defined]
+    common = {"task_arn": arn, "cluster_arn": CLUSTER, "started_by": "spotguard/j1/1", "started_at": NOW}
+    service.on_task_event(TaskEvent(version=2, last_status="RUNNING", **common))
+    running = store.get("j1")
+    stopped = TaskEvent(
+        version=3,
+        last_status="STOPPED",
+        stopped_at=NOW,
+        stopped_reason="Host EC2 (instance i-0abc) terminated.",
+        containers=({"name": "train", "exitCode": 75},),
+        **common,
+    )
+    service.on_task_event(stopped)
+    clock[0] = NOW + timedelta(seconds=1)
+    real_get = store.get
+    store.get = lambda job_id: (setattr(store, "get", real_get), running)[1]  # read before the first wrote
+    service.on_task_event(stopped)
+    assert store.get("j1").attempts[0].outcome == "resubmit"
+    facts = [(o.source, o.available) for o in ledger.by_name[NAME].observations]
+    assert facts.count(("interruption", False)) == 1 and facts.count(("launch", True)) == 1
+    assert ledger.by_name[NAME].interruptions.value_at(NOW + timedelta(seconds=1)) < 1.01

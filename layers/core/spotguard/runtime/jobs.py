@@ -89,7 +89,7 @@ class JobsRuntime:
             placement=advisor,
             signaller=signaller,
             spares=spares,
-            meter=SpendMeter(store),
+            on_written=(SpendMeter(store), advisor.task_seen),
         )
         self.service = JobService(
             engine,

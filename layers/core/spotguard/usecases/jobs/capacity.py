@@ -217,8 +217,9 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
             self._record(job.request.cluster_name, live.pool, False, "provisioning-timeout", why)
 
     def task_seen(self, before: Job | None, after: Job) -> None:
-        """What a task event taught about its pool: spot was there (the task started), or was taken
-        away (the attempt was interrupted)."""
+        """What a write of the job taught about its pool (`before`: the job the write was computed on,
+        `after`: the job written; JobEngine.on_written): spot was there (the task started), or was
+        taken away (the attempt was interrupted)."""
         old = {a.number: a for a in (before.attempts if before else [])}
         for a in after.attempts:
             was = old.get(a.number)

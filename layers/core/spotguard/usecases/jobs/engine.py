@@ -147,9 +147,6 @@ class PoolObservations:
         """Record a pool event; the pools that kept it, and those it holds for now."""
         return PoolMarks()
 
-    def task_seen(self, before: Job | None, after: Job) -> None:
-        """What a task event taught about the pool its attempt runs in."""
-
     def still_running(self, job: Job) -> None:
         """The job's attempt still runs on spot (reconcile's look): spot is still there in its pool."""
 
@@ -176,7 +173,7 @@ class JobEngine:
         placement: LaunchPlacement | None = None,
         signaller: Signaller | None = None,
         spares: Spares | None = None,
-        meter: Callable[[Job, Job], None] | None = None,
+        on_written: Sequence[Callable[[Job, Job], None]] = (),
     ) -> None:
         self.config = config
         self.store = store
@@ -189,10 +186,12 @@ class JobEngine:
         self.placement = placement or LaunchPlacement()
         self.signaller = signaller  # a move's SIGUSR1 to the job's checkpoint container (SSM)
         self.spares = spares  # the early replacement (usecases.jobs.spares); None: off
-        # what each write did, as metrics (job_metrics.SpendMeter): called with the job the write was
-        # computed on and the job written, once per successful compare-and-set. An attempt stops in
-        # exactly one such write, however many Lambdas apply its events at once.
-        self.meter = meter
+        # what each write taught: called with the job the write was computed on and the job written,
+        # once per successful compare-and-set (job_metrics.SpendMeter: what an attempt spent; the
+        # capacity advisor's task_seen: a start or an interruption in its pool). An attempt starts, or
+        # stops, in exactly one such write, however many Lambdas apply its events at once; a watcher
+        # that compared the job it read with the job after would count a lost race's re-read too.
+        self.on_written = list(on_written)
 
     def get(self, job_id: str) -> Job:
         job = self.store.get(job_id)  # UnreadableJob: the caller says which job, and why, in one line
@@ -312,11 +311,11 @@ class JobEngine:
             new = revised(new, outbox=[*new.outbox, *items])
         if not self.store.replace(new, old.rev):
             return None
-        if self.meter is not None:
+        for watcher in self.on_written:
             try:
-                self.meter(old, new)
-            except Exception:  # a metric lost, never the job's change
-                log.exception("job %s: could not count what its change spent", new.job_id)
+                watcher(old, new)
+            except Exception:  # a metric or a pool fact lost, never the job's change
+                log.exception("job %s: could not record what its change taught", new.job_id)
         return self.flush(new)
 
     def _carry_out(self, job: Job, effect: Effect) -> Iterable[Transition]:

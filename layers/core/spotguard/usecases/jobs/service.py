@@ -194,12 +194,9 @@ class JobService:
             return (
                 "not a managed task" if ref is None else f"job {job_id} is not in the ledger: event ignored"
             )
-        after, note = self.engine.run(job_id, self._task_event(ev), current=job)
-        try:
-            self.pool_observations.task_seen(job, after)
-        except Exception:  # a pool fact lost costs a little knowledge, never the job's event
-            log.exception("job %s: could not record what its task taught about its pool", job_id)
-        return note
+        # what the event taught (spend, pool facts) is recorded by the write that applied it (the
+        # engine's on_written), so a repeated event racing this one is counted once
+        return self.engine.run(job_id, self._task_event(ev), current=job)[1]
 
     def on_launch_due(self, job_id: str, launch_try: int) -> str:
         """A retry message: a job that waited for capacity is due for another RunTask."""
