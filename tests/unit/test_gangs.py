@@ -209,7 +209,10 @@ def test_a_gang_that_does_not_form_is_stopped_whole_and_launched_again_without_c
     job = launch_succeeded(job, _arn(1, 0), "tok", "", T0, resubmitted=False).job
     job, _ = _apply(job, _ev(1, 0, 2, "RUNNING", private_ip="10.0.0.5"))
     job = gangs.peer_launched(job, 1, 1, _arn(1, 1), "t", T0).job  # node 2's RunTask placed nothing
-    step = abandon_provisioning(job, "1 of 3 nodes running after 700 s", T0 + timedelta(seconds=700))
+    late = abandon_provisioning(job, 2, "1 of 3 nodes running after 700 s", T0 + timedelta(seconds=700))
+    assert late.job is None and late.effects == []  # asked about another attempt: this one is left alone
+    assert gangs.abandon_gang(job, 2, "x", T0).effects == []
+    step = abandon_provisioning(job, 1, "1 of 3 nodes running after 700 s", T0 + timedelta(seconds=700))
     assert {e.task_arn for e in step.effects if isinstance(e, Stop)} == {_arn(1, 0), _arn(1, 1)}
     job = step.job
     # a node launched meanwhile is not taken
@@ -352,7 +355,7 @@ def test_a_gang_that_never_forms_gives_up_after_max_attempts_tries_in_a_row():
         job = job.model_copy(update={"retry_at": None})
         job = begin_launch(job, T0).job
         job = launch_succeeded(job, _arn(n, 0), "tok", "", T0, resubmitted=n > 1).job
-        job = abandon_provisioning(job, "0 of 2 nodes running after 700 s", T0).job
+        job = abandon_provisioning(job, job.live_attempt.number, "0 of 2 nodes running after 700 s", T0).job
         job, _ = _apply(job, _ev(n, 0, 3, "STOPPED", 143, stopped_reason="SpotGuard: gang of job g1: x"))
     assert job.state is JobState.GAVE_UP and "did not form in 3 tries in a row" in job.last_reason
 

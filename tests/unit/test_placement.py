@@ -11,6 +11,7 @@ import pytest
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.facts import RunResult
 from spotguard.domain.jobs.effects import Checkpoint, Launch, Notify, Stop
+from spotguard.domain.jobs.gangs import NOTHING_TO_ABANDON
 from spotguard.domain.jobs.model import Attempt, Job, JobOptions, JobState, RunTaskRequest, revised
 from spotguard.domain.jobs.placement import (
     DEFAULT_RESTART_HOURS,
@@ -226,9 +227,11 @@ def test_a_move_without_its_checkpoint_is_abandoned_and_the_job_goes_on():
 def test_a_task_without_an_instance_is_stopped_to_launch_elsewhere():
     job = _running()
     waiting = revised(job, attempts=[revised(job.attempts[0], last_status="PROVISIONING", started_at=None)])
-    step = abandon_provisioning(waiting, "still provisioning after 700 s", T0)
+    step = abandon_provisioning(waiting, 1, "still provisioning after 700 s", T0)
     assert isinstance(step.effects[0], Stop) and "gpu-spot/g5.xlarge/us-east-1a" in step.effects[0].reason
-    assert abandon_provisioning(job, "x", T0).effects == []  # it runs: nothing to abandon
+    assert abandon_provisioning(job, 1, "x", T0).effects == []  # it runs: nothing to abandon
+    other = abandon_provisioning(waiting, 2, "still provisioning after 700 s", T0)  # not that attempt
+    assert other.effects == [] and other.note == NOTHING_TO_ABANDON
 
 
 # ------------------------------------------------------------------------------------------ the engine

@@ -330,3 +330,34 @@ def test_an_interruption_applied_by_two_lambdas_at_once_is_one_fact_of_its_pool(
     facts = [(o.source, o.available) for o in ledger.by_name[NAME].observations]
     assert facts.count(("interruption", False)) == 1 and facts.count(("launch", True)) == 1
     assert ledger.by_name[NAME].interruptions.value_at(NOW + timedelta(seconds=1)) < 1.01
+
+
+def _listed_before_it_started(service, launched: datetime):
+    """The store holds the job with its task just started; list() still hands it out as it was before,
+    waiting for an instance (a sweep or a pool event that listed it a moment earlier)."""
+    waiting = _waiting(launched)
+    started = revised(
+        waiting, attempts=[revised(waiting.attempts[0], last_status="RUNNING", started_at=NOW, ecs_version=2)]
+    )
+    service.store.jobs[started.job_id] = started
+    service.store.list = lambda state, limit, **kw: [waiting] if state in (None, JobState.RUNNING) else []
+    return started
+
+
+def test_a_pool_failure_does_not_stop_a_task_that_started_after_the_jobs_were_listed():
+    service, _, ecs = _service()
+    _listed_before_it_started(service, NOW - timedelta(minutes=3))
+    note = service.on_pool_event(_event(NOW - timedelta(minutes=2), available=False))
+    assert note.startswith("marked unavailable") and "0 waiting task(s) stopped" in note
+    assert ecs.stops == []
+
+
+def test_reconcile_does_not_abandon_a_task_that_started_after_its_sweep_listed_it():
+    from spotguard.usecases.jobs.reconcile import Reconciler
+
+    service, ledger, ecs = _service()
+    started = _listed_before_it_started(service, NOW - timedelta(hours=1))  # far past the bound
+    counts = Reconciler(service, pool_observations=service.pool_observations).reconcile()
+    assert counts["provisioning_abandoned"] == 0 and ecs.stops == []
+    assert [o.source for o in ledger.by_name[NAME].observations] == []  # no provisioning-timeout fact
+    assert service.store.get(started.job_id) == started

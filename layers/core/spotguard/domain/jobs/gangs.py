@@ -162,12 +162,23 @@ def peer_refused(job: Job, number: int, why: str, now: datetime) -> Step:
     )
 
 
-def abandon_gang(job: Job, why: str, now: datetime) -> Step:
-    """The live gang did not form (`why`): stop every task it has, and launch it again once they have
-    stopped, an attempt that does not count (`gang_outcome`)."""
+NOTHING_TO_ABANDON = "no attempt waiting for an instance"
+
+
+def abandon_gang(job: Job, number: int, why: str, now: datetime) -> Step:
+    """The live gang, attempt `number`, did not form (`why`): stop every task it has, and launch it again
+    once they have stopped, an attempt that does not count (`gang_outcome`). Nothing when the live
+    attempt is another (the caller's look at the job was older than a relaunch)."""
     live = job.live_attempt
-    if job.state is not JobState.RUNNING or live is None or not live.gang or live.formed or live.abandoned:
-        return Step(note="no gang forming to give up")
+    if (
+        job.state is not JobState.RUNNING
+        or live is None
+        or live.number != number
+        or not live.gang
+        or live.formed
+        or live.abandoned
+    ):
+        return Step(note=NOTHING_TO_ABANDON)
     given_up = revised(live, abandoned=why[:300], gang_stopped_at=now)
     reason = gang_stop_reason(job, f"attempt {live.number} did not start on all {live.nodes} nodes ({why})")
     return Step(

@@ -560,15 +560,18 @@ def move_abandoned(job: Job, now: datetime, why: str) -> Step:
     return Step(job=bump(job, now, move=None, last_reason=f"move abandoned: {why}"[:500]))
 
 
-def abandon_provisioning(job: Job, why: str, now: datetime) -> Step:
-    """The live attempt waits for an instance its pool cannot give (`why`: the provisioning bound
-    passed, or Auto Scaling said it could not launch): stop it, a SpotGuard stop, so that the job is
-    launched again where the policy now says (the caller has marked the pool unavailable)."""
+def abandon_provisioning(job: Job, number: int, why: str, now: datetime) -> Step:
+    """The live attempt, `number`, waits for an instance its pool cannot give (`why`: the provisioning
+    bound passed, or Auto Scaling said it could not launch): stop it, a SpotGuard stop, so that the job
+    is launched again where the policy now says. Its note is `gangs.NOTHING_TO_ABANDON` when there is
+    nothing to stop: the attempt started, ended, or is another one. A single task's stop writes nothing,
+    so the caller hands it the job as it stands now (engine.run without `current`), not as a sweep
+    listed it a while ago: a task that has just started must not be stopped."""
     live = job.live_attempt
-    if live is not None and live.gang and not live.formed:
-        return gangs.abandon_gang(job, why, now)
+    if live is not None and live.number == number and live.gang and not live.formed:
+        return gangs.abandon_gang(job, number, why, now)
     waiting = live is not None and live.last_status in ("PROVISIONING", "PENDING")
-    if job.state is not JobState.RUNNING or live is None or not waiting:
-        return Step(note="no attempt waiting for an instance")
+    if job.state is not JobState.RUNNING or live is None or live.number != number or not waiting:
+        return Step(note=gangs.NOTHING_TO_ABANDON)
     reason = f"SpotGuard: no instance in {live.pool or 'its capacity'} ({why}); launching elsewhere"
     return Step(effects=[Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=reason[:255])])

@@ -431,7 +431,7 @@ class JobEngine:
                     break
                 if result.failure == "capacity" and job.placement is not None:
                     self.placement.launch_failed(job, reason)
-                out.append(lambda j, why=reason: gangs.abandon_gang(j, why, self.clock()))
+                out.append(lambda j, why=reason: gangs.abandon_gang(j, attempt.number, why, self.clock()))
                 break
             arn = result.task_arn
             out.append(

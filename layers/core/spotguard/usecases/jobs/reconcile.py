@@ -222,13 +222,10 @@ class Reconciler:
         waited = (now - attempt.launched_at).total_seconds()
         if attempt.last_status in ("PROVISIONING", "PENDING"):
             if attempt.pool is not None and waited > options.provisioning_timeout_seconds:
-                pool_observations.provisioning_timed_out(job)
                 why = f"still {attempt.last_status.lower()} after {int(waited)} s"
-                self.engine.run(
-                    job.job_id, lambda j: abandon_provisioning(j, why, now), current=job, drive=False
-                )
-                counts["provisioning_abandoned"] += 1
-                return True
+                if self._abandon(job, attempt, why, now):
+                    counts["provisioning_abandoned"] += 1
+                    return True
             return False
         if self.jobs.consider_move(job, "reconcile"):
             counts["moves_started"] += 1
@@ -247,13 +244,12 @@ class Reconciler:
             return False
         waited = (now - attempt.launched_at).total_seconds()
         if not attempt.formed and waited > job.options.provisioning_timeout_seconds:
-            if attempt.pool is not None:
-                self.pool_observations.provisioning_timed_out(job)
             ran = sum(t.last_status == "RUNNING" for t in attempt.tasks)
             why = f"{ran} of {attempt.nodes} nodes running after {int(waited)} s"
-            self.engine.run(job.job_id, lambda j: abandon_provisioning(j, why, now), current=job, drive=False)
-            counts["gangs_abandoned"] += 1
-            return True
+            if self._abandon(job, attempt, why, now):
+                counts["gangs_abandoned"] += 1
+                return True
+            return False
         if gangs.peers_wanted(job) is not None:
             self.engine.run(job.job_id, gangs.launch_peers_again, current=job, drive=False)
             counts["gang_nodes_launched"] += 1
@@ -266,6 +262,18 @@ class Reconciler:
                 return True
             return False
         return None if attempt.formed else False
+
+    def _abandon(self, job: Job, attempt: Attempt, why: str, now: datetime) -> bool:
+        """Give up the attempt that waited too long for its instances (`abandon_provisioning`), on the
+        job as it stands now rather than as this sweep listed it; then mark its pool unavailable. False
+        when it had started, ended or been replaced meanwhile: nothing stopped, no fact kept."""
+        n = attempt.number
+        _, note = self.engine.run(job.job_id, lambda j: abandon_provisioning(j, n, why, now), drive=False)
+        if note == gangs.NOTHING_TO_ABANDON:
+            return False
+        if attempt.pool is not None:
+            self.pool_observations.provisioning_timed_out(job)
+        return True
 
     def _committed_since(self, job: Job, attempt: int, since: datetime) -> bool:
         return any(

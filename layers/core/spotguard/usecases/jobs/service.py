@@ -21,6 +21,7 @@ from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, 
 from spotguard.domain.facts import TaskDefinitionInfo
 from spotguard.domain.jobs.answers import JobStatus, JobSummary
 from spotguard.domain.jobs.effects import Launch, Step
+from spotguard.domain.jobs.gangs import NOTHING_TO_ABANDON
 from spotguard.domain.jobs.model import (
     MAX_PLACEMENT_CONSTRAINTS,
     Job,
@@ -263,10 +264,11 @@ class JobService:
             if live.launched_at > ev.at:  # launched after the failure: it says nothing of this task
                 continue
             why = f"Auto Scaling: {ev.message}"[:150]
-            self.engine.run(
-                job.job_id, lambda j, why=why: abandon_provisioning(j, why, self.clock()), current=job
+            # on the job as it stands now (no `current`): its task may have started since the list
+            _, note = self.engine.run(
+                job.job_id, lambda j, n=live.number, why=why: abandon_provisioning(j, n, why, self.clock())
             )
-            moved += 1
+            moved += note != NOTHING_TO_ABANDON
         return f"marked unavailable: {pools}; {moved} waiting task(s) stopped to launch elsewhere"
 
     def on_warning(self, notice: Notice) -> str:
