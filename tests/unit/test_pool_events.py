@@ -361,3 +361,31 @@ def test_reconcile_does_not_abandon_a_task_that_started_after_its_sweep_listed_i
     assert counts["provisioning_abandoned"] == 0 and ecs.stops == []
     assert [o.source for o in ledger.by_name[NAME].observations] == []  # no provisioning-timeout fact
     assert service.store.get(started.job_id) == started
+
+
+@pytest.mark.parametrize(("desired", "kept"), [("RUNNING", True), ("STOPPED", False)])
+def test_reconcile_keeps_a_run_fact_only_on_ecs_word_that_the_task_runs_now(desired, kept):
+    """The sweep's "run" fact says spot is still there. It comes from DescribeTasks at that moment, not
+    from the job as the sweep listed it: a task being stopped (its instance reclaimed, say) is no run."""
+    from spotguard.usecases.jobs.reconcile import Reconciler
+
+    waiting = _waiting(NOW - timedelta(minutes=30))
+    attempt = revised(waiting.attempts[0], last_status="RUNNING", started_at=NOW - timedelta(minutes=29))
+    job = revised(waiting, attempts=[attempt])
+    service, ledger, ecs = _service(job)
+    described = TaskEvent(
+        task_arn=attempt.task_arn,
+        cluster_arn=CLUSTER,
+        version=3,
+        last_status="RUNNING",
+        desired_status=desired,
+    )
+    asked: list[list[str]] = []
+    ecs.describe_many = lambda cluster, arns: (
+        asked.append(list(arns)),
+        ({described.task_arn: described}, []),
+    )[1]
+    counts = Reconciler(service, pool_observations=service.pool_observations).reconcile()
+    assert asked == [[attempt.task_arn]] and counts["failed"] == 0
+    runs = [o for o in ledger.by_name[NAME].observations if o.source == "run"]
+    assert [(o.available, o.at) for o in runs] == ([(True, NOW)] if kept else [])

@@ -234,9 +234,11 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
 
     def still_running(self, job: Job) -> None:
         """A fact per reconcile tick while a spot attempt runs: a run longer than a fact holds in the
-        pool's history (domain.pools.HOLD_HOURS) is then a long run, not a gap."""
+        pool's history (domain.pools.HOLD_HOURS) is then a long run, not a gap. The caller has ECS's
+        word that the attempt's task runs now (reconcile's DescribeTasks): the job record's status may
+        lag behind its events."""
         live = job.live_attempt
-        if live is not None and live.pool and live.market == "spot" and live.last_status == "RUNNING":
+        if live is not None and live.pool and live.market == "spot":
             now = self.clock()
             self._record(job.request.cluster_name, live.pool, True, "run", f"{now:%Y-%m-%dT%H:%M}", at=now)
 

@@ -148,7 +148,7 @@ class PoolObservations:
         return PoolMarks()
 
     def still_running(self, job: Job) -> None:
-        """The job's attempt still runs on spot (reconcile's look): spot is still there in its pool."""
+        """ECS says the job's attempt runs now (reconcile's DescribeTasks): spot is still in its pool."""
 
     def provisioning_timed_out(self, job: Job) -> None:
         """The live attempt's pool gave it no instance in time: mark the pool unavailable."""

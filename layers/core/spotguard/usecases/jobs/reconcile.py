@@ -161,9 +161,17 @@ class Reconciler:
                 )
                 counts["failed"] += len(pairs)
                 continue
+            seen_running: set[str] = set()
             for job, attempt, node in pairs:
                 task = found.get(node.task_arn)
-                if task is not None and task.last_status == "STOPPED":
+                if task is not None and task.last_status == "RUNNING" and task.desired_status == "RUNNING":
+                    # ECS's word, now, that the attempt runs: a fact of its pool. Not the job as this sweep
+                    # listed it: its task may have been interrupted since, and a later "run" fact would
+                    # hide that interruption from the policy.
+                    if job.job_id not in seen_running:
+                        seen_running.add(job.job_id)
+                        isolated(job, lambda job=job: pool_observations.still_running(job))
+                elif task is not None and task.last_status == "STOPPED":
                     event = _as_event(task, now, node.ecs_version + 1)
                     isolated(job, lambda event=event: self.jobs.on_task_event(event))
                     counts["stops_applied"] += 1
@@ -193,7 +201,7 @@ class Reconciler:
     def _capacity(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> bool:
         """A running job's capacity: a task stuck waiting for an instance, a move under way, or a move
         its plan now asks for. True when it stopped the job's task."""
-        pool_observations, options = self.pool_observations, job.options
+        options = job.options
         if job.move is not None:
             if job.move.stop_requested_at is not None:
                 # stopped before: the STOPPED event relaunches it (and a lost one is found by the
@@ -218,7 +226,6 @@ class Reconciler:
             gang = self._gang(job, attempt, now, counts)
             if gang is not None:
                 return gang
-        pool_observations.still_running(job)
         waited = (now - attempt.launched_at).total_seconds()
         if attempt.last_status in ("PROVISIONING", "PENDING"):
             if attempt.pool is not None and waited > options.provisioning_timeout_seconds:
