@@ -405,7 +405,7 @@ def test_a_notice_handled_already_does_nothing_at_all():
     ecs.calls.clear()
     ledger.calls.clear()
     again = svc.handle(notice())
-    assert again == first
+    assert again.repeat and not first.repeat and again.model_copy(update={"repeat": False}) == first
     assert ecs.calls == [] and ledger.calls == ["host"] and rec.calls == []
 
 
@@ -444,7 +444,7 @@ def test_two_copies_of_one_notice_at_once_stop_each_task_once():
     assert ecs.calls.count("stop") == 2
     ledger.claim_host = real_claim
     clock["now"] += timedelta(seconds=61)
-    assert svc.handle(notice()) == first
+    assert svc.handle(notice()) == first.model_copy(update={"repeat": True})
     assert ecs.calls.count("stop") == 2
 
 
@@ -543,3 +543,20 @@ def test_no_other_notice_touches_the_pools(kind):
     svc.pool_facts = FakePoolFacts(log)
     svc.handle(notice(kind))
     assert log == []
+
+
+def test_a_notice_delivered_again_is_not_counted_again():
+    """HostsDrained, TasksSignalled and SecondsToSignal count what was done: a notice delivered twice
+    (at least once) was handled once, and is counted once."""
+    from aws_lambda_powertools.metrics import EphemeralMetrics
+
+    from spotguard.observability import count_outcome
+
+    svc, *_ = service([task(1), task(2)])
+    first, again = svc.handle(notice()), svc.handle(notice())
+    counted = EphemeralMetrics(namespace="SpotGuard")
+    count_outcome(counted, first.model_dump(mode="json"))
+    assert {"HostsDrained", "TasksSignalled", "SecondsToSignal"} <= set(counted.metric_set)
+    not_again = EphemeralMetrics(namespace="SpotGuard")
+    count_outcome(not_again, again.model_dump(mode="json"))
+    assert not_again.metric_set == {}

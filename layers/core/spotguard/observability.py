@@ -21,6 +21,8 @@ def count_decision(metrics: Metrics, decision: Decision) -> None:
 
 
 def count_outcome(metrics: Metrics, outcome: dict[str, Any]) -> None:
+    if outcome.get("repeat"):  # a notice delivered again: counted when it was handled
+        return
     signalled = len(outcome.get("signalled") or [])
     if signalled and outcome.get("signal"):
         metrics.add_metric(name="TasksSignalled", unit=MetricUnit.Count, value=signalled)

@@ -72,6 +72,9 @@ class NoticeOutcome(BaseModel):
     signal_latency_seconds: float | None = None
     pool_facts: list[str] = Field(default_factory=list)  # the pools a rebalance fact was kept on
     pool_fact_error: str | None = None  # why it could not be kept (the notice is handled all the same)
+    # a notice handled already (delivered again): the outcome stored then, nothing done now, and so
+    # nothing counted again in the metrics (observability.count_outcome)
+    repeat: bool = False
 
 
 def stop_reason(notice: Notice) -> str:
@@ -119,7 +122,7 @@ class InterruptionService:
         lease_until = received + timedelta(seconds=lease_seconds or self.config.lease_seconds)
         host = self.ledger.host(notice.instance_id, notice.key)
         if host.outcome is not None:  # this notice was handled already: a repeat does nothing
-            return NoticeOutcome.model_validate(host.outcome)
+            return NoticeOutcome.model_validate({**host.outcome, "repeat": True})
         out = NoticeOutcome(notice_key=notice.key, kind=notice.kind, instance_id=notice.instance_id)
         ref = self._locate(notice.instance_id, host.container_instance)
         if ref is None:
