@@ -296,3 +296,104 @@ def test_an_attempt_stopped_by_two_lambdas_at_once_is_spent_once(capsys):
     assert job.state is JobState.SUCCEEDED and job.attempts[0].outcome == "succeeded"
     out = capsys.readouterr().out
     assert out.count('"GpuHours":[') == 1 and '"GpuHours":[2.0]' in out  # 2 h x 1 GPU, once
+
+
+# ------------------------------------------------------------------------------------------- outbox
+def _notifying(message: str = "attempt 1: spot interruption"):
+    """A transition that writes the job and one notification."""
+    from spotguard.domain.jobs.effects import Notify
+    from spotguard.domain.jobs.model import bump
+
+    return lambda j: Step(
+        job=bump(j, T0, last_reason=message), effects=[Notify(kind="interrupted", message=message)]
+    )
+
+
+def test_a_notification_goes_out_once_though_another_lambda_reads_the_job_while_it_is_sent():
+    """The writer holds what it wrote: a second Lambda flushing the job during the send (a status call,
+    another event of the job) leaves it alone, and it is sent once, then taken out of the outbox."""
+    store = FakeJobs()
+    store.jobs["j1"] = _job(state=JobState.RUNNING)
+    engine, notifier, _ = _engine(store, FakeEcs())
+    seen_meanwhile: list[int] = []
+    send = notifier.send_all
+
+    def send_while_another_reads(notifications):
+        if not seen_meanwhile:
+            seen_meanwhile.append(len(store.jobs["j1"].outbox))
+            engine.flush(store.get("j1"))  # the other Lambda, in the middle of this send
+        send(notifications)
+
+    notifier.send_all = send_while_another_reads
+    engine.run("j1", _notifying(), drive=False)
+    assert seen_meanwhile == [1] and [n.kind for n in notifier.sent] == ["interrupted"]
+    assert store.jobs["j1"].outbox == []
+
+
+def test_a_failed_send_lets_go_of_its_notifications_and_the_retry_sends_them_at_once():
+    store = FakeJobs()
+    store.jobs["j1"] = _job(state=JobState.RUNNING)
+    engine, notifier, _ = _engine(store, FakeEcs())
+    send = notifier.send_all
+    notifier.send_all = lambda notifications: (_ for _ in ()).throw(RuntimeError("SNS: throttled"))
+    with pytest.raises(RuntimeError):
+        engine.run("j1", _notifying(), drive=False)
+    (left,) = store.jobs["j1"].outbox
+    assert left.sending_until is None  # nobody holds it
+    notifier.send_all = send
+    engine.drive("j1")  # the event's retry, a second later: the same clock
+    assert [n.id for n in notifier.sent] == [left.id] and store.jobs["j1"].outbox == []
+
+
+def test_a_leftover_of_a_sender_that_died_is_sent_once_its_hold_runs_out_by_one_of_two_readers():
+    from spotguard.usecases.jobs.engine import OUTBOX_HOLD_SECONDS
+
+    store = FakeJobs()
+    store.jobs["j1"] = _job(state=JobState.RUNNING)
+    engine, notifier, _ = _engine(store, FakeEcs())
+    notifier.send_all = lambda notifications: (_ for _ in ()).throw(SystemExit("the function timed out"))
+    with pytest.raises(SystemExit):  # died in its send: it could not let go
+        engine.run("j1", _notifying(), drive=False)
+    (left,) = store.jobs["j1"].outbox
+    assert left.sending_until == T0 + timedelta(seconds=OUTBOX_HOLD_SECONDS)
+    sent: list = []
+    engine.notifier.send_all = sent.extend
+    engine.flush(store.get("j1"))  # within the hold: left to the sender
+    assert sent == [] and len(store.jobs["j1"].outbox) == 1
+
+    engine.clock = lambda: T0 + timedelta(seconds=OUTBOX_HOLD_SECONDS)
+    first = True
+
+    def second_reader_meanwhile(notifications):
+        nonlocal first
+        if first:
+            first = False
+            engine.flush(store.get("j1"))  # claimed by the first reader: nothing for this one
+        sent.extend(notifications)
+
+    engine.notifier.send_all = second_reader_meanwhile
+    engine.flush(store.get("j1"))
+    assert [n.id for n in sent] == [left.id] and store.jobs["j1"].outbox == []
+
+
+class _LostAnswer(FakeJobs):
+    """The first replace() goes through but its answer is lost: botocore sends it again, and the second
+    try meets the first (a condition that no longer holds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 1
+
+    def replace(self, job: Job, expected_rev: int) -> bool:
+        if self.lost and super().replace(job, expected_rev):
+            self.lost -= 1
+            return False
+        return super().replace(job, expected_rev)
+
+
+def test_a_write_whose_answer_was_lost_sends_its_own_notifications_at_once():
+    store = _LostAnswer()
+    store.jobs["j1"] = _job(state=JobState.RUNNING)
+    engine, notifier, _ = _engine(store, FakeEcs())
+    engine.run("j1", _notifying(), drive=False)
+    assert [n.kind for n in notifier.sent] == ["interrupted"] and store.jobs["j1"].outbox == []

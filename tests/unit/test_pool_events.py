@@ -389,3 +389,19 @@ def test_reconcile_keeps_a_run_fact_only_on_ecs_word_that_the_task_runs_now(desi
     assert asked == [[attempt.task_arn]] and counts["failed"] == 0
     runs = [o for o in ledger.by_name[NAME].observations if o.source == "run"]
     assert [(o.available, o.at) for o in runs] == ([(True, NOW)] if kept else [])
+
+
+def test_reconcile_sends_the_notifications_a_dead_sender_left_once_its_hold_has_run_out():
+    from spotguard.domain.jobs.model import OutboxItem
+    from spotguard.usecases.jobs.reconcile import Reconciler
+
+    held = OutboxItem(id="j1:3:0", kind="interrupted", message="m", at=NOW, sending_until=NOW)  # ran out
+    job = revised(_waiting(NOW - timedelta(minutes=1)), outbox=[held])
+    service, _, ecs = _service(job)
+    ecs.describe_many = lambda cluster, arns: ({}, [])
+    sent: list = []
+    service.engine.notifier.send_all = sent.extend
+    Reconciler(service, pool_observations=service.pool_observations).reconcile()
+    assert [n.id for n in sent] == ["j1:3:0"] and service.store.get("j1").outbox == []
+    Reconciler(service, pool_observations=service.pool_observations).reconcile()
+    assert len(sent) == 1

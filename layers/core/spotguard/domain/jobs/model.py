@@ -322,13 +322,17 @@ class Spare(BaseModel):
 
 class OutboxItem(BaseModel):
     """A notification written with the transition that caused it and sent after: a Lambda that dies in
-    between leaves it here, and whoever handles the job next sends it."""
+    between leaves it here, and whoever handles the job next sends it once its sender's hold has run
+    out (`sending_until`: the writer holds what it wrote, and a later reader claims a leftover before it
+    sends it, so that two Lambdas handling the job at once do not both send it)."""
 
     id: str
     kind: str
     message: str
     at: datetime
     detail: dict[str, Any] = Field(default_factory=dict)
+    sending_until: datetime | None = None
+    held_by: str | None = None  # the write or claim that holds it (a token of its own)
 
 
 class Job(BaseModel):

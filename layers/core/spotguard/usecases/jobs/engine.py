@@ -17,9 +17,10 @@ Nothing here calls back into `run`: effects only ever return transitions for the
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -65,6 +66,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 MAX_WRITE_TRIES = 8  # compare-and-set conflicts (concurrent events for one job) before giving up
 MAX_DRIVE_STEPS = 6  # launches begun in one run (each RunTask answer is applied before the next)
+# How long the Lambda that wrote a notification into the outbox (or claimed a leftover) holds it for its
+# send: others leave it alone meanwhile, so it goes out once, not once per Lambda that reads the job in
+# the send's few hundred milliseconds. A sender whose send fails lets go at once; one that dies is
+# outlived: its retry comes after the queue's visibility timeout (60 s or more), past the hold.
+OUTBOX_HOLD_SECONDS = 30
 
 Transition = Callable[[Job], Step]
 
@@ -229,31 +235,73 @@ class JobEngine:
                 break  # not due yet, waiting for capacity, or cancelled before it started
         return job
 
-    def flush(self, job: Job) -> Job:
-        """Send the job's pending notifications, then take them out of the outbox. Returns the job as
-        it stands after (reloaded only if someone wrote it meanwhile)."""
+    def flush(self, job: Job, own: Collection[str] = ()) -> Job:
+        """Send the job's pending notifications that are this call's to send, then take them out of the
+        outbox: `own`, the ones its commit has just written (and holds), and the leftovers of a sender
+        that died or failed, once its hold has run out, claimed first by compare-and-set. Items another
+        Lambda holds are left to it. Returns the job as it stands after (reloaded only if someone wrote
+        it meanwhile)."""
         if not job.outbox:
             return job
-        self.notifier.send_all(
-            [
-                Notification(
-                    id=item.id, kind=item.kind, job_id=job.job_id, message=item.message, detail=item.detail
-                )
-                for item in job.outbox
+        job, mine = self._claim_leftovers(job, set(own))
+        items = [i for i in job.outbox if i.id in mine]
+        if not items:
+            return job
+        try:
+            self.notifier.send_all(
+                [
+                    Notification(id=i.id, kind=i.kind, job_id=job.job_id, message=i.message, detail=i.detail)
+                    for i in items
+                ]
+            )
+        except Exception:
+            # let go, so that the retry of this event (or whoever reads the job next) sends them now
+            self._rewrite_outbox(job, mine, lambda i: revised(i, sending_until=None, held_by=None))
+            raise
+        return self._rewrite_outbox(job, mine, lambda i: None)
+
+    def _claim_leftovers(self, job: Job, mine: set[str]) -> tuple[Job, set[str]]:
+        """`mine` and the leftovers nobody holds now, held by this call (a compare-and-set: of two
+        readers, one claims them). The job as it stands after, and the ids this call may send."""
+        current: Job | None = job
+        token = uuid.uuid4().hex
+        for _ in range(MAX_WRITE_TRIES):
+            if current is None:
+                return job, set()
+            if any(i.held_by == token for i in current.outbox):  # the claim went through, its answer lost
+                return current, mine | {i.id for i in current.outbox if i.held_by == token}
+            now = self.clock()
+            free = {
+                i.id
+                for i in current.outbox
+                if i.id not in mine and (i.sending_until is None or i.sending_until <= now)
+            }
+            if not free:
+                return current, mine
+            until = now + timedelta(seconds=OUTBOX_HOLD_SECONDS)
+            held = [
+                revised(i, sending_until=until, held_by=token) if i.id in free else i for i in current.outbox
             ]
-        )
-        sent = {i.id for i in job.outbox}
+            claimed = revised(current, outbox=held, rev=current.rev + 1)
+            if self.store.replace(claimed, current.rev):
+                return claimed, mine | free
+            current = self.store.get(job.job_id)
+        return job, set()
+
+    def _rewrite_outbox(
+        self, job: Job, ids: set[str], change: Callable[[OutboxItem], OutboxItem | None]
+    ) -> Job:
+        """The outbox items `ids` changed (None: taken out), by compare-and-set on the job as it stands."""
         current: Job | None = job
         for _ in range(MAX_WRITE_TRIES):
             if current is None:
                 return job
-            if not any(i.id in sent for i in current.outbox):
+            if not any(i.id in ids for i in current.outbox):
                 return current
-            cleared = revised(
-                current, outbox=[i for i in current.outbox if i.id not in sent], rev=current.rev + 1
-            )
-            if self.store.replace(cleared, current.rev):
-                return cleared
+            outbox = [c for i in current.outbox if (c := change(i) if i.id in ids else i) is not None]
+            rewritten = revised(current, outbox=outbox, rev=current.rev + 1)
+            if self.store.replace(rewritten, current.rev):
+                return rewritten
             current = self.store.get(job.job_id)
         return job
 
@@ -302,21 +350,31 @@ class JobEngine:
         then send them. The job as written and flushed, or None when another writer got there first."""
         assert step.job is not None
         new = step.job
+        hold, token = self.clock() + timedelta(seconds=OUTBOX_HOLD_SECONDS), uuid.uuid4().hex
         items = [
-            outbox_item(new, i, e)
+            revised(outbox_item(new, i, e), sending_until=hold, held_by=token)
             for i, e in enumerate(step.effects)
             if isinstance(e, Notify | CapacityWanted)
         ]
         if items:
             new = revised(new, outbox=[*new.outbox, *items])
+        stands = new
         if not self.store.replace(new, old.rev):
-            return None
+            if not items:
+                return None
+            # The write may have gone through with its answer lost (botocore sent it again, and the
+            # second try met the first): then the job holds this write's own notifications, and
+            # nobody else will send them for the hold's length.
+            stands_now = self.store.get(new.job_id)
+            if stands_now is None or not any(i.held_by == token for i in stands_now.outbox):
+                return None
+            stands = stands_now
         for watcher in self.on_written:
             try:
                 watcher(old, new)
             except Exception:  # a metric or a pool fact lost, never the job's change
                 log.exception("job %s: could not record what its change taught", new.job_id)
-        return self.flush(new)
+        return self.flush(stands, own={i.id for i in items})
 
     def _carry_out(self, job: Job, effect: Effect) -> Iterable[Transition]:
         """Do one effect; return the transitions its outcome leads to. Notifications are in the outbox

@@ -139,6 +139,11 @@ class Reconciler:
                 j for s in TERMINAL for j in self.store.list(s, RECENTLY_ENDED, on_unreadable=unreadable)
             ]
             self._spares(waiting + snapshotting + running + ended, isolated, counts)
+        for job in waiting + snapshotting + running:
+            if any(i.sending_until is None or i.sending_until <= now for i in job.outbox):
+                # notifications whose sender died (or failed) before it sent them, and nobody handled
+                # the job since: sent now, once (engine.flush claims them first)
+                isolated(job, lambda job=job: self.engine.flush(job))
         for job in running:
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again
                 isolated(job, lambda job=job: self._delete_volumes(job))
