@@ -183,16 +183,22 @@ def _stopped(job: Job, reason: str, exit_code: int | None = 75) -> TaskEvent:
 
 def test_a_move_checkpoints_first_then_stops_then_relaunches_as_decided_without_an_interruption():
     to = spot_decision(placement="on-demand", pool="gpu-od/g5.xlarge/us-east-1a", trigger="reconcile")
-    asked = request_move(_running(), to, T0)
+    asked = request_move(_running(), 1, to, T0)
     assert asked.job is not None and asked.job.move is not None
     assert [type(e) for e in asked.effects] == [Notify, Checkpoint]
-    assert request_move(asked.job, to, T0).job is None  # one move at a time
+    assert request_move(asked.job, 1, to, T0).job is None  # one move at a time
+    assert request_move(_running(), 2, to, T0).job is None  # decided for another attempt: a stale look
+    stopping = _running()
+    stopping = revised(
+        stopping, attempts=[revised(stopping.attempts[0], stopped_reason="Host EC2 terminated")]
+    )
+    assert request_move(stopping, 1, to, T0).job is None  # being stopped since the decision
     stop = move_checkpointed(asked.job, T0 + timedelta(minutes=2))
     assert stop.job is not None and isinstance(stop.effects[0], Stop)
     assert stop.effects[0].reason.startswith("SpotGuard: moving job j1 to on-demand")
     said = spot_decision(pool="gpu-spot-b/g5.xlarge/us-east-1b", trigger="reconcile")
     said = said.model_copy(update={"reason": "spot in gpu-spot-b/g5.xlarge/us-east-1b: the plan says so"})
-    other = move_checkpointed(request_move(_running(), said, T0).job, T0 + timedelta(minutes=2))
+    other = move_checkpointed(request_move(_running(), 1, said, T0).job, T0 + timedelta(minutes=2))
     assert other.effects[0].reason == (  # where it goes, said once
         "SpotGuard: moving job j1 to spot in gpu-spot-b/g5.xlarge/us-east-1b: the plan says so"
     )
@@ -208,7 +214,7 @@ def test_a_move_checkpoints_first_then_stops_then_relaunches_as_decided_without_
 
 
 def test_an_interruption_during_a_move_is_an_interruption_and_ends_the_move():
-    asked = request_move(_running(), spot_decision(placement="on-demand"), T0).job
+    asked = request_move(_running(), 1, spot_decision(placement="on-demand"), T0).job
     assert asked is not None
     stopped = on_task_event(
         asked, _stopped(asked, "Host EC2 (instance i-0123456789abcdef0) terminated."), None, T0
@@ -218,7 +224,7 @@ def test_an_interruption_during_a_move_is_an_interruption_and_ends_the_move():
 
 
 def test_a_move_without_its_checkpoint_is_abandoned_and_the_job_goes_on():
-    asked = request_move(_running(), spot_decision(placement="on-demand"), T0).job
+    asked = request_move(_running(), 1, spot_decision(placement="on-demand"), T0).job
     assert asked is not None
     off = move_abandoned(asked, T0 + timedelta(minutes=20), "no checkpoint").job
     assert off is not None and off.move is None and off.state is JobState.RUNNING and off.moves_made == 0
@@ -464,10 +470,10 @@ def test_a_move_asks_for_its_checkpoint_through_the_engine_s_signaller():
     engine, _, _ = _engine(store, FakeEcs())
     engine.signaller = signaller = FakeSignaller()
     to = spot_decision(placement="on-demand", pool="gpu-od/g5.xlarge/us-east-1a", trigger="reconcile")
-    job, _ = engine.run("j1", lambda j: request_move(j, to, T0), drive=False)
+    job, _ = engine.run("j1", lambda j: request_move(j, j.live_attempt.number, to, T0), drive=False)
     assert job.move is not None
     ((instance, (task,), signal),) = signaller.sent
     assert (instance, signal, task.task_arn) == ("i-0123456789abcdef0", "SIGUSR1", TASK + "a" * 32)
     engine.signaller = None  # none configured: the move waits (logged), nothing raises
     store.jobs["j2"] = _running(job_id="j2")
-    engine.run("j2", lambda j: request_move(j, to, T0), drive=False)
+    engine.run("j2", lambda j: request_move(j, j.live_attempt.number, to, T0), drive=False)

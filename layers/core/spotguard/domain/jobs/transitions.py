@@ -498,19 +498,24 @@ def stray_reason(job: Job) -> str:
 
 
 # ------------------------------------------------------------------------------------------ moves
-def request_move(job: Job, decision: PlacementDecision, now: datetime) -> Step:
-    """Move the running job to other capacity: ask its checkpoint container to commit now (SIGUSR1);
-    once that checkpoint is committed (`move_checkpointed`) the task is stopped and the job relaunched as
-    `decision` says. Refused (no change) when a move is under way or the job is not running."""
+def request_move(job: Job, number: int, decision: PlacementDecision, now: datetime) -> Step:
+    """Move the running job's attempt `number` to other capacity: ask its checkpoint container to commit
+    now (SIGUSR1); once that checkpoint is committed (`move_checkpointed`) the task is stopped and the job
+    relaunched as `decision` says. Refused (no change) when a move is under way, the job is not running,
+    or the decision was made for another attempt, or one being stopped since (the job as the caller
+    read it is older than this write's: a relaunch, or a notice, came in between)."""
     live = job.live_attempt
     if (
         job.state is not JobState.RUNNING
         or live is None
+        or live.number != number
         or not live.formed
+        or live.stopped_reason is not None
+        or live.interrupted_by is not None
         or job.move is not None
         or job.cancel_requested
     ):
-        return Step(note="no move: the job is not running one attempt, or a move is under way")
+        return Step(note="no move: the job is not running that attempt, or a move is under way")
     move = Move(attempt=live.number, to=decision, requested_at=now)
     new = bump(
         job,

@@ -305,8 +305,10 @@ class JobService:
                 said = decision.summary()
                 log.info("job %s stays on %s (%s): %s", job.job_id, attempt.market, trigger, said)
             return False
-        self.engine.run(job.job_id, lambda j: request_move(j, decision, now), current=job, drive=False)
-        return True
+        _, note = self.engine.run(
+            job.job_id, lambda j: request_move(j, attempt.number, decision, now), current=job, drive=False
+        )
+        return not note.startswith("no move")
 
     # ------------------------------------------------------------------------------------ internals
     def _task_event(self, ev: TaskEvent) -> Transition:
