@@ -15,7 +15,8 @@ lost steps. On the virtual clock the figures are the same whatever the load and 
 Where spot comes and goes every hour or so, one seed is one sample: a few milliseconds of modelled latency
 more or less before one decision sends a job to on-demand or keeps it on spot, and the rest of its run
 follows. `--seed 1,2,3` runs every replay once per seed (other starts, other latencies) and ends with each
-run's mean over the seeds and its spread (lowest to highest difference), and the totals of each seed.
+run's figures over its seeds (pooled: the mean cost over every priced job of every seed, live against the
+simulator's) and its spread (the lowest and highest difference of one seed), then each seed's totals.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.facts import RunResult
 from spotguard.domain.jobs.effects import Step
-from spotguard.domain.jobs.model import Job, JobState, RunTaskRequest
+from spotguard.domain.jobs.model import Job, JobState, RunTaskRequest, revised
 from spotguard.domain.jobs.transitions import on_task_event, request_cancel
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.ebs import EbsVolumes
@@ -397,3 +397,66 @@ def test_a_write_whose_answer_was_lost_sends_its_own_notifications_at_once():
     engine, notifier, _ = _engine(store, FakeEcs())
     engine.run("j1", _notifying(), drive=False)
     assert [n.kind for n in notifier.sent] == ["interrupted"] and store.jobs["j1"].outbox == []
+
+
+def test_a_write_whose_answer_was_lost_carries_out_its_effects_and_is_watched_once():
+    """No notification to recognise it by: the job's own `written_by` says the write was this one."""
+    from spotguard.domain.jobs.effects import Stop
+    from spotguard.domain.jobs.model import bump
+
+    store = _LostAnswer()
+    store.jobs["j1"] = _job(state=JobState.RUNNING)
+    engine, _, _ = _engine(store, FakeEcs())
+    watched: list[tuple[int, int]] = []
+    engine.on_written = [lambda old, new: watched.append((old.rev, new.rev))]
+    stop = Stop(cluster=CLUSTER, task_arn=TASK + "9" * 32, reason="SpotGuard: moving job j1")
+    engine.run("j1", lambda j: Step(job=bump(j, T0, last_reason="moving"), effects=[stop]), drive=False)
+    assert engine.ecs.stops == [(stop.task_arn, stop.reason)] and watched == [(0, 1)]
+
+
+def test_legacy_outbox_items_without_a_holder_are_sent_by_the_next_reader():
+    from spotguard.domain.jobs.model import OutboxItem
+
+    store = FakeJobs()
+    legacy = OutboxItem(id="j1:4:0", kind="succeeded", message="m", at=T0)  # written before holds
+    store.jobs["j1"] = _job(state=JobState.SUCCEEDED, outbox=[legacy])
+    engine, notifier, _ = _engine(store, FakeEcs())
+    engine.drive("j1")
+    assert [n.id for n in notifier.sent] == ["j1:4:0"] and store.jobs["j1"].outbox == []
+
+
+def test_a_claim_that_keeps_losing_still_sends_the_writers_own_notifications():
+    """Other writers keep changing the job: the leftover is left for the next reader, but what this
+    write holds goes out now, not 30 s later."""
+    from spotguard.domain.jobs.model import OutboxItem
+
+    store = FakeJobs(conflicts=100)
+    own = OutboxItem(id="j1:5:0", kind="interrupted", message="m", at=T0, held_by="mine", sending_until=T0)
+    left = OutboxItem(id="j1:3:0", kind="waiting", message="m", at=T0, held_by="dead", sending_until=T0)
+    store.jobs["j1"] = _job(state=JobState.RUNNING, outbox=[left, own])
+    engine, notifier, _ = _engine(store, FakeEcs())
+    engine.flush(store.get("j1"), held_by="mine")
+    assert [n.id for n in notifier.sent] == ["j1:5:0"]
+
+
+def test_a_failed_send_lets_go_only_of_what_it_held():
+    """A send slower than the hold: another Lambda claimed the same item meanwhile. The first one's
+    failure must not clear the second's hold (a third reader would send it a third time)."""
+    from spotguard.domain.jobs.model import OutboxItem
+
+    store = FakeJobs()
+    item = OutboxItem(id="j1:5:0", kind="interrupted", message="m", at=T0, held_by="slow", sending_until=T0)
+    store.jobs["j1"] = _job(state=JobState.RUNNING, outbox=[item])
+    engine, notifier, _ = _engine(store, FakeEcs())
+    later = T0 + timedelta(seconds=31)
+
+    def slow_then_fails(notifications):
+        held = revised(item, held_by="second", sending_until=later + timedelta(seconds=30))
+        store.jobs["j1"] = revised(store.jobs["j1"], outbox=[held], rev=store.jobs["j1"].rev + 1)
+        raise RuntimeError("SNS: timed out")
+
+    notifier.send_all = slow_then_fails
+    with pytest.raises(RuntimeError):
+        engine.flush(store.get("j1"), held_by="slow")
+    (still,) = store.jobs["j1"].outbox
+    assert still.held_by == "second" and still.sending_until is not None

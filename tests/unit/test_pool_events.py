@@ -405,3 +405,23 @@ def test_reconcile_sends_the_notifications_a_dead_sender_left_once_its_hold_has_
     assert [n.id for n in sent] == ["j1:3:0"] and service.store.get("j1").outbox == []
     Reconciler(service, pool_observations=service.pool_observations).reconcile()
     assert len(sent) == 1
+
+
+def test_reconcile_sends_what_a_dead_writer_left_on_a_job_that_ended_after_it_and_leaves_holds_alone():
+    """A Lambda wrote a notification and died; another ended the job within the hold, sending only its
+    own. Reconcile sends the leftover once its hold has run out, and not before."""
+    from spotguard.domain.jobs.model import OutboxItem
+    from spotguard.usecases.jobs.reconcile import Reconciler
+
+    held = OutboxItem(id="j1:3:0", kind="interrupted", message="m", at=NOW, held_by="dead")
+    held = revised(held, sending_until=NOW + timedelta(seconds=20))
+    job = revised(_waiting(NOW - timedelta(minutes=1)), state=JobState.SUCCEEDED, outbox=[held])
+    service, _, ecs = _service(job)
+    ecs.describe_many = lambda cluster, arns: ({}, [])
+    sent: list = []
+    service.engine.notifier.send_all = sent.extend
+    Reconciler(service, pool_observations=service.pool_observations).reconcile()
+    assert sent == []  # still held
+    service.engine.clock = service.clock = lambda: NOW + timedelta(seconds=20)
+    Reconciler(service, pool_observations=service.pool_observations).reconcile()
+    assert [n.id for n in sent] == ["j1:3:0"] and service.store.get("j1").outbox == []

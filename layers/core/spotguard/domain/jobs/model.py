@@ -366,6 +366,9 @@ class Job(BaseModel):
     move: Move | None = None  # a move of the live attempt to other capacity, under way
     moves_made: int = 0
     spare: Spare | None = None  # the newest early replacement (domain.jobs.spares)
+    # the token of the write that wrote this version (usecases.jobs.engine): a write whose answer was
+    # lost knows itself when it reads the job again
+    written_by: str = ""
 
     @field_validator("job_id")
     @classmethod

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -235,18 +235,23 @@ class JobEngine:
                 break  # not due yet, waiting for capacity, or cancelled before it started
         return job
 
-    def flush(self, job: Job, own: Collection[str] = ()) -> Job:
+    def flush(self, job: Job, held_by: str | None = None) -> Job:
         """Send the job's pending notifications that are this call's to send, then take them out of the
-        outbox: `own`, the ones its commit has just written (and holds), and the leftovers of a sender
-        that died or failed, once its hold has run out, claimed first by compare-and-set. Items another
-        Lambda holds are left to it. Returns the job as it stands after (reloaded only if someone wrote
-        it meanwhile)."""
+        outbox: the ones its commit has just written (held by its token, `held_by`), and the leftovers
+        of a sender that died or failed, once its hold has run out, claimed first by compare-and-set.
+        Items another Lambda holds are left to it. Returns the job as it stands after (reloaded only if
+        someone wrote it meanwhile)."""
         if not job.outbox:
             return job
-        job, mine = self._claim_leftovers(job, set(own))
-        items = [i for i in job.outbox if i.id in mine]
+        job, tokens = self._claim_leftovers(job, held_by)
+        items = [i for i in job.outbox if i.held_by is not None and i.held_by in tokens]
         if not items:
             return job
+        ids = {i.id for i in items}
+
+        def mine(i: OutboxItem) -> bool:  # by id and holder: never another sender's hold
+            return i.id in ids and i.held_by is not None and i.held_by in tokens
+
         try:
             self.notifier.send_all(
                 [
@@ -260,45 +265,50 @@ class JobEngine:
             raise
         return self._rewrite_outbox(job, mine, lambda i: None)
 
-    def _claim_leftovers(self, job: Job, mine: set[str]) -> tuple[Job, set[str]]:
-        """`mine` and the leftovers nobody holds now, held by this call (a compare-and-set: of two
-        readers, one claims them). The job as it stands after, and the ids this call may send."""
+    def _claim_leftovers(self, job: Job, held_by: str | None) -> tuple[Job, set[str]]:
+        """The leftovers nobody holds now (no holder, or a hold run out), held by this call: a
+        compare-and-set, so that of two readers one claims them. The job as it stands after, and the
+        tokens whose items this call may send (`held_by`'s, and its claim's)."""
+        tokens = {held_by} if held_by else set()
         current: Job | None = job
-        token = uuid.uuid4().hex
+        claim: str | None = None
         for _ in range(MAX_WRITE_TRIES):
             if current is None:
-                return job, set()
-            if any(i.held_by == token for i in current.outbox):  # the claim went through, its answer lost
-                return current, mine | {i.id for i in current.outbox if i.held_by == token}
+                return job, tokens
+            if claim is not None and any(i.held_by == claim for i in current.outbox):
+                return current, tokens | {claim}  # the claim went through, its answer lost
             now = self.clock()
             free = {
                 i.id
                 for i in current.outbox
-                if i.id not in mine and (i.sending_until is None or i.sending_until <= now)
+                if (i.held_by is None or i.held_by not in tokens)
+                and (i.sending_until is None or i.sending_until <= now)
             }
             if not free:
-                return current, mine
+                return current, tokens
+            claim = claim or uuid.uuid4().hex
             until = now + timedelta(seconds=OUTBOX_HOLD_SECONDS)
             held = [
-                revised(i, sending_until=until, held_by=token) if i.id in free else i for i in current.outbox
+                revised(i, sending_until=until, held_by=claim) if i.id in free else i for i in current.outbox
             ]
             claimed = revised(current, outbox=held, rev=current.rev + 1)
             if self.store.replace(claimed, current.rev):
-                return claimed, mine | free
+                return claimed, tokens | {claim}
             current = self.store.get(job.job_id)
-        return job, set()
+        return current or job, tokens  # the leftovers wait for the next reader; its own items go now
 
     def _rewrite_outbox(
-        self, job: Job, ids: set[str], change: Callable[[OutboxItem], OutboxItem | None]
+        self, job: Job, which: Callable[[OutboxItem], bool], change: Callable[[OutboxItem], OutboxItem | None]
     ) -> Job:
-        """The outbox items `ids` changed (None: taken out), by compare-and-set on the job as it stands."""
+        """The outbox items `which` picks changed (None: taken out), by compare-and-set on the job as it
+        stands."""
         current: Job | None = job
         for _ in range(MAX_WRITE_TRIES):
             if current is None:
                 return job
-            if not any(i.id in ids for i in current.outbox):
+            if not any(which(i) for i in current.outbox):
                 return current
-            outbox = [c for i in current.outbox if (c := change(i) if i.id in ids else i) is not None]
+            outbox = [c for i in current.outbox if (c := change(i) if which(i) else i) is not None]
             rewritten = revised(current, outbox=outbox, rev=current.rev + 1)
             if self.store.replace(rewritten, current.rev):
                 return rewritten
@@ -340,41 +350,43 @@ class JobEngine:
                 raise CommandError("Conflict", str(exc)) from None
             if step.job is None:
                 return job, step
-            written = self._commit(job, step)
+            written, current = self._commit(job, step)
             if written is not None:
                 return written, step
         raise Conflict(f"job {job_id} changed {MAX_WRITE_TRIES} times while being updated")
 
-    def _commit(self, old: Job, step: Step) -> Job | None:
+    def _commit(self, old: Job, step: Step) -> tuple[Job | None, Job | None]:
         """Write the step's job (with its notifications in the outbox) if `old` is still current;
-        then send them. The job as written and flushed, or None when another writer got there first."""
+        then send them. (The job as written and flushed, None) or, when another writer got there first,
+        (None, the job as it now stands: None if unread)."""
         assert step.job is not None
-        new = step.job
-        hold, token = self.clock() + timedelta(seconds=OUTBOX_HOLD_SECONDS), uuid.uuid4().hex
+        token = uuid.uuid4().hex  # this write's: on the job and on the notifications it holds
+        hold = self.clock() + timedelta(seconds=OUTBOX_HOLD_SECONDS)
         items = [
-            revised(outbox_item(new, i, e), sending_until=hold, held_by=token)
+            revised(outbox_item(step.job, i, e), sending_until=hold, held_by=token)
             for i, e in enumerate(step.effects)
             if isinstance(e, Notify | CapacityWanted)
         ]
-        if items:
-            new = revised(new, outbox=[*new.outbox, *items])
+        new = revised(step.job, outbox=[*step.job.outbox, *items], written_by=token)
         stands = new
         if not self.store.replace(new, old.rev):
-            if not items:
-                return None
             # The write may have gone through with its answer lost (botocore sent it again, and the
-            # second try met the first): then the job holds this write's own notifications, and
-            # nobody else will send them for the hold's length.
-            stands_now = self.store.get(new.job_id)
-            if stands_now is None or not any(i.held_by == token for i in stands_now.outbox):
-                return None
-            stands = stands_now
+            # second try met the first): then it is this write's, with its effects still to carry out
+            # and its notifications (held by it: nobody else sends them for the hold's length) to send.
+            seen = self.store.get(new.job_id)
+            ours = seen is not None and (
+                seen.written_by == token or any(i.held_by == token for i in seen.outbox)
+            )
+            if not ours:
+                return None, seen
+            assert seen is not None
+            stands = seen
         for watcher in self.on_written:
             try:
                 watcher(old, new)
             except Exception:  # a metric or a pool fact lost, never the job's change
                 log.exception("job %s: could not record what its change taught", new.job_id)
-        return self.flush(stands, own={i.id for i in items})
+        return self.flush(stands, held_by=token), None
 
     def _carry_out(self, job: Job, effect: Effect) -> Iterable[Transition]:
         """Do one effect; return the transitions its outcome leads to. Notifications are in the outbox

@@ -53,6 +53,7 @@ from spotguard.usecases.jobs.service import JobService
 
 STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
 # Ended jobs looked at per state by each sweep (newest first), for a spare whose give-back did not finish
+# and for notifications left in their outbox
 RECENTLY_ENDED = 50
 MOVE_COMMIT_SECONDS = 900  # a move's checkpoint not committed this long after SIGUSR1: the move is off
 # A moving task asked to stop this long ago and still running is asked again (its StopTask may have
@@ -133,13 +134,12 @@ class Reconciler:
                 counts["snapshots_settled"] += 1
         live: dict[str, list[tuple[Job, Attempt, NodeTask]]] = {}
         running = each(JobState.RUNNING)
+        # and the jobs that ended lately: a spare whose give-back may not have finished, notifications
+        # left in the outbox by the write that ended the job
+        ended = [j for s in TERMINAL for j in self.store.list(s, RECENTLY_ENDED, on_unreadable=unreadable)]
         if self.engine.spares is not None:
-            # and the jobs that ended lately, whose spare's give-back may not have finished
-            ended = [
-                j for s in TERMINAL for j in self.store.list(s, RECENTLY_ENDED, on_unreadable=unreadable)
-            ]
             self._spares(waiting + snapshotting + running + ended, isolated, counts)
-        for job in waiting + snapshotting + running:
+        for job in waiting + snapshotting + running + ended:
             if any(i.sending_until is None or i.sending_until <= now for i in job.outbox):
                 # notifications whose sender died (or failed) before it sent them, and nobody handled
                 # the job since: sent now, once (engine.flush claims them first)
