@@ -367,7 +367,8 @@ class JobEngine:
             for i, e in enumerate(step.effects)
             if isinstance(e, Notify | CapacityWanted)
         ]
-        new = revised(step.job, outbox=[*step.job.outbox, *items], written_by=token)
+        new = revised(step.job, outbox=[*step.job.outbox, *items]) if items else step.job
+        new = new.model_copy(update={"written_by": token})  # a plain string of ours: no need to validate
         stands = new
         if not self.store.replace(new, old.rev):
             # The write may have gone through with its answer lost (botocore sent it again, and the
