@@ -334,6 +334,10 @@ class OutboxItem(BaseModel):
     sending_until: datetime | None = None
     held_by: str | None = None  # the write or claim that holds it (a token of its own)
 
+    def free_at(self, now: datetime) -> bool:
+        """Nobody holds it at `now`: never held, let go, or its hold has run out."""
+        return self.sending_until is None or self.sending_until <= now
+
 
 class Job(BaseModel):
     job_id: str

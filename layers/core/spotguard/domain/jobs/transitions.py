@@ -498,6 +498,9 @@ def stray_reason(job: Job) -> str:
 
 
 # ------------------------------------------------------------------------------------------ moves
+NO_MOVE = "no move: the job is not running that attempt, or a move is under way"
+
+
 def request_move(job: Job, number: int, decision: PlacementDecision, now: datetime) -> Step:
     """Move the running job's attempt `number` to other capacity: ask its checkpoint container to commit
     now (SIGUSR1); once that checkpoint is committed (`move_checkpointed`) the task is stopped and the job
@@ -515,7 +518,7 @@ def request_move(job: Job, number: int, decision: PlacementDecision, now: dateti
         or job.move is not None
         or job.cancel_requested
     ):
-        return Step(note="no move: the job is not running that attempt, or a move is under way")
+        return Step(note=NO_MOVE)
     move = Move(attempt=live.number, to=decision, requested_at=now)
     new = bump(
         job,

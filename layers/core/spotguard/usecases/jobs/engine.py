@@ -244,13 +244,12 @@ class JobEngine:
         if not job.outbox:
             return job
         job, tokens = self._claim_leftovers(job, held_by)
-        items = [i for i in job.outbox if i.held_by is not None and i.held_by in tokens]
+        items = [i for i in job.outbox if i.held_by in tokens]
         if not items:
             return job
-        ids = {i.id for i in items}
 
-        def mine(i: OutboxItem) -> bool:  # by id and holder: never another sender's hold
-            return i.id in ids and i.held_by is not None and i.held_by in tokens
+        def mine(i: OutboxItem) -> bool:  # by holder: never another sender's hold
+            return i.held_by in tokens
 
         try:
             self.notifier.send_all(
@@ -265,11 +264,11 @@ class JobEngine:
             raise
         return self._rewrite_outbox(job, mine, lambda i: None)
 
-    def _claim_leftovers(self, job: Job, held_by: str | None) -> tuple[Job, set[str]]:
+    def _claim_leftovers(self, job: Job, held_by: str | None) -> tuple[Job, set[str | None]]:
         """The leftovers nobody holds now (no holder, or a hold run out), held by this call: a
         compare-and-set, so that of two readers one claims them. The job as it stands after, and the
         tokens whose items this call may send (`held_by`'s, and its claim's)."""
-        tokens = {held_by} if held_by else set()
+        tokens: set[str | None] = {held_by} if held_by else set()
         current: Job | None = job
         claim: str | None = None
         for _ in range(MAX_WRITE_TRIES):
@@ -278,12 +277,7 @@ class JobEngine:
             if claim is not None and any(i.held_by == claim for i in current.outbox):
                 return current, tokens | {claim}  # the claim went through, its answer lost
             now = self.clock()
-            free = {
-                i.id
-                for i in current.outbox
-                if (i.held_by is None or i.held_by not in tokens)
-                and (i.sending_until is None or i.sending_until <= now)
-            }
+            free = {i.id for i in current.outbox if i.held_by not in tokens and i.free_at(now)}
             if not free:
                 return current, tokens
             claim = claim or uuid.uuid4().hex

@@ -140,9 +140,9 @@ class Reconciler:
         if self.engine.spares is not None:
             self._spares(waiting + snapshotting + running + ended, isolated, counts)
         for job in waiting + snapshotting + running + ended:
-            if any(i.sending_until is None or i.sending_until <= now for i in job.outbox):
+            if job.outbox:
                 # notifications whose sender died (or failed) before it sent them, and nobody handled
-                # the job since: sent now, once (engine.flush claims them first)
+                # the job since: sent now, once (engine.flush claims those nobody holds; no call else)
                 isolated(job, lambda job=job: self.engine.flush(job))
         for job in running:
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again

@@ -32,6 +32,7 @@ from spotguard.domain.jobs.model import (
 )
 from spotguard.domain.jobs.request import GANG_CONSTRAINTS, deadline_refused, not_permitted, run_task_params
 from spotguard.domain.jobs.transitions import (
+    NO_MOVE,
     abandon_provisioning,
     on_task_event,
     request_cancel,
@@ -308,7 +309,7 @@ class JobService:
         _, note = self.engine.run(
             job.job_id, lambda j: request_move(j, attempt.number, decision, now), current=job, drive=False
         )
-        return not note.startswith("no move")
+        return note != NO_MOVE
 
     # ------------------------------------------------------------------------------------ internals
     def _task_event(self, ev: TaskEvent) -> Transition:
