@@ -51,10 +51,18 @@ class HostBuffers:
 
     def take(self, state: Any) -> Any:
         """A copy of `state` with every tensor in the host buffers, made now (when this returns, the
-        training may change the originals)."""
+        training may change the originals).
+
+        Each tensor's copy is started as the walk over the state finds it, while the state keeps the
+        layout the buffers were made for, and the copy of the state's containers is built while the GPU
+        copies run: the Python work per tensor (a few microseconds) hides behind the transfer rather than
+        adding to it. Where the layout changed, the buffers are made again and every copy started anew."""
         started = time.perf_counter()
         dtensor = _dtensor_type()
         sources: list[torch.Tensor] = []
+        devices: set[torch.device] = set()  # the GPUs copied from: each is synchronised at the end
+        views = self._views
+        fits = True  # every tensor so far has its slice in the current buffers, and its copy started
 
         def local(t: torch.Tensor) -> torch.Tensor:
             if dtensor is not None and isinstance(t, dtensor):
@@ -66,8 +74,18 @@ class HostBuffers:
             return t
 
         def collect(value: Any) -> None:
+            nonlocal fits
             if isinstance(value, torch.Tensor):
-                sources.append(local(value).detach())
+                src = local(value).detach()
+                if src.is_cuda:
+                    devices.add(src.device)
+                if fits:
+                    i = len(sources)
+                    if i < len(views) and views[i].shape == src.shape and views[i].dtype == src.dtype:
+                        views[i].copy_(src, non_blocking=src.is_cuda)
+                    else:
+                        fits = False
+                sources.append(src)
             elif isinstance(value, dict):
                 for v in value.values():
                     collect(v)
@@ -76,12 +94,13 @@ class HostBuffers:
                     collect(v)
 
         collect(state)
-        cuda = any(t.is_cuda for t in sources)
-        self._ensure([(tuple(t.shape), t.dtype) for t in sources], pinned=cuda and torch.cuda.is_available())
-        for src, dst in zip(sources, self._views, strict=True):
-            dst.copy_(src, non_blocking=cuda)
-        for device in {t.device for t in sources if t.is_cuda}:  # the current GPU's, and any other's
-            torch.cuda.synchronize(device)
+        pinned = bool(devices) and torch.cuda.is_available()
+        if not (fits and len(sources) == len(views) and pinned == self.pinned):
+            # copies already started write into the buffers about to go: they end first
+            _synchronize(devices)
+            self._ensure([(tuple(t.shape), t.dtype) for t in sources], pinned=pinned)
+            for src, dst in zip(sources, self._views, strict=True):
+                dst.copy_(src, non_blocking=src.is_cuda)
         copies = iter(self._views)
 
         def rebuild(value: Any) -> Any:
@@ -99,7 +118,8 @@ class HostBuffers:
                 return _same_kind(value, items)
             return copy.deepcopy(value)
 
-        out = rebuild(state)
+        out = rebuild(state)  # views and the values that are not tensors: nothing the copies write
+        _synchronize(devices)
         self.last_seconds = time.perf_counter() - started
         return out
 
@@ -128,6 +148,11 @@ class HostBuffers:
         self._block, self._views, self._layout, self.pinned = block, views, key, pinned
         self.bytes = total
         self.allocations += 1
+
+
+def _synchronize(devices: set[torch.device]) -> None:
+    for device in devices:  # the current GPU's, and any other's
+        torch.cuda.synchronize(device)
 
 
 def _host_block(total: int, pinned: bool) -> tuple[torch.Tensor, bool]:

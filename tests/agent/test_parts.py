@@ -79,6 +79,26 @@ def test_host_buffers_are_made_once_and_each_copy_owns_exactly_its_bytes():
     assert buffers.allocations == 2
 
 
+def test_a_state_whose_layout_changed_part_way_is_copied_whole_into_new_buffers():
+    # copies start as the walk finds each tensor: where a later tensor no longer fits (another shape,
+    # another dtype, one tensor more or fewer) the buffers are made again and every tensor copied anew
+    buffers = HostBuffers()
+    state = {"a": torch.arange(4.0), "b": torch.arange(6.0), "c": [torch.ones(2, 2)]}
+    buffers.take(state)
+    wide = torch.ones(2, 2, dtype=torch.float64)
+    for changed in (
+        {"a": torch.arange(4.0) + 1, "b": torch.arange(7.0), "c": [torch.ones(2, 2)]},
+        {"a": torch.arange(4.0) + 2, "b": torch.arange(7.0), "c": [wide]},
+        {"a": torch.arange(4.0) + 3, "b": torch.arange(7.0), "c": [wide, wide]},
+        {"a": torch.arange(4.0) + 4, "b": torch.arange(7.0)},
+    ):
+        before = buffers.allocations
+        copy = buffers.take(changed)
+        assert _equal(copy, changed) and buffers.allocations == before + 1
+        again = buffers.take(changed)  # the same layout again: the same buffers, copied in place
+        assert _equal(again, changed) and buffers.allocations == before + 1
+
+
 class _FakeCudart:
     """torch.cuda.cudart() where there is no GPU: records what is registered and unregistered."""
 
