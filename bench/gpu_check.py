@@ -9,8 +9,9 @@ at the hardware's speed"; bench/gpu.sh runs it on a bare machine that has python
    - DDP told SIGUSR1: a checkpoint, the job goes on, the weights are unchanged;
    - FSDP (DTensor shards on the GPU) stopped by SIGTERM: resumed bit-identical to a run never stopped;
 2. figures: bench/checkpoint.py's GPU mode for each --sizes state, beside the goals: the snapshot at
-   least 0.8 x one pinned copy's GB/s, and the SIGTERM commit at most 1.25 x the same bytes written,
-   hashed and fsynced by parallel writers doing nothing else, both in the same run.
+   least 0.8 x one pinned copy's GB/s, and (for the 13.5 GiB state) the SIGTERM commit at most 1.25 x
+   the same bytes written, hashed and fsynced by parallel writers doing nothing else, both in the same
+   run.
 
     python bench/gpu_check.py [--sizes 1,13.5] [--dir /local/disk] [--only jobs|figures]
 
@@ -41,7 +42,11 @@ from torchrun_jobs import DDP, EXIT_RE, FSDP, job_env, run, same_weights, signal
 # rather than eat the borrowed machine's time that the figures need.
 torchrun_jobs.TIMEOUT = 120
 SNAPSHOT_GOAL = 0.8  # of one pinned copy's GB/s
-COMMIT_GOAL = 1.25  # of the parallel writers' seconds
+COMMIT_GOAL = 1.25  # of the parallel writers' seconds, for a state of COMMIT_GOAL_GIB or more
+# The commit's goal is the large state's (issue #32: the 13.5 GiB one, a GPU's worth that must fit the
+# warning). A small state's commit is printed too, but there the fixed per-tensor work of
+# torch.distributed.checkpoint (a torch.save per tensor, about 0.5 ms each) outweighs the bytes.
+COMMIT_GOAL_GIB = 13.5
 STEPS = 30
 
 
@@ -52,10 +57,13 @@ def figures(sizes: list[float], device: torch.device, root: Path) -> list[str]:
         gib = r["bytes"] / 1024**3
         snapshot = r["snapshot_gbps"] / r["link_gbps"]
         commit = r["commit_s"] / r["limit_s"]
-        for what, ratio, goal, met in (
-            ("snapshot / one pinned copy", snapshot, SNAPSHOT_GOAL, snapshot >= SNAPSHOT_GOAL),
-            ("SIGTERM commit / parallel writers", commit, COMMIT_GOAL, commit <= COMMIT_GOAL),
-        ):
+        goals = [("snapshot / one pinned copy", snapshot, SNAPSHOT_GOAL, snapshot >= SNAPSHOT_GOAL)]
+        if gib >= COMMIT_GOAL_GIB - 0.01:
+            goals.append(("SIGTERM commit / parallel writers", commit, COMMIT_GOAL, commit <= COMMIT_GOAL))
+        else:
+            goal_is = f"the goal is the {COMMIT_GOAL_GIB} GiB state's"
+            print(f"  {gib:.2f} GiB: SIGTERM commit / parallel writers x{commit:.2f} ({goal_is})")
+        for what, ratio, goal, met in goals:
             print(f"  goal {gib:.2f} GiB: {what} x{ratio:.2f} (goal x{goal}): {'met' if met else 'MISSED'}")
             if not met:
                 missed.append(f"{gib:.2f} GiB {what} x{ratio:.2f}")
