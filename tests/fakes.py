@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from spotguard.domain.checkpoints import CheckpointRef
+from spotguard.domain.checkpoints import CheckpointRecorded, CheckpointRef
 from spotguard.domain.jobs.model import Job, JobState, UnreadableJob
 from spotguard.domain.notices import (
     ContainerInstanceUpdate,
@@ -177,13 +177,15 @@ class FakeLedger:
         self.notices[notice.key] = json.loads(json.dumps(outcome, sort_keys=True, default=str))
 
     # -------------------------------------------------------------------------------- checkpoints
-    def record_checkpoint(self, ref: CheckpointRef) -> bool:
-        self.checkpoints.setdefault(ref.prefix_uri, {})[ref.sequence] = ref
+    def record_checkpoint(self, ref: CheckpointRef) -> CheckpointRecorded:
+        recorded = self.checkpoints.setdefault(ref.prefix_uri, {})
+        new = ref.sequence not in recorded
+        recorded.setdefault(ref.sequence, ref)
         newest = self.newest.get(ref.prefix_uri)
         if newest is not None and newest.sequence >= ref.sequence:
-            return False
+            return CheckpointRecorded(new=new, newest=False)
         self.newest[ref.prefix_uri] = ref
-        return True
+        return CheckpointRecorded(new=new, newest=True)
 
     def newest_checkpoint(self, prefix_uri: str) -> CheckpointRef | None:
         return self.newest.get(prefix_uri)

@@ -37,7 +37,7 @@ def record_handler(record: SQSRecord) -> None:
 
 def record_checkpoint(record: SQSRecord, event: ManifestEvent) -> None:
     try:
-        ref, newest = runtime.service.on_committed(event)
+        ref, recorded = runtime.service.on_committed(event)
     except BadManifest as exc:
         metrics.add_metric(name="BadManifests", unit=MetricUnit.Count, value=1)
         router.reject(record, str(exc), "bad manifest")
@@ -45,11 +45,13 @@ def record_checkpoint(record: SQSRecord, event: ManifestEvent) -> None:
     except ManifestGone as exc:  # rotated away since, or a replayed event: nothing to record
         logger.info("ignored", extra={"reason": str(exc), "key": event.key})
         return
-    metrics.add_metric(name="CheckpointsCommitted", unit=MetricUnit.Count, value=1)
-    logger.info(
-        "checkpoint recorded" if newest else "older or repeated checkpoint: newest unchanged",
-        extra={"prefix": ref.prefix_uri, "sequence": ref.sequence, "step": ref.step},
-    )
+    if recorded.new:  # counted once a checkpoint, however often its event comes
+        metrics.add_metric(name="CheckpointsCommitted", unit=MetricUnit.Count, value=1)
+    if recorded.newest:
+        said = "checkpoint recorded"
+    else:
+        said = "older checkpoint: newest unchanged" if recorded.new else "repeated event: already recorded"
+    logger.info(said, extra={"prefix": ref.prefix_uri, "sequence": ref.sequence, "step": ref.step})
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -247,10 +247,11 @@ def test_a_stopped_task_leaves_the_index_and_a_late_running_event_cannot_bring_i
 def test_the_newest_checkpoint_only_moves_forward(side: Side):
     prefix = ref(1).prefix_uri
     assert side.ledger.newest_checkpoint(prefix) is None
-    assert side.ledger.record_checkpoint(ref(2))
-    assert not side.ledger.record_checkpoint(ref(1))  # older: recorded, not the newest
-    assert not side.ledger.record_checkpoint(ref(2))  # the same event again
+    assert side.ledger.record_checkpoint(ref(2)) == (True, True)
+    assert side.ledger.record_checkpoint(ref(1)) == (True, False)  # older: recorded, not the newest
+    assert side.ledger.record_checkpoint(ref(2)) == (False, False)  # the same event again: not new
+    assert side.ledger.record_checkpoint(ref(1)) == (False, False)
     assert side.ledger.newest_checkpoint(prefix) == ref(2)
-    assert side.ledger.record_checkpoint(ref(10))
+    assert side.ledger.record_checkpoint(ref(10)) == (True, True)
     assert side.ledger.newest_checkpoint(prefix) == ref(10)
     assert side.ledger.newest_checkpoint("s3://bucket/jobs/j2/") is None

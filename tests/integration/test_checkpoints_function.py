@@ -44,7 +44,13 @@ def commit(store: CheckpointStore, tmp: Path, step: int) -> str:
     return c.uri.split("/", 3)[3]
 
 
-def test_manifests_record_the_newest_checkpoint_whatever_the_order(stack, tmp_path):
+def committed_metric(printed: str) -> int:
+    """The CheckpointsCommitted counts in the EMF lines the function printed."""
+    lines = [json.loads(line) for line in printed.splitlines() if line.startswith("{") and '"_aws"' in line]
+    return sum(int(sum(m["CheckpointsCommitted"])) for m in lines if "CheckpointsCommitted" in m)
+
+
+def test_manifests_record_the_newest_checkpoint_whatever_the_order(stack, tmp_path, capsys):
     st, host, poller = stack
     bucket = st.outputs["CheckpointBucketName"]
     s3, sqs = st.client("s3"), st.client("sqs")
@@ -56,6 +62,7 @@ def test_manifests_record_the_newest_checkpoint_whatever_the_order(stack, tmp_pa
     for key in [keys[2], keys[0], keys[2], keys[1], "jobs/j-1/checkpoints/0000000002/state.bin"]:
         sqs.send_message(QueueUrl=poller.queue_url, MessageBody=manifest_event(bucket, key))
     assert poller.drain() == (5, 0)
+    assert committed_metric(capsys.readouterr().out) == 3  # each checkpoint once, however often it came
     newest = host.module.runtime.service.newest(f"s3://{bucket}/jobs/j-1/")
     assert newest is not None and (newest.sequence, newest.step, newest.job_id) == (2, 30, "j-1")
     assert newest.manifest_uri == f"s3://{bucket}/{keys[2]}"

@@ -38,7 +38,7 @@ from spotguard.domain.notices import (
 from spotguard.domain.tasks import ContainerInstanceRef, TaskInfo
 
 if TYPE_CHECKING:  # the checkpoints function's types: imported when used, not on the urgent path
-    from spotguard.domain.checkpoints import CheckpointRef
+    from spotguard.domain.checkpoints import CheckpointRecorded, CheckpointRef
 
 RETENTION_DAYS = 30
 TOMBSTONE_HOURS = 24
@@ -300,12 +300,14 @@ class DynamoLedger:
             ),
         )
 
-    def record_checkpoint(self, ref: CheckpointRef) -> bool:
-        """Record `ref`, and make it the newest checkpoint of its prefix unless a newer (or the same)
-        one is in. Both writes are safe to repeat."""
+    def record_checkpoint(self, ref: CheckpointRef) -> CheckpointRecorded:
+        """Make `ref` the newest checkpoint of its prefix unless a newer (or the same) one is in, then
+        record it among the prefix's checkpoints unless it is there. Both writes are conditional, so safe
+        to repeat, and in that order: a delivery that failed between them is `new` when retried."""
+        from spotguard.domain.checkpoints import CheckpointRecorded  # imported when used (see above)
+
         item = {"pk": f"CHECKPOINTS#{ref.prefix_uri}", "ref": ref.model_dump_json()}
-        self.client.put_item(TableName=self.table, Item=marshal({**item, "sk": f"SEQ#{ref.sequence:020d}"}))
-        return written(
+        newest = written(
             self.client.put_item,
             TableName=self.table,
             Item=marshal({**item, "sk": "NEWEST", "sequence": ref.sequence}),
@@ -313,6 +315,13 @@ class DynamoLedger:
             ExpressionAttributeNames={"#seq": "sequence"},
             ExpressionAttributeValues=marshal({":seq": ref.sequence}),
         )
+        new = written(
+            self.client.put_item,
+            TableName=self.table,
+            Item=marshal({**item, "sk": f"SEQ#{ref.sequence:020d}"}),
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+        return CheckpointRecorded(new=new, newest=newest)
 
     def newest_checkpoint(self, prefix_uri: str) -> CheckpointRef | None:
         item = plain(

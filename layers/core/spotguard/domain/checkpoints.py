@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -36,6 +36,15 @@ class CheckpointRef(BaseModel):
     job_id: str = ""
     created_at: datetime | None = None
     total_bytes: int = 0
+
+
+class CheckpointRecorded(NamedTuple):
+    """What recording a checkpoint did. `new`: the first time it was recorded (a repeated event, or one
+    whose first delivery got as far: False), so it is counted once. `newest`: it is now its prefix's
+    newest (an older one, or the same again: False)."""
+
+    new: bool
+    newest: bool
 
 
 class ManifestUnreadable(Exception):

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from spotguard.domain.checkpoints import (
     CheckpointManifest,
+    CheckpointRecorded,
     CheckpointRef,
     ManifestEvent,
     ManifestUnreadable,
@@ -32,7 +33,7 @@ class Manifests(Protocol):
 
 
 class CheckpointLedger(Protocol):
-    def record_checkpoint(self, ref: CheckpointRef) -> bool: ...
+    def record_checkpoint(self, ref: CheckpointRef) -> CheckpointRecorded: ...
     def newest_checkpoint(self, prefix_uri: str) -> CheckpointRef | None: ...
 
 
@@ -69,9 +70,10 @@ class CheckpointService:
             raise BadManifest(f"{key}: the manifest says sequence {manifest.sequence}")
         return _ref(prefix_uri, bucket, key, manifest)
 
-    def on_committed(self, event: ManifestEvent) -> tuple[CheckpointRef, bool]:
-        """Record the checkpoint as the job's newest if it is newer than the one recorded.
-        Returns it and whether it became the newest (an older or repeated event changes nothing)."""
+    def on_committed(self, event: ManifestEvent) -> tuple[CheckpointRef, CheckpointRecorded]:
+        """Record the checkpoint, as the job's newest if it is newer than the one recorded. Returns it
+        and what recording it did (an older or repeated event changes nothing; a repeated one is not
+        new)."""
         assert event.prefix_uri and event.bucket and event.key and event.sequence is not None
         ref = self._load(event.prefix_uri, event.bucket, event.key, event.sequence)
         return ref, self.ledger.record_checkpoint(ref)
