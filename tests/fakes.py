@@ -72,6 +72,7 @@ class FakeLedger:
         self.task_versions: dict[str, int] = {}
         self.checkpoints: Checkpoints = {} if checkpoints is None else checkpoints
         self.newest: dict[str, CheckpointRef] = {}
+        self.counted: set[tuple[str, int]] = set()  # (prefix, sequence): the checkpoints counted
         self.calls: list[str] = []
 
     # ---------------------------------------------------------------------------------- the index
@@ -177,15 +178,16 @@ class FakeLedger:
         self.notices[notice.key] = json.loads(json.dumps(outcome, sort_keys=True, default=str))
 
     # -------------------------------------------------------------------------------- checkpoints
-    def record_checkpoint(self, ref: CheckpointRef) -> CheckpointRecorded:
-        recorded = self.checkpoints.setdefault(ref.prefix_uri, {})
-        new = ref.sequence not in recorded
-        recorded.setdefault(ref.sequence, ref)
+    def record_checkpoint(self, ref: CheckpointRef, count: bool = True) -> CheckpointRecorded:
+        self.checkpoints.setdefault(ref.prefix_uri, {}).setdefault(ref.sequence, ref)
         newest = self.newest.get(ref.prefix_uri)
-        if newest is not None and newest.sequence >= ref.sequence:
-            return CheckpointRecorded(new=new, newest=False)
-        self.newest[ref.prefix_uri] = ref
-        return CheckpointRecorded(new=new, newest=True)
+        moved = newest is None or newest.sequence < ref.sequence
+        if moved:
+            self.newest[ref.prefix_uri] = ref
+        new = count and (ref.prefix_uri, ref.sequence) not in self.counted
+        if new:
+            self.counted.add((ref.prefix_uri, ref.sequence))
+        return CheckpointRecorded(new=new, newest=moved)
 
     def newest_checkpoint(self, prefix_uri: str) -> CheckpointRef | None:
         return self.newest.get(prefix_uri)

@@ -93,7 +93,11 @@ class HostBuffers:
                 for v in value:
                     collect(v)
 
-        collect(state)
+        try:
+            collect(state)
+        except BaseException:
+            _synchronize(devices)  # the copies started so far end before the buffers can be reused
+            raise
         pinned = bool(devices) and torch.cuda.is_available()
         if not (fits and len(sources) == len(views) and pinned == self.pinned):
             # copies already started write into the buffers about to go: they end first

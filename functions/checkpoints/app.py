@@ -48,9 +48,11 @@ def record_checkpoint(record: SQSRecord, event: ManifestEvent) -> None:
     if recorded.new:  # counted once a checkpoint, however often its event comes
         metrics.add_metric(name="CheckpointsCommitted", unit=MetricUnit.Count, value=1)
     if recorded.newest:
-        said = "checkpoint recorded"
-    else:
-        said = "older checkpoint: newest unchanged" if recorded.new else "repeated event: already recorded"
+        said = "checkpoint recorded as its job's newest"
+    else:  # an older one, or a retried delivery whose first try moved the newest already
+        said = (
+            "checkpoint recorded; the newest not moved by this delivery" if recorded.new else "repeated event"
+        )
     logger.info(said, extra={"prefix": ref.prefix_uri, "sequence": ref.sequence, "step": ref.step})
 
 

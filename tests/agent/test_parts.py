@@ -99,6 +99,15 @@ def test_a_state_whose_layout_changed_part_way_is_copied_whole_into_new_buffers(
         assert _equal(again, changed) and buffers.allocations == before + 1
 
 
+def test_a_tensor_that_cannot_be_copied_after_others_fails_the_take_and_leaves_the_buffers_usable():
+    buffers = HostBuffers()
+    state = {"a": torch.arange(4.0), "b": torch.arange(6.0)}
+    buffers.take(state)
+    with pytest.raises(TypeError, match="dense tensors and DTensors only"):
+        buffers.take({"a": torch.arange(4.0), "b": torch.arange(6.0).to_sparse()})
+    assert _equal(buffers.take(state), state) and buffers.allocations == 1
+
+
 class _FakeCudart:
     """torch.cuda.cudart() where there is no GPU: records what is registered and unregistered."""
 

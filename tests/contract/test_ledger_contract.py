@@ -254,4 +254,9 @@ def test_the_newest_checkpoint_only_moves_forward(side: Side):
     assert side.ledger.newest_checkpoint(prefix) == ref(2)
     assert side.ledger.record_checkpoint(ref(10)) == (True, True)
     assert side.ledger.newest_checkpoint(prefix) == ref(10)
+    # found by listing before its event came (a relaunch looking for it): its event still counts it
+    assert side.ledger.record_checkpoint(ref(11), count=False) == (False, True)
+    assert side.ledger.record_checkpoint(ref(11)) == (True, False)
+    assert side.ledger.record_checkpoint(ref(11)) == (False, False)
+    assert side.ledger.newest_checkpoint(prefix) == ref(11)
     assert side.ledger.newest_checkpoint("s3://bucket/jobs/j2/") is None

@@ -56,6 +56,9 @@ def test_manifests_record_the_newest_checkpoint_whatever_the_order(stack, tmp_pa
     s3, sqs = st.client("s3"), st.client("sqs")
     store = CheckpointStore(s3, f"s3://{bucket}/jobs/j-1/", keep=5)
     keys = [commit(store, tmp_path, step) for step in (10, 20, 30)]
+    # a relaunch looks for the newest before the events come: it finds it by listing, and records it
+    found = host.module.runtime.service.newest(f"s3://{bucket}/jobs/j-1/")
+    assert found is not None and found.sequence == 2
     # S3 -> EventBridge -> the template's rule -> the queue: one event per manifest, none for data files.
     assert poller.drain() == (3, 0)
     # Out of order and repeated, as EventBridge may deliver them; plus a data file's event.

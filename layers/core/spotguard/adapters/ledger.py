@@ -300,13 +300,25 @@ class DynamoLedger:
             ),
         )
 
-    def record_checkpoint(self, ref: CheckpointRef) -> CheckpointRecorded:
-        """Make `ref` the newest checkpoint of its prefix unless a newer (or the same) one is in, then
-        record it among the prefix's checkpoints unless it is there. Both writes are conditional, so safe
-        to repeat, and in that order: a delivery that failed between them is `new` when retried."""
+    def record_checkpoint(self, ref: CheckpointRef, count: bool = True) -> CheckpointRecorded:
+        """Record `ref` among its prefix's checkpoints, then make it the newest unless a newer (or the
+        same) one is in, then (`count`: the manifest's own event, not a lookup that found it by listing)
+        mark it counted unless it is. Each write is conditional, so safe to repeat, and in that order: a
+        checkpoint is listed before it is the newest, and a delivery that failed before the mark is
+        `new` when retried."""
         from spotguard.domain.checkpoints import CheckpointRecorded  # imported when used (see above)
 
-        item = {"pk": f"CHECKPOINTS#{ref.prefix_uri}", "ref": ref.model_dump_json()}
+        item = {
+            "pk": f"CHECKPOINTS#{ref.prefix_uri}",
+            "sk": f"SEQ#{ref.sequence:020d}",
+            "ref": ref.model_dump_json(),
+        }
+        written(
+            self.client.put_item,
+            TableName=self.table,
+            Item=marshal(item),
+            ConditionExpression="attribute_not_exists(pk)",
+        )
         newest = written(
             self.client.put_item,
             TableName=self.table,
@@ -315,11 +327,11 @@ class DynamoLedger:
             ExpressionAttributeNames={"#seq": "sequence"},
             ExpressionAttributeValues=marshal({":seq": ref.sequence}),
         )
-        new = written(
+        new = count and written(
             self.client.put_item,
             TableName=self.table,
-            Item=marshal({**item, "sk": f"SEQ#{ref.sequence:020d}"}),
-            ConditionExpression="attribute_not_exists(pk)",
+            Item=marshal({**item, "counted": True}),
+            ConditionExpression="attribute_not_exists(counted)",
         )
         return CheckpointRecorded(new=new, newest=newest)
 

@@ -33,7 +33,7 @@ class Manifests(Protocol):
 
 
 class CheckpointLedger(Protocol):
-    def record_checkpoint(self, ref: CheckpointRef) -> CheckpointRecorded: ...
+    def record_checkpoint(self, ref: CheckpointRef, count: bool = True) -> CheckpointRecorded: ...
     def newest_checkpoint(self, prefix_uri: str) -> CheckpointRef | None: ...
 
 
@@ -89,6 +89,6 @@ class CheckpointService:
                 ref = self._load(prefix_uri, bucket, key, sequence)
             except (BadManifest, ManifestGone):
                 continue
-            self.ledger.record_checkpoint(ref)
+            self.ledger.record_checkpoint(ref, count=False)  # counted when its own event comes
             return ref
         return None
