@@ -87,6 +87,7 @@ def main() -> int:
     if rank == 0:
         torch.save(full, args.out)
         print("finished", flush=True)
+    dist.barrier()  # every rank done before any tears its groups down (gloo aborts at exit otherwise)
     dist.destroy_process_group()
     return 0
 
