@@ -98,7 +98,7 @@ class HostBuffers:
         except BaseException:
             _synchronize(devices)  # the copies started so far end before the buffers can be reused
             raise
-        pinned = bool(devices) and torch.cuda.is_available()
+        pinned = bool(devices)  # a tensor on a GPU: CUDA is there
         if not (fits and len(sources) == len(views) and pinned == self.pinned):
             # copies already started write into the buffers about to go: they end first
             _synchronize(devices)
