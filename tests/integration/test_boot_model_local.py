@@ -121,3 +121,39 @@ def test_without_the_boot_model_the_local_stack_is_as_before(
         assert task["containerInstanceArn"] == a.container_instance_arn
     finally:
         system.close()
+
+
+def test_the_local_operations_have_a_route_of_their_own_with_one_line_refusals(
+    moto_server: MotoServer,
+) -> None:
+    """The local stack's own ECS operations never ride on moto's ECS dispatch (moto 5.2.6 answered 404 to
+    them there): they have `/spotguard-local/`, which refuses what it does not know with a JSON error."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from spotguard_cli.emulator import motopatch
+
+    def post(path: str, data: bytes) -> tuple[int, dict[str, Any]]:
+        request = urllib.request.Request(moto_server.endpoint + path, data=data, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    code, answer = post("/spotguard-local/SpotguardDeleteEverything", b"{}")
+    assert code == 404
+    assert answer == {
+        "error": "no local operation 'SpotguardDeleteEverything' (POST one of SpotguardProvisionTask, "
+        "SpotguardPlaceTask)"
+    }
+    code, answer = post("/spotguard-local/SpotguardPlaceTask", b"[1]")
+    assert code == 400 and answer["error"] == "ValueError: a local operation's body is a JSON object"
+    code, answer = post("/spotguard-local/SpotguardPlaceTask", b'{"region": "us-east-1"}')
+    assert code == 400 and answer["error"].startswith("KeyError")
+    with pytest.raises(RuntimeError, match=r"moto server refused SpotguardProvisionTask \(400\)"):
+        motopatch.call_local_ecs(moto_server.endpoint, "us-east-1", "SpotguardProvisionTask", {})
+    # moto's own routes are untouched
+    with urllib.request.urlopen(moto_server.endpoint + "/moto-api/", timeout=10) as resp:
+        assert resp.status == 200

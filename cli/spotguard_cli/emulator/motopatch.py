@@ -12,7 +12,8 @@ Two more, for the local stack's boot model (boot.py), in moto server only:
 - ECS's PROVISIONING tasks (`provision_task`, `place_task`): a task run with a capacity provider
   strategy that finds no instance waits, with its ARN, until an instance registers; moto has no such
   state (its RunTask places a task or none). Two operations of the local stack's own,
-  `SpotguardProvisionTask` and `SpotguardPlaceTask`, reach them in moto server (`call_local_ecs`).
+  `SpotguardProvisionTask` and `SpotguardPlaceTask`, reach them in moto server (`call_local_ecs`) on a
+  route of their own, `/spotguard-local/`, that never passes through moto's ECS dispatch.
 - An Auto Scaling group's instances as its MixedInstancesPolicy launches them (`launched_as_pools`):
   moto takes their type from the launch template (which names none, so ``) and ignores the spot
   share; AWS launches the overrides' type, as spot instances when no on-demand share is asked.
@@ -30,8 +31,10 @@ import contextlib
 import contextvars
 import functools
 import json
+import os
 import sys
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -173,53 +176,88 @@ def place_task(backend: Any, cluster_name: str, task_arn: str, container_instanc
     task.last_status = "RUNNING"
 
 
-def local_ecs_operations() -> None:
-    """Teach moto server's ECS the two operations (idempotent). Their bodies are JSON objects; botocore
-    knows neither, so they are not parsed by its service model."""
-    from moto.ecs.responses import EC2ContainerServiceResponse as Ecs
+# The local stack's own operations travel on a route of their own, `/spotguard-local/<operation>` (as
+# moto's own `/moto-api/` does), answered here before moto's dispatch sees the request: moto's ECS may
+# refuse an action it does not know in any release (5.2.6 answers 404 to one), so nothing of ours rides
+# on it. The body is a JSON object with the region; the answer a JSON object, or {"error": ...} with 400.
+LOCAL_PREFIX = "/spotguard-local/"
+_MAX_LOCAL_BODY = 1 << 20  # a RunTask request is far smaller; a larger body is refused unread
 
-    if getattr(Ecs, "_spotguard_local", False):
-        return
-    parse = Ecs.parse_parameters
 
-    def parse_parameters(self: Any, request: Any) -> None:
-        if self._get_action() in LOCAL_OPERATIONS:
-            self.params = {}
-            return
-        parse(self, request)
+def _ecs_backend(region: str) -> Any:
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ecs.models import ecs_backends
 
-    def spotguard_provision_task(self: Any) -> str:
-        return json.dumps({"taskArn": provision_task(self.ecs_backend, json.loads(self.body))})
+    return ecs_backends[DEFAULT_ACCOUNT_ID][region]
 
-    def spotguard_place_task(self: Any) -> str:
-        body = json.loads(self.body)
-        place_task(self.ecs_backend, body["cluster"], body["task"], body["containerInstance"])
-        return "{}"
 
-    Ecs.parse_parameters = parse_parameters
-    Ecs.spotguard_provision_task = spotguard_provision_task
-    Ecs.spotguard_place_task = spotguard_place_task
-    Ecs._spotguard_local = True
+def answer_local_operation(operation: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One of LOCAL_OPERATIONS on this process's moto, for the region the body names; its answer."""
+    backend = _ecs_backend(str(body["region"]))
+    if operation == "SpotguardProvisionTask":
+        return {"taskArn": provision_task(backend, body["request"])}
+    if operation == "SpotguardPlaceTask":
+        place_task(backend, body["cluster"], body["task"], body["containerInstance"])
+        return {}
+    raise ValueError(f"not a local operation: {operation}")
+
+
+class LocalOperations:
+    """A WSGI application: `/spotguard-local/<operation>` answered by `answer_local_operation`, every
+    other request handed to moto's `app`."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path = str(environ.get("PATH_INFO", ""))
+        if not path.startswith(LOCAL_PREFIX):
+            return self.app(environ, start_response)
+        operation = path[len(LOCAL_PREFIX) :].strip("/")
+        status, answer = "200 OK", {}
+        if environ.get("REQUEST_METHOD") != "POST" or operation not in LOCAL_OPERATIONS:
+            known = ", ".join(LOCAL_OPERATIONS)
+            refusal = f"no local operation {operation!r} (POST one of {known})"
+            status, answer = "404 Not Found", {"error": refusal}
+        else:
+            try:
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                if not 0 < length <= _MAX_LOCAL_BODY:
+                    raise ValueError(f"a local operation's body is 1 to {_MAX_LOCAL_BODY} bytes: {length}")
+                body = json.loads(environ["wsgi.input"].read(length))
+                if not isinstance(body, dict):
+                    raise ValueError("a local operation's body is a JSON object")
+                answer = answer_local_operation(operation, body)
+            except Exception as e:  # the caller is told in one line, as moto tells its own errors
+                message = getattr(e, "message", None) or str(e)
+                status, answer = "400 Bad Request", {"error": f"{type(e).__name__}: {message}"}
+        data = json.dumps(answer).encode()
+        start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+        return [data]
 
 
 def call_local_ecs(endpoint: str, region: str, operation: str, body: dict[str, Any]) -> dict[str, Any]:
-    """One of LOCAL_OPERATIONS on moto server at `endpoint` (127.0.0.1); its answer."""
+    """One of LOCAL_OPERATIONS on moto server at `endpoint` (127.0.0.1, started by `main`); its answer.
+    `body` is the operation's own: a RunTask request to provision, or cluster, task and container instance
+    to place."""
     if operation not in LOCAL_OPERATIONS:
         raise ValueError(f"not a local operation: {operation}")
+    if operation == "SpotguardProvisionTask":
+        payload = {"region": region, "request": body}
+    else:
+        payload = {**body, "region": region}
     request = urllib.request.Request(
-        endpoint.rstrip("/") + "/",
-        data=json.dumps(body).encode(),
+        endpoint.rstrip("/") + LOCAL_PREFIX + operation,
+        data=json.dumps(payload).encode(),
         method="POST",
-        headers={
-            "Content-Type": "application/x-amz-json-1.1",
-            "X-Amz-Target": f"AmazonEC2ContainerServiceV20141113.{operation}",
-            # moto server picks the service and region from the credential scope; it checks no signature
-            "Authorization": f"AWS4-HMAC-SHA256 Credential=testing/20260101/{region}/ecs/aws4_request, "
-            "SignedHeaders=host, Signature=0",
-        },
+        headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        answer = json.loads(resp.read() or b"{}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            answer = json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace")[:500]
+        raise RuntimeError(f"moto server refused {operation} ({e.code}): {detail}") from None
     return dict(answer)
 
 
@@ -266,12 +304,28 @@ def pool_instances() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from moto.server import main as moto_server
+    """moto server on `-H HOST -p PORT` with the patches above and the local operations' route: moto's
+    own dispatcher and app factory under werkzeug's threaded server, as `moto.server.main` runs them."""
+    import argparse
+    import signal
 
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import run_simple
+
+    parser = argparse.ArgumentParser(prog="spotguard_cli.emulator.motopatch")
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("MOTO_PORT", str(args.port))  # moto's own requests to itself
     atomic_dynamodb_writes()
-    local_ecs_operations()
     pool_instances()
-    moto_server(argv if argv is not None else sys.argv[1:])
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    app = LocalOperations(DomainDispatcherApplication(create_backend_app))
+    run_simple(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler)
 
 
 if __name__ == "__main__":
