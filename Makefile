@@ -11,6 +11,8 @@
 #   make sam     sam validate --lint and sam build (in a separate virtual environment)
 #   make checkov checkov on template.yaml, offline (its own virtual environment: it pins an old boto3);
 #                every finding is fixed or skipped with its reason in the resource's Metadata
+#   make upgrade every environment rebuilt at the newest versions, its lock in constraints/ rewritten,
+#                and the suites run: an upgrade lands as a commit that was tested (docs/layout.md)
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -21,14 +23,20 @@ CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: setup demo demo-capacity demo-gang check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay bench-soak gpu-wheels traces sam checkov events wheels clean
+# Every environment the Makefile builds installs the versions it was tested with: constraints/<env>.txt,
+# the `pip freeze` of that environment when it last passed (make upgrade writes them). UPGRADE=1 builds
+# without them, at the newest versions. The machine's own pip constraints (pip.conf) still apply.
+UPGRADE ?=
+lock = $(if $(UPGRADE),,-c constraints/$(1).txt)
 
-$(BIN)/spotguard: pyproject.toml agent/pyproject.toml
+.PHONY: upgrade setup demo demo-capacity demo-gang check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay bench-soak gpu-wheels traces sam checkov events wheels clean
+
+$(BIN)/spotguard: pyproject.toml agent/pyproject.toml constraints/py311.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]" -e ./agent
+	$(BIN)/pip install --quiet --upgrade pip $(call lock,py311)
+	$(BIN)/pip install --quiet -e ".[dev]" -e ./agent $(call lock,py311)
 	# PyTorch for the agent's training tests: pinned, so pip takes the CPU build (3.11) on these machines.
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet torch==2.13.0 $(call lock,py311)
 	@touch $@
 
 setup: $(BIN)/spotguard
@@ -72,8 +80,8 @@ check: lint
 test-py313:
 	@test -n "$(PY313)" || { echo "python3.13 not found"; exit 1; }
 	$(PY313) -m venv .venv-py313
-	.venv-py313/bin/pip install --quiet --upgrade pip
-	.venv-py313/bin/pip install --quiet -e ".[dev]" -e ./agent
+	.venv-py313/bin/pip install --quiet --upgrade pip $(call lock,py313)
+	.venv-py313/bin/pip install --quiet -e ".[dev]" -e ./agent $(call lock,py313)
 	SPOTGUARD_FAST_TEST_SECONDS=$${SPOTGUARD_FAST_TEST_SECONDS:-3} .venv-py313/bin/pytest -q -p no:cacheprovider \
 	  tests/unit tests/template tests/integration
 
@@ -122,9 +130,11 @@ bench-load: setup
 	$(BIN)/python bench/local_load.py --instances 1000 --tasks 1
 	$(BIN)/python bench/local_load.py --instances 1000 --tasks 1 --latency --isolated
 
-$(SAM_VENV)/bin/sam:
+$(SAM_VENV)/bin/sam: constraints/sam.txt
 	$(PYTHON) -m venv $(SAM_VENV)
-	$(SAM_VENV)/bin/pip install --quiet aws-sam-cli
+	$(SAM_VENV)/bin/pip install --quiet --upgrade pip $(call lock,sam)
+	$(SAM_VENV)/bin/pip install --quiet aws-sam-cli $(call lock,sam)
+	@touch $@
 
 sam: $(SAM_VENV)/bin/sam
 	$(SAM_VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
@@ -132,10 +142,11 @@ sam: $(SAM_VENV)/bin/sam
 	PATH=$(dir $(PY313)):$$PATH $(SAM_VENV)/bin/sam build --build-dir .aws-sam/build \
 		--parameter-overrides ClusterNames=gpu-spot
 
-$(CHECKOV_VENV)/bin/checkov:
+$(CHECKOV_VENV)/bin/checkov: constraints/checkov.txt
 	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
-	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
+	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip $(call lock,checkov)
+	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION) $(call lock,checkov)
+	@touch $@
 
 # Fails on any finding that is neither fixed nor skipped with a reason (checkov:skip in Metadata).
 checkov: $(CHECKOV_VENV)/bin/checkov
@@ -160,6 +171,24 @@ gpu-wheels: setup
 	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
 	  -d .whl -r .whl/requirements.txt
 	@ls .whl
+
+# Every environment rebuilt from nothing at the newest versions (UPGRADE=1: no lock), each one's lock
+# rewritten from what it now holds (constraints/freeze), then the suites that CI runs on them. Commit the
+# changed constraints/ only when it ends well; `git checkout constraints/` goes back.
+upgrade:
+	rm -rf $(VENV) .venv-py313 $(SAM_VENV) $(CHECKOV_VENV)
+	$(MAKE) UPGRADE=1 setup $(SAM_VENV)/bin/sam $(CHECKOV_VENV)/bin/checkov
+	@test -n "$(PY313)" || { echo "python3.13 not found"; exit 1; }
+	$(PY313) -m venv .venv-py313
+	.venv-py313/bin/pip install --quiet --upgrade pip
+	.venv-py313/bin/pip install --quiet -e ".[dev]" -e ./agent
+	constraints/freeze $(VENV) constraints/py311.txt
+	constraints/freeze .venv-py313 constraints/py313.txt
+	constraints/freeze $(SAM_VENV) constraints/sam.txt
+	constraints/freeze $(CHECKOV_VENV) constraints/checkov.txt
+	touch $(BIN)/spotguard $(SAM_VENV)/bin/sam $(CHECKOV_VENV)/bin/checkov
+	$(MAKE) test test-py313 sam checkov
+	git diff --stat constraints/
 
 events: setup
 	$(BIN)/python -m spotguard_cli.emulator.inject

@@ -5,6 +5,7 @@ same checkpoint, however the nodes' events arrive. The pure rules: tests/unit/te
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -258,3 +259,49 @@ def test_a_gang_that_did_not_form_is_tried_again_in_another_pool_without_a_capac
     status = jobs.status(job["job_id"])
     assert status["attempts"][-1]["formed_at"] is not None
     assert zones[-1] == "us-east-1b" and len(set(zones)) == len(zones)  # never the same pool again
+
+
+def _stop_task_fails_once() -> list[str]:
+    """StopTask refused once (throttled beyond botocore's retries), as a live cancel met it; the ARNs
+    whose StopTask was refused."""
+    from botocore.exceptions import ClientError
+
+    refused: list[str] = []
+
+    def throttled(params: dict[str, Any], **_: Any) -> None:
+        if not refused:
+            refused.append(json.loads(params["body"])["task"])
+            raise ClientError(
+                {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "StopTask"
+            )
+
+    clients.on_event("before-call.ecs.StopTask", throttled)
+    return refused
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_a_cancel_whose_stop_task_failed_is_completed_by_reconcile(gang_world: JobsWorld, nodes: int):
+    """Issue 45, item 1: the cancel's first StopTask throttled left the job `running` ("cancelled by the
+    user") with its tasks RUNNING through every later sweep. The cancel now records the attempt's stop,
+    and reconcile asks again until no task runs; the job then ends cancelled."""
+    jobs = gang_world
+    if nodes == 1:
+        job = jobs.submit(gpus=1)
+        arns = [job["task_arn"]]
+        jobs.emit(arns[0])
+    else:
+        job, arns = _formed(jobs, nodes)
+    refused = _stop_task_fails_once()
+    jobs.invoke({"action": "cancel", "job_id": job["job_id"]})  # answered with an error or not: it is asked
+    assert len(refused) == 1 and jobs.task(refused[0])["lastStatus"] == "RUNNING"
+    assert jobs.reconcile()["cancel_stops_retried" if nodes == 1 else "gang_stops_retried"] == 0  # recent
+    jobs.shift_clock(600)
+    counts = jobs.reconcile()
+    assert counts["cancel_stops_retried" if nodes == 1 else "gang_stops_retried"] == 1
+    for arn in arns:
+        task = jobs.task(arn)
+        assert task["lastStatus"] == "STOPPED" and task["stoppedReason"].startswith("SpotGuard: cancelled")
+        jobs.emit(arn, exit_code=143)
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "cancelled"
+    assert len(jobs.scheduler.requests) == nodes  # nothing launched again

@@ -203,6 +203,21 @@ def test_cancel_stops_every_node():
     assert {e.task_arn for e in step.effects if isinstance(e, Stop)} == {_arn(1, k) for k in range(3)}
 
 
+def test_a_cancels_stop_is_recorded_and_asked_again_while_a_task_still_runs():
+    """Issue 45, item 1: the cancel recorded no stop, so a StopTask that failed was never asked again (a
+    one-node job's: tests/integration/test_gangs.py)."""
+    nodes = 3
+    job = request_cancel(_formed(nodes), T0, "no longer needed").job
+    assert job is not None and job.attempts[-1].gang_stopped_at == T0
+    assert gangs.stop_again(job, T0 + timedelta(seconds=gangs.STOP_RETRY_SECONDS)).effects == []
+    later = T0 + timedelta(seconds=gangs.STOP_RETRY_SECONDS + 1)
+    step = gangs.stop_again(job, later)
+    assert {e.task_arn for e in step.effects if isinstance(e, Stop)} == {_arn(1, k) for k in range(nodes)}
+    assert all(e.reason == "SpotGuard: cancelled job g1" for e in step.effects if isinstance(e, Stop))
+    assert step.job is not None and step.job.attempts[-1].gang_stopped_at == later  # once a retry bound
+    assert gangs.stop_again(step.job, later).effects == []
+
+
 def test_a_gang_that_does_not_form_is_stopped_whole_and_launched_again_without_counting():
     job = _job(3)
     job = begin_launch(job, T0).job

@@ -19,7 +19,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from spotguard.domain.jobs.effects import LaunchPeers, Notify, Step, Stop
-from spotguard.domain.jobs.model import Attempt, Job, JobState, NodeTask, Pool, replace_attempt, revised
+from spotguard.domain.jobs.model import (
+    Attempt,
+    Job,
+    JobState,
+    NodeTask,
+    Pool,
+    cancel_reason,
+    replace_attempt,
+    revised,
+)
 from spotguard.domain.stops import RESUME_ME, SPOTGUARD_REASON, StopVerdict
 
 GANG_STOP_PREFIX = "SpotGuard: gang of job "
@@ -218,16 +227,20 @@ def stragglers(job: Job, now: datetime) -> Step:
 
 
 def stop_again(job: Job, now: datetime) -> Step:
-    """Reconcile: the gang's stop was asked `STOP_RETRY_SECONDS` ago (a lost node, a warning, a gang that
-    did not form) and nodes still run: StopTask again (on a task already stopping it changes nothing).
-    Without it a StopTask that failed after the write would leave those nodes billing for good."""
+    """Reconcile: the attempt's stop was asked `STOP_RETRY_SECONDS` ago (a gang's: a lost node, a warning,
+    a gang that did not form; any attempt's: a cancel) and tasks still run: StopTask again (on a task
+    already stopping it changes nothing). Without it a StopTask that failed after the write would leave
+    those tasks billing, and a cancelled job running, for good."""
     live = job.live_attempt
-    if job.state is not JobState.RUNNING or live is None or not live.gang or live.gang_stopped_at is None:
-        return Step(note="no gang stop under way")
+    if job.state is not JobState.RUNNING or live is None or live.gang_stopped_at is None:
+        return Step(note="no stop under way")
     if (now - live.gang_stopped_at).total_seconds() <= STOP_RETRY_SECONDS or not live_tasks(live):
-        return Step(note="the gang's stop is recent, or done")
-    return _stop_the_rest(
-        job, live, f"still running {STOP_RETRY_SECONDS} s after the gang's stop was asked", now
+        return Step(note="the attempt's stop is recent, or done")
+    why = f"still running {STOP_RETRY_SECONDS} s after the stop was asked"
+    reason = cancel_reason(job) if job.cancel_requested else gang_stop_reason(job, why)
+    return Step(
+        job=replace_attempt(job, revised(live, gang_stopped_at=now), now),
+        effects=stops(job, live, reason),
     )
 
 

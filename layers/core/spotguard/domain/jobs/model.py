@@ -252,7 +252,9 @@ class Attempt(NodeTask):
     market: Literal["spot", "on-demand"] | None = None
     # A gang (nodes > 1): the other nodes' tasks, launched once node 0 runs; when all ran together; why
     # SpotGuard gave up an attempt whose gang did not form (stopped, tried again, not counted); when
-    # SpotGuard stopped the nodes still running after one of them stopped.
+    # SpotGuard stopped the nodes still running after one of them stopped. `gang_stopped_at` is also set
+    # on a one-node attempt when its job is cancelled: the attempt's stop is under way, asked again by
+    # reconcile while a task runs (domain.jobs.gangs.stop_again).
     nodes: int = Field(default=1, ge=1, le=MAX_NODES)
     peers: list[NodeTask] = Field(default_factory=list)
     formed_at: datetime | None = None
@@ -400,6 +402,11 @@ class Job(BaseModel):
 
 def started_by(job_id: str, attempt: int, node: int = 0) -> str:
     return f"{STARTED_BY}/{job_id}/{attempt}" + (f"/{node}" if node else "")
+
+
+def cancel_reason(job: Job) -> str:
+    """The StopTask reason of a task stopped because its job was cancelled."""
+    return f"SpotGuard: cancelled job {job.job_id}"[:255]
 
 
 def adopted_job_id(task_arn: str) -> str:

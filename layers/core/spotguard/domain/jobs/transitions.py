@@ -33,6 +33,7 @@ from spotguard.domain.jobs.model import (
     NodeTask,
     Pool,
     bump,
+    cancel_reason,
     client_token,
     replace_attempt,
     revised,
@@ -458,11 +459,14 @@ def request_cancel(job: Job, now: datetime, reason: str) -> Step:
             job=bump(job, now, state=JobState.CANCELLED, cancel_requested=True, last_reason=reason),
             effects=[Notify(kind="cancelled", message=reason)],
         )
-    new = bump(job, now, cancel_requested=True, last_reason=reason)
-    effects: list[Effect] = []
-    if live is not None:
-        effects.extend(gangs.stops(job, live, cancel_reason(job)))
-    return Step(job=new, effects=effects)
+    if live is None:
+        return Step(job=bump(job, now, cancel_requested=True, last_reason=reason))
+    # The attempt's stop is under way from now (`gang_stopped_at`, a one-node attempt's too): reconcile
+    # asks again (gangs.stop_again) while a task still runs, so a StopTask that failed after this write
+    # does not leave the job running, cancelled, for good.
+    stopping = revised(live, gang_stopped_at=live.gang_stopped_at or now)
+    new = replace_attempt(job, stopping, now, cancel_requested=True, last_reason=reason)
+    return Step(job=new, effects=list(gangs.stops(job, live, cancel_reason(job))))
 
 
 def request_resubmit(job: Job, now: datetime, checkpoint: str | None) -> Step:
@@ -487,10 +491,6 @@ def request_resubmit(job: Job, now: datetime, checkpoint: str | None) -> Step:
         last_reason="resubmitted by hand",
     )
     return Step(job=new)
-
-
-def cancel_reason(job: Job) -> str:
-    return f"SpotGuard: cancelled job {job.job_id}"[:255]
 
 
 def stray_reason(job: Job) -> str:

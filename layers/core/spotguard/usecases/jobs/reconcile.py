@@ -81,6 +81,7 @@ COUNTS = (
     "gang_nodes_launched",
     "gang_stragglers_stopped",
     "gang_stops_retried",
+    "cancel_stops_retried",
 )
 
 
@@ -207,6 +208,14 @@ class Reconciler:
         """A running job's capacity: a task stuck waiting for an instance, a move under way, or a move
         its plan now asks for. True when it stopped the job's task."""
         options = job.options
+        if attempt.gang_stopped_at is not None:
+            # its tasks were asked to stop (a gang's stop, or a cancel): their STOPPED events end the
+            # attempt, unless a StopTask was lost or failed: then asked again
+            if not gangs.stop_again(job, now).effects:
+                return False
+            self.engine.run(job.job_id, lambda j: gangs.stop_again(j, now), current=job, drive=False)
+            counts["gang_stops_retried" if attempt.gang else "cancel_stops_retried"] += 1
+            return True
         if job.move is not None:
             if job.move.stop_requested_at is not None:
                 # stopped before: the STOPPED event relaunches it (and a lost one is found by the
@@ -248,12 +257,6 @@ class Reconciler:
         given up, its pool marked unavailable; one whose other nodes were not all launched gets them;
         nodes still running well after another stopped on a checkpoint are stopped. True when it
         stopped tasks; None when the gang needs nothing of it (the single task's sweep goes on)."""
-        if attempt.gang_stopped_at is not None:  # its tasks were stopped: their STOPPED events end it
-            if gangs.stop_again(job, now).effects:  # unless a StopTask was lost: asked again
-                self.engine.run(job.job_id, lambda j: gangs.stop_again(j, now), current=job, drive=False)
-                counts["gang_stops_retried"] += 1
-                return True
-            return False
         waited = (now - attempt.launched_at).total_seconds()
         if not attempt.formed and waited > job.options.provisioning_timeout_seconds:
             ran = sum(t.last_status == "RUNNING" for t in attempt.tasks)
