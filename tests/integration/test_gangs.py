@@ -190,8 +190,9 @@ def test_reconcile_gives_up_a_gang_that_does_not_form_within_the_bound(gang_worl
     jobs = gang_world
     job = jobs.submit(gpus=1, nodes=2, provisioning_timeout_seconds=300)
     arn0 = job["task_arn"]
-    jobs.emit(arn0)  # node 0 runs; node 1 is launched but never reaches RUNNING
+    jobs.emit(arn0)  # node 0 runs; node 1 is launched but never reaches RUNNING (in ECS too)
     (peer,) = jobs.status(job["job_id"])["attempts"][0]["peers"]
+    _moto_task(peer["task_arn"]).last_status = "PROVISIONING"
     jobs.shift_clock(200)
     assert jobs.reconcile()["gangs_abandoned"] == 0  # within the bound
     jobs.shift_clock(400)
@@ -259,6 +260,43 @@ def test_a_gang_that_did_not_form_is_tried_again_in_another_pool_without_a_capac
     status = jobs.status(job["job_id"])
     assert status["attempts"][-1]["formed_at"] is not None
     assert zones[-1] == "us-east-1b" and len(set(zones)) == len(zones)  # never the same pool again
+
+
+def _moto_task(arn: str) -> Any:
+    from moto.ecs.models import ecs_backends
+
+    return ecs_backends["123456789012"]["us-east-1"].tasks["gpu-spot"][arn]
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_gang_running_in_ecs_whose_running_event_was_lost_is_not_given_up(gang_world: JobsWorld, lost: int):
+    """Issue 45, item 2: with every node RUNNING in ECS and one node's RUNNING event lost, reconcile gave
+    the gang up at the provisioning bound ("did not start on all 2 nodes"); with node 0's lost, the other
+    nodes were never launched. Reconcile now takes a node's RUNNING from DescribeTasks, as a lost STOPPED."""
+    jobs = gang_world
+    job = jobs.submit(gpus=1, nodes=2)
+    arn0 = job["task_arn"]
+    if lost == 1:
+        jobs.emit(arn0)  # node 0 runs; node 1 is launched, runs, and its RUNNING event is lost
+    else:
+        assert jobs.task(arn0)["lastStatus"] == "RUNNING"  # node 0's event lost: no peer launched yet
+        assert jobs.status(job["job_id"])["attempts"][0]["peers"] == []
+        jobs.shift_clock(300)
+        counts = jobs.reconcile()
+        assert counts["runs_applied"] == 1 and counts["gangs_abandoned"] == 0
+        assert len(jobs.status(job["job_id"])["attempts"][0]["peers"]) == 1
+        address = _private_ip(jobs, _host_of(jobs, arn0))  # the peer is told node 0's address
+        assert _env(jobs.scheduler.requests[-1])["SPOTGUARD_RENDEZVOUS"] == f"{address}:29500"
+    jobs.shift_clock(700)
+    counts = jobs.reconcile()
+    assert counts["gangs_abandoned"] == 0 and counts["runs_applied"] == 1
+    status = jobs.status(job["job_id"])
+    assert status["state"] == "running" and status["attempts"][0]["formed_at"] is not None
+    for arn in [arn0, status["attempts"][0]["peers"][0]["task_arn"]]:
+        assert jobs.task(arn)["lastStatus"] == "RUNNING"  # nothing stopped
+    assert len(jobs.scheduler.requests) == 2  # each node launched once
+    jobs.shift_clock(1400)
+    assert jobs.reconcile()["runs_applied"] == 0  # a formed gang is not described again for this
 
 
 def _stop_task_fails_once() -> list[str]:

@@ -5,7 +5,8 @@
 - EBS mode: a snapshot never taken is taken, one whose notification was lost is settled; volumes that
   were still attached at clean-up are deleted;
 - a running job whose task stopped unseen (or vanished from ECS) gets its stop applied, as the event
-  would have done.
+  would have done; and a gang's node that ECS runs but whose RUNNING event was lost gets its start
+  applied before the gang is judged (a gang is never given up for a lost event).
 
 And capacity (docs/capacity.md, "Pools, decisions and moves"): the watched clusters' pools are discovered
 again (prices and placement scores refreshed when stale); a task that waits for an instance past its job's
@@ -82,6 +83,7 @@ COUNTS = (
     "gang_stragglers_stopped",
     "gang_stops_retried",
     "cancel_stops_retried",
+    "runs_applied",
 )
 
 
@@ -145,9 +147,16 @@ class Reconciler:
                 # notifications whose sender died (or failed) before it sent them, and nobody handled
                 # the job since: sent now, once (engine.flush claims those nobody holds; no call else)
                 isolated(job, lambda job=job: self.engine.flush(job))
-        for job in running:
+        for listed in running:
+            job = listed
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again
                 isolated(job, lambda job=job: self._delete_volumes(job))
+            forming = job.live_attempt
+            if forming is not None and not forming.formed and forming.gang_stopped_at is None:
+                # ECS's word first: a node running whose event was lost must not look like one that never
+                # started (the gang would be given up, or its other nodes never launched)
+                seen = isolated(job, lambda job=job, a=forming: self._runs_seen(job, a, now, counts))
+                job = seen if isinstance(seen, Job) else job
             attempt = job.live_attempt
             if attempt is not None:
                 stopped = isolated(
@@ -186,6 +195,23 @@ class Reconciler:
                     isolated(job, lambda event=event: self.jobs.on_task_event(event))
                     counts["vanished"] += 1
         return counts
+
+    def _runs_seen(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> Job:
+        """The forming gang's nodes that ECS says run while the ledger has them not yet running (their
+        RUNNING event lost): each one's description applied as its event (node 0's launches the other
+        nodes). The job as it stands after; as listed when nothing was applied."""
+        waiting = [t for t in attempt.tasks if not t.stopped and t.last_status != "RUNNING"]
+        if not waiting:
+            return job
+        found, _ = self.jobs.ecs.describe_many(job.request.cluster, [t.task_arn for t in waiting])
+        applied = 0
+        for node in waiting:
+            task = found.get(node.task_arn)
+            if task is not None and task.last_status == "RUNNING" and task.desired_status == "RUNNING":
+                self.jobs.on_task_event(_as_event(task, now, node.ecs_version + 1))
+                applied += 1
+        counts["runs_applied"] += applied
+        return (self.store.get(job.job_id) or job) if applied else job
 
     def _spares(
         self, jobs: list[Job], isolated: Callable[[Job, Callable[[], object]], object], counts: dict[str, int]
@@ -308,8 +334,9 @@ def _age(job: Job, now: datetime) -> float:
 
 
 def _as_event(task: TaskEvent, now: datetime, at_least: int) -> TaskEvent:
-    """A stopped task's description as the event ECS would have sent for it. Its `version` when it has
-    one; STOPPED is final, so it is never older than what was seen."""
+    """A task's description (stopped, or running when its event was lost) as the event ECS would have
+    sent for it. Its `version` when it has one, and never older than what was seen: what ECS says now is
+    no older than any event applied."""
     return revised(task, version=max(task.version, at_least), time=now)
 
 
