@@ -134,3 +134,21 @@ def one_line_errors_everywhere(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for sub in dict.fromkeys(action.choices.values()):
                 one_line_errors_everywhere(sub)
+
+
+def checkpoint_directory(path: str) -> str:
+    """The checkpoint directory in the container, normalised (`//ck/./x/` is `/ck/x`); ValueError in one
+    line for one that is not an absolute path below the root, or that names its way up (`..`) or holds a
+    control character."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise ValueError("a path without control characters (a newline, a tab, NUL)")
+    if not path.startswith("/"):
+        raise ValueError(f"must be an absolute path in the container (e.g. /opt/checkpoints), not {path!r}")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError("an absolute path without ..")
+    if not parts:
+        raise ValueError(
+            f"{path!r} is the container's root: name a directory below it (e.g. /opt/checkpoints)"
+        )
+    return "/" + "/".join(parts)

@@ -78,7 +78,19 @@ def test_an_existing_task_definition_with_a_command_override():
             {"nodes": 2, "rendezvous_port": 80},
             "rendezvous_port: Input should be greater than or equal to 1024",
         ),
-        ({"checkpoint_dir": "ckpt"}, "checkpoint_dir: String should match pattern"),
+        ({"checkpoint_dir": "ckpt"}, "checkpoint_dir: must be an absolute path in the container"),
+        ({"checkpoint_dir": "//"}, "checkpoint_dir: '//' is the container's root"),
+        ({"checkpoint_dir": "/."}, "checkpoint_dir: '/.' is the container's root"),
+        ({"checkpoint_dir": "/./"}, "checkpoint_dir: '/./' is the container's root"),
+        ({"checkpoint_dir": "/ck/../.."}, "checkpoint_dir: an absolute path without .."),
+        ({"checkpoint_dir": "/ck\n"}, "checkpoint_dir: a path without control characters"),
+        ({"nodes": True}, "nodes: Input should be a valid integer"),
+        ({"gpus": True}, "gpus: Input should be a valid integer"),
+        ({"nodes": "2"}, "nodes: Input should be a valid integer"),
+        ({"nodes": " 2"}, "nodes: Input should be a valid integer"),
+        ({"nodes": "2.0"}, "nodes: Input should be a valid integer"),
+        ({"nodes": 2.0}, "nodes: Input should be a valid integer"),
+        ({"max_attempts": "3"}, "max_attempts: Input should be a valid integer"),
         ({"environment": {"SPOTGUARD_ATTEMPT": "1"}}, "SPOTGUARD_ATTEMPT is set by SpotGuard"),
         (
             {"nodes": 2, "environment": {"PET_MASTER_ADDR": "10.0.0.1"}},
@@ -101,6 +113,38 @@ def test_an_existing_task_definition_with_a_command_override():
 def test_every_bad_field_is_one_line_naming_it(fields, said):
     with pytest.raises(CommandError) as err:
         load_spec("", {**MINIMAL, **fields})
+    message = str(err.value)
+    assert said in message and "\n" not in message, message
+
+
+def test_a_checkpoint_directory_is_normalised_at_the_door():
+    assert (
+        load_spec("", {**MINIMAL, "checkpoint_dir": "//opt/./checkpoints/"}).checkpoint_dir
+        == "/opt/checkpoints"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        ("latin1.yaml", "cluster: gpu-spot\nimage: caf\xe9\n".encode("latin-1"), "not UTF-8 text (byte 28)"),
+        ("utf16.yaml", "cluster: gpu-spot\n".encode("utf-16"), "not UTF-8 text"),
+        ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nested deeper than a job spec can be"),
+        ("deep.yaml", b"[" * 20_000 + b"]" * 20_000, "nested deeper than a job spec can be"),
+        ("deep2.json", b'{"a":' * 70 + b"1" + b"}" * 70, "nested deeper than 64 levels"),
+        ("big.yaml", b"x: " + b"a" * (2 << 20), "larger than 1024 KiB: not a job spec"),
+        ("laughs.yaml", b"a: &a [x, x, x]\nb: &b [*a, *a, *a]\n", "aliases (*name) are not accepted"),
+    ],
+)
+def test_a_spec_file_that_cannot_be_one_is_refused_in_one_line_without_a_traceback(
+    tmp_path, name, content, said
+):
+    """Issue 45, item 6: Latin-1 and UTF-16 files, deep nesting and huge files were tracebacks (or 21 s and
+    570 MB); each is now one line, and a file over the bound is not read whole."""
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(CommandError) as err:
+        load_spec(str(path), {})
     message = str(err.value)
     assert said in message and "\n" not in message, message
 

@@ -73,6 +73,30 @@ def test_a_rendezvous_port_without_nodes_is_refused_before_anything_is_invoked(c
     assert err == "spotguard jobs submit: --rendezvous-port: for a multi-node job (give --nodes 2 or more)\n"
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"rendezvous_port": 29600}, "options.rendezvous_port: for a multi-node job (nodes: 2 or more)"),
+        ({"nodes": 1, "rendezvous_port": 29600}, "options.rendezvous_port: for a multi-node job"),
+        ({"nodes": True}, "options.nodes: Input should be a valid integer"),
+        ({"nodes": "2"}, "options.nodes: Input should be a valid integer"),
+        ({"nodes": 2.0}, "options.nodes: Input should be a valid integer"),
+        ({"max_attempts": True}, "options.max_attempts: Input should be a valid integer"),
+    ],
+)
+def test_the_jobs_function_refuses_what_the_spec_refuses(options, said):
+    """Issue 45, item 7: one strict model for both doors (`nodes: true` was a 1-node job, "2" two nodes,
+    and the function took a rendezvous port for one node that the spec refuses)."""
+    from spotguard.domain.commands import CommandError
+
+    payload = {"action": "submit", "request": {"cluster": "c", "taskDefinition": "t:1"}, "options": options}
+    with pytest.raises(CommandError) as err:
+        parse_command(payload)
+    assert said in str(err.value) and "\n" not in str(err.value), str(err.value)
+    ok = {**payload, "options": {"nodes": 2, "rendezvous_port": 29600}}
+    assert parse_command(ok).options.rendezvous_port == 29600
+
+
 # ------------------------------------------------------------------------------------------ status
 def _node(node: int, suffix: str, **kw: Any) -> NodeTask:
     fields: dict[str, Any] = {

@@ -40,7 +40,6 @@ import json
 import re
 import shlex
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -54,9 +53,10 @@ from pydantic import (
 )
 
 from spotguard.domain.commands import CommandError
-from spotguard.domain.errors import one_line
+from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
 from spotguard.domain.jobs.model import MAX_NODES, SPOTGUARD_ENV, TORCHRUN_ENV
 from spotguard.domain.tasks import JOB_ID, MANAGED_TAG
+from spotguard_cli.arguments import checkpoint_directory
 
 LOG_GROUP = "/spotguard/jobs"
 CONTAINER = "train"
@@ -84,13 +84,15 @@ class JobSpec(BaseModel):
     task_definition: str | None = Field(default=None, min_length=1, max_length=2048)
     family: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,255}$")  # of the one registered
     command: list[str] | None = Field(default=None, min_length=1)
-    gpus: int = Field(default=1, ge=1, le=8)
-    nodes: int = Field(default=1, ge=1, le=MAX_NODES)  # a multi-node job: instances, one task each
-    checkpoint_dir: str | None = Field(default=None, pattern=r"^/[^\x00]+$", max_length=1024)
+    gpus: int = Field(default=1, ge=1, le=8, strict=True)
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES, strict=True)  # a multi-node job: one task an instance
+    checkpoint_dir: str | None = Field(default=None, max_length=1024)  # normalised: _checkpoint_dir
     environment: dict[str, str] = Field(default_factory=dict)
-    cpu: int | None = Field(default=None, ge=128, le=196608)  # CPU units (1024 = one vCPU)
-    memory: int | None = Field(default=None, ge=128, le=2_000_000)  # MiB
-    shared_memory: int | None = Field(default=None, ge=1, le=2_000_000)  # MiB of /dev/shm (DataLoader)
+    cpu: int | None = Field(default=None, ge=128, le=196608, strict=True)  # CPU units (1024 = one vCPU)
+    memory: int | None = Field(default=None, ge=128, le=2_000_000, strict=True)  # MiB
+    shared_memory: int | None = Field(
+        default=None, ge=1, le=2_000_000, strict=True
+    )  # MiB of /dev/shm (DataLoader)
     task_role_arn: str | None = Field(default=None, pattern=_ROLE)
     execution_role_arn: str | None = Field(default=None, pattern=_ROLE)
     logs: Logs | Literal[False] = Logs()
@@ -101,11 +103,13 @@ class JobSpec(BaseModel):
     # the job's options (docs/jobs.md), by the same names
     deadline: AwareDatetime | None = None
     capacity: Literal["auto", "fixed"] | None = None
-    work_hours: float | None = Field(default=None, gt=0, le=10000)
-    max_attempts: int | None = Field(default=None, ge=1, le=100)
-    max_error_retries: int | None = Field(default=None, ge=0, le=20)
-    avoid_pool_seconds: int | None = Field(default=None, ge=0, le=7 * 86400)
-    rendezvous_port: int | None = Field(default=None, ge=1024, le=65535)  # node 0's, torchrun's master port
+    work_hours: float | None = Field(default=None, gt=0, le=10000, strict=True)
+    max_attempts: int | None = Field(default=None, ge=1, le=100, strict=True)
+    max_error_retries: int | None = Field(default=None, ge=0, le=20, strict=True)
+    avoid_pool_seconds: int | None = Field(default=None, ge=0, le=7 * 86400, strict=True)
+    rendezvous_port: int | None = Field(
+        default=None, ge=1024, le=65535, strict=True
+    )  # torchrun's master port
 
     @field_validator("name")
     @classmethod
@@ -113,6 +117,11 @@ class JobSpec(BaseModel):
         if v is not None and not JOB_ID.fullmatch(v):
             raise ValueError("1-64 letters, digits, - and _, starting with a letter or digit")
         return v
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _checkpoint_dir(cls, v: str | None) -> str | None:
+        return None if v is None else checkpoint_directory(v)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -142,8 +151,6 @@ class JobSpec(BaseModel):
     def _what_runs(self) -> JobSpec:
         if (self.image is None) == (self.task_definition is None):
             raise ValueError("give image (SpotGuard registers the task definition) or task_definition")
-        if self.checkpoint_dir is not None and ".." in self.checkpoint_dir.split("/"):
-            raise ValueError("checkpoint_dir: an absolute path without ..")
         if self.task_definition is not None:
             made = [
                 f
@@ -200,21 +207,55 @@ def load_spec(path: str, overrides: dict[str, Any]) -> JobSpec:
         raise CommandError("BadRequest", f"{where}{one_line(exc)}") from None
 
 
+MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB: a larger file is refused before it is read whole
+
+
 def _read(path: str) -> dict[str, Any]:
+    """The spec file's fields; CommandError in one line for a file that is too large, not UTF-8, not
+    valid YAML or JSON, nested absurdly deep, or not a mapping."""
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         raise CommandError("BadRequest", f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise CommandError("BadRequest", f"{path}: larger than {MAX_SPEC_BYTES // 1024} KiB: not a job spec")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        where = f"byte {exc.start}"
+        raise CommandError("BadRequest", f"{path}: not UTF-8 text ({where}): save it as UTF-8") from None
+    kind = "JSON" if path.endswith(".json") else "YAML"
     import yaml
 
     try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+        data = json.loads(text) if kind == "JSON" else yaml.load(text, Loader=_no_aliases_loader())
     except (ValueError, yaml.YAMLError) as exc:
-        kind = "JSON" if path.endswith(".json") else "YAML"
         raise CommandError("BadRequest", f"{path}: not valid {kind}: {_first_line(exc)}") from None
+    except RecursionError:
+        raise CommandError("BadRequest", f"{path}: nested deeper than a job spec can be") from None
+    if too_deep(data):
+        raise CommandError("BadRequest", f"{path}: nested deeper than {MAX_DEPTH} levels: not a job spec")
     if not isinstance(data, dict):
         raise CommandError("BadRequest", f"{path}: a job spec is a mapping of fields (name: value)")
     return data
+
+
+def _no_aliases_loader() -> Any:
+    """yaml's SafeLoader without aliases (`*name`): a spec has no use for them, and a few nested ones
+    make a file of a few KB stand for billions of values."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(
+                    None, None, "aliases (*name) are not accepted in a job spec", event.start_mark
+                )
+            return super().compose_node(parent, index)
+
+    return NoAliases
 
 
 def _first_line(exc: Exception) -> str:

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from spotguard_cli.arguments import checkpoint_directory
+
 PROGRAMS = {
     "python": [sys.executable],
     "python3": [sys.executable],
@@ -33,9 +35,10 @@ def container_command(command: Sequence[str], root: Path, directory: str | None)
         raise ValueError("no command to run")
     out = [*PROGRAMS.get(command[0], [command[0]]), *command[1:]]
     if directory:
+        directory = checkpoint_directory(directory)  # normalised; never the root (it would match all)
         local = str(root / directory.lstrip("/"))
-        inside = re.compile(re.escape(directory.rstrip("/")) + r"(?=/|$)")
-        out = [inside.sub(local, arg) for arg in out]
+        inside = re.compile(re.escape(directory) + r"(?=/|$)")
+        out = [inside.sub(lambda _: local, arg) for arg in out]  # the path taken as it is, no escapes
     return out
 
 
@@ -51,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = f"{job}-attempt-{attempt}"
     root = args.root.resolve() / name
     if args.dir:
+        args.dir = checkpoint_directory(args.dir)
         (root / args.dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
     run = container_command(command, root, args.dir)
     # the image's PATH: this checkout's environment first (torchrun, spotguard-agent, python)

@@ -24,6 +24,13 @@ class Submit(BaseModel):
     options: JobOptions = JobOptions()
     job_id: Annotated[str | None, _JOB_ID] = None  # chosen by the caller; a repeat returns the same job
 
+    @model_validator(mode="after")
+    def _one_door(self) -> Submit:
+        """What the job spec refuses is refused here too (the spec is one door, this the other)."""
+        if "rendezvous_port" in self.options.model_fields_set and self.options.nodes < 2:
+            raise ValueError("options.rendezvous_port: for a multi-node job (nodes: 2 or more)")
+        return self
+
 
 class Resubmit(BaseModel):
     model_config = ConfigDict(extra="forbid")

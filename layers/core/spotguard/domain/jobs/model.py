@@ -159,9 +159,10 @@ class EbsOptions(BaseModel):
 
 
 class JobOptions(BaseModel):
+    # Numbers are strict: `true`, "2" and 2.0 are not a count of nodes (the job spec's fields are the same)
     model_config = ConfigDict(extra="forbid", frozen=True)
-    max_attempts: int = Field(default=20, ge=1, le=100)
-    max_error_retries: int = Field(default=0, ge=0, le=20)
+    max_attempts: int = Field(default=20, ge=1, le=100, strict=True)
+    max_error_retries: int = Field(default=0, ge=0, le=20, strict=True)
     # s3: the agent commits to S3; ebs: to the task's managed EBS volume, which SpotGuard snapshots
     # when the task stops and gives to the next attempt (the task definition needs a volume
     # `configuredAtLaunch`). None: ebs when the task definition has such a volume that the checkpoint
@@ -172,7 +173,7 @@ class JobOptions(BaseModel):
     deadline: AwareDatetime | None = None
     # After an interruption the next attempt stays off the instance for good, and off its spot pool
     # (instance type in that availability zone) for this long.
-    avoid_pool_seconds: int = Field(default=1800, ge=0, le=7 * 86400)
+    avoid_pool_seconds: int = Field(default=1800, ge=0, le=7 * 86400, strict=True)
     # The container that runs the agent (gets SIGUSR1); None = the first in the task definition.
     checkpoint_container: str | None = Field(default=None, min_length=1, max_length=255)
     # Capacity (docs/capacity.md, "Pools, decisions and moves"). auto: when the cluster has pools, the
@@ -181,20 +182,20 @@ class JobOptions(BaseModel):
     capacity: Literal["auto", "fixed"] = "auto"
     # The user's estimate of the whole job's work, in hours of running; replaced by the measured rate of
     # progress once two checkpoints of one attempt exist.
-    work_hours: float | None = Field(default=None, gt=0, le=10000)
+    work_hours: float | None = Field(default=None, gt=0, le=10000, strict=True)
     # Moves of a running job to other capacity (to on-demand to keep its deadline, back to spot when it
     # pays): at most this many, and never two within `min_move_interval_seconds`.
-    max_moves: int = Field(default=4, ge=0, le=20)
-    min_move_interval_seconds: int = Field(default=3600, ge=0, le=7 * 86400)
+    max_moves: int = Field(default=4, ge=0, le=20, strict=True)
+    min_move_interval_seconds: int = Field(default=3600, ge=0, le=7 * 86400, strict=True)
     # A task of a pool still PROVISIONING (no instance for it) this long: the pool has no capacity now;
     # the task is stopped and the job launched again where the policy says.
-    provisioning_timeout_seconds: int = Field(default=600, ge=60, le=86400)
+    provisioning_timeout_seconds: int = Field(default=600, ge=60, le=86400, strict=True)
     # A multi-node job (a gang): this many tasks of the request, one per instance, in one pool, started
     # together and relaunched together (docs/jobs.md, "Multi-node jobs"). An attempt that cannot place
     # all of them within `provisioning_timeout_seconds` is stopped and tried again.
-    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES, strict=True)
     # the port node 0 hosts the rendezvous on (torchrun's --master-port)
-    rendezvous_port: int = Field(default=29500, ge=1024, le=65535)
+    rendezvous_port: int = Field(default=29500, ge=1024, le=65535, strict=True)
 
 
 # ----------------------------------------------------------------------------------------- the job
