@@ -9,10 +9,14 @@ With --dir:
    SPOTGUARD_RESUME_FROM or DIR) with one line on stderr, and CMD does not run;
 2. runs CMD, forwarding SIGTERM, SIGINT and SIGUSR1 to it;
 3. commits DIR as a new checkpoint whenever CMD has written a new one into it (a change that has then
-   stayed still for --quiet-seconds, so a file being written is never committed half-done);
+   stayed still for --quiet-seconds, so a file being written is never committed half-done). A CMD that
+   saves so often that DIR never stays still that long (every 2 s) still gets its saves committed: once
+   DIR has kept changing for 5 times --quiet-seconds, the wrapper copies it aside and commits the copy
+   when DIR did not change while it was copied and no file was written just before (the last consistent
+   moment), and says so once; when no such moment comes it says that, once, too;
 4. when CMD exits, commits DIR if it changed since the last commit; after a SIGTERM that commit is the
-   checkpoint SpotGuard resumes from, and the wrapper exits 75. Otherwise CMD's own exit code passes
-   through.
+   checkpoint SpotGuard resumes from, and the wrapper exits 75, unless CMD exited 0: a command that
+   finished is never run again. Otherwise CMD's own exit code passes through.
 
 The manifest's step counts the wrapper's commits (the restored one's step + 1 each time), and the logs
 call it so ("committed checkpoint 4 (wrapper commit 5, ...)"); its progress is read from --progress-file when
@@ -64,6 +68,12 @@ log = logging.getLogger("spotguard.agent")
 # has come by then; run elsewhere, a CMD that does not use the agent stops so)
 FORWARD_GRACE = 5.0
 STEP_NAME = "wrapper commit"  # the manifest's step in the logs: the wrapper's commits, not the job's steps
+# A directory that has kept changing for BUSY_QUIETS times --quiet-seconds (10 s by default) without
+# holding still that long (a script that saves every few seconds) is committed from a consistent copy
+# (Wrapper._commit_copy): one no file of which was written in the SETTLE_SECONDS (at most a quarter of
+# --quiet-seconds) before it began, nor while it was taken.
+BUSY_QUIETS = 5
+SETTLE_SECONDS = 0.5
 
 Snapshot = dict[str, tuple[int, int]]
 
@@ -95,6 +105,8 @@ class Wrapper:
         self.poll = poll_seconds
         self.quiet = quiet_seconds
         self.progress_file = progress_file
+        self.busy = BUSY_QUIETS * quiet_seconds
+        self.settle = min(SETTLE_SECONDS, quiet_seconds / 4)
         self.step = 0
         self.committed: Snapshot = {}
         self.stopping = threading.Event()
@@ -119,6 +131,32 @@ class Wrapper:
             self.committed = now
             return True
 
+    def _commit_copy(self) -> bool:
+        """Commit a copy of DIR taken at a consistent moment: nothing in DIR changed while it was copied,
+        and no file had been written in the `settle` seconds before. False when DIR has not changed since
+        the last commit or the copy was not consistent (tried again at the next poll)."""
+        with self.lock:
+            before = snapshot(self.directory)
+            newest = max((mtime for _, mtime in before.values()), default=0)
+            if not before or before == self.committed or time.time_ns() - newest < self.settle * 1e9:
+                return False
+            staging = Path(tempfile.mkdtemp(prefix="spotguard-copy-"))
+            try:
+                for rel in before:
+                    target = staging / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(self.directory / rel, target)
+                if snapshot(self.directory) != before or snapshot(staging).keys() != before.keys():
+                    return False  # written to while copied: not a consistent moment
+                self.step += 1
+                self.agent.commit(staging, self.step, self._progress())
+                self.committed = before
+                return True
+            except OSError:  # a file removed or replaced while copied: not a consistent moment either
+                return False
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGTERM:
             self.stopping.set()
@@ -127,16 +165,39 @@ class Wrapper:
 
     def _watch(self) -> None:
         last, still_since = snapshot(self.directory), time.monotonic()
+        busy_since: float | None = None  # DIR uncommitted and changing since
+        said_busy = said_stuck = False
         while self.child is not None and self.child.poll() is None:
             time.sleep(self.poll)
             now = snapshot(self.directory)
             if now != last:
                 last, still_since = now, time.monotonic()
-            elif now != self.committed and time.monotonic() - still_since >= self.quiet:
-                try:
+                busy_since = busy_since if busy_since is not None else time.monotonic()
+            try:
+                if now != self.committed and time.monotonic() - still_since >= self.quiet:
                     self._commit_if_changed()
-                except Exception as exc:  # the job goes on; the next change or the exit tries again
-                    log.warning("commit failed: %s", exc)
+                    busy_since = None
+                elif busy_since is not None and time.monotonic() - busy_since >= self.busy:
+                    if self._commit_copy():
+                        busy_since = time.monotonic() if snapshot(self.directory) != self.committed else None
+                        if not said_busy:
+                            said_busy = True
+                            log.info(
+                                "%s never stays still for %gs (the command saves often): committing a "
+                                "consistent copy of it as the command goes on",
+                                self.directory,
+                                self.quiet,
+                            )
+                    elif not said_stuck and time.monotonic() - busy_since >= 3 * self.busy:
+                        said_stuck = True
+                        log.warning(
+                            "%s has been written to for %.0fs without a moment still enough to copy it: "
+                            "nothing committed since; the command's exit commits what it leaves",
+                            self.directory,
+                            time.monotonic() - busy_since,
+                        )
+            except Exception as exc:  # the job goes on; the next change or the exit tries again
+                log.warning("commit failed: %s", exc)
 
     def run(self) -> int:
         self.agent.step_name = STEP_NAME
@@ -157,7 +218,7 @@ class Wrapper:
         watcher.join()
         self.agent.close()
         changed = self._commit_if_changed()
-        if self.stopping.is_set():
+        if self.stopping.is_set() and code != 0:  # a command that finished is done, stopped or not
             if not (changed or self.agent.last is not None or restored is not None):
                 log.warning("stopped before any checkpoint was written: the job restarts from scratch")
             return RESUME_ME

@@ -58,3 +58,81 @@ def test_the_library_still_says_step(tmp_path: Path, caplog: pytest.LogCaptureFi
     with caplog.at_level("INFO", logger="spotguard.agent"):
         agent.commit(state, step=40, progress=0.5)
     assert any(r.getMessage().startswith("committed checkpoint 0 (step 40, ") for r in caplog.records)
+
+
+# saves every 0.1 s (a new file renamed into place, as torch.save to a temporary name does) for 4 s,
+# then exits 0; DIR is never still for --quiet-seconds 0.3
+OFTEN = (
+    "import os, sys, time\n"
+    "d = sys.argv[1]\n"
+    "for step in range(40):\n"
+    "    with open(os.path.join(d, 'tmp'), 'w') as f: f.write(str(step))\n"
+    "    os.replace(os.path.join(d, 'tmp'), os.path.join(d, 'state.txt'))\n"
+    "    time.sleep(0.1)\n"
+)
+
+
+@pytest.mark.slow  # the command runs 4 s
+def test_a_command_that_saves_more_often_than_the_quiet_time_gets_its_saves_committed(
+    tmp_path: Path, volume: Path
+):
+    """Issue 45, item 13: a script saving every 2 s (the wrapper's quiet time) got nothing committed in
+    640 steps, and nothing said. Now a consistent copy is committed while it runs, and the wrapper says so."""
+    directory = tmp_path / "d"
+    directory.mkdir()
+    argv = ["run", "--dir", str(directory), "--poll-seconds", "0.05", "--quiet-seconds", "0.3"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spotguard_agent.wrapper",
+            *argv,
+            "--",
+            sys.executable,
+            "-c",
+            OFTEN,
+            str(directory),
+        ],
+        env=_env(volume),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    commits = proc.stderr.count("committed checkpoint ")
+    assert commits >= 3, proc.stderr  # while it ran (not only at its exit)
+    assert proc.stderr.count("committing a consistent copy of it as the command goes on") == 1, proc.stderr
+    (newest,) = [m for m in sorted(volume.rglob("state.txt"))][-1:]
+    assert newest.read_text().isdigit()  # never a torn file
+
+
+@pytest.mark.slow  # two processes start, the command runs 1 s
+def test_a_command_that_exits_0_as_sigterm_reaches_the_wrapper_is_not_run_again(tmp_path: Path, volume: Path):
+    """Issue 45, item 14: SIGTERM arriving as the command exited 0 made the wrapper exit 75, and the
+    finished job ran again. Exit 0 wins."""
+    import signal
+    import time
+
+    directory = tmp_path / "d"
+    ready = tmp_path / "ready"
+    # the command ignores SIGTERM, as one that is finishing its last step does, and exits 0
+    script = (
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"pathlib.Path({str(directory)!r}, 'state.txt').write_text('done')\n"
+        f"pathlib.Path({str(ready)!r}).write_text('1')\n"
+        "time.sleep(1.0)\n"
+    )
+    argv = ["run", "--dir", str(directory), "--poll-seconds", "0.05", "--quiet-seconds", "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spotguard_agent.wrapper", *argv, "--", sys.executable, "-c", script],
+        env=_env(volume),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
