@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -59,6 +60,9 @@ class Manifest(BaseModel):
     job_id: str = ""
     attempt: int = Field(default=0, ge=0)
     step: int = Field(ge=0)
+    # what `step` counts: the job's training steps (the agent's library), or the commits of the wrapper
+    # (`spotguard-agent run --dir`), which knows nothing of the job's steps
+    counts: Literal["steps", "commits"] = "steps"
     progress: float = Field(ge=0.0, le=1.0)
     created_at: datetime
     files: tuple[FileEntry, ...] = Field(min_length=1)

@@ -50,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from boto3.s3.transfer import TransferConfig, create_transfer_manager
 from botocore.exceptions import (
@@ -571,6 +571,7 @@ class CheckpointStore:
         self.restore_attempts = restore_attempts
         self.retry_pause = RETRY_PAUSE_SECONDS if retry_pause is None else retry_pause
         self.clock = clock  # dates each manifest (a scaled clock in local runs, AgentEnv.clock)
+        self.counts: Literal["steps", "commits"] = "steps"  # what a manifest's step counts (Manifest)
         self.backend: S3Backend | LocalBackend = (
             LocalBackend(self.location.prefix)
             if self.location.local
@@ -710,6 +711,7 @@ class CheckpointStore:
             job_id=job_id,
             attempt=attempt,
             step=step,
+            counts=self.counts,
             progress=progress,
             created_at=self.clock(),
             files=tuple(entries),

@@ -108,9 +108,15 @@ class CheckpointView(_View):
     sequence: int = 0
     manifest_uri: str = ""
     step: int = 0
+    counts: str = "steps"  # what `step` counts: the job's steps, or the agent's wrapper's commits
     progress: float = 0.0
     attempt: int = 0
     created_at: Time | None = None
+
+    @property
+    def step_label(self) -> str:
+        """`step N`, or `wrapper commit N` (the wrapper knows nothing of the job's steps)."""
+        return f"{'wrapper commit' if self.counts == 'commits' else 'step'} {self.step}"
 
 
 class DecisionView(_View):

@@ -3,6 +3,7 @@ not the job's steps, which it does not know), and no line of boto's at every sta
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,9 @@ def test_the_wrapper_logs_its_commits_not_steps_and_no_boto_chatter(tmp_path: Pa
     again = _run(tmp_path / "b", volume)  # a new attempt: restored from the first one's commit
     assert "spotguard-agent: restored checkpoint 0 (wrapper commit 1)" in again, again
     assert "step" not in again and "Found credentials" not in again, again
+    # and its manifests say what their step counts (issue 45, item 15: read as training steps)
+    manifests = [json.loads(m.read_text()) for m in volume.rglob("MANIFEST.json")]
+    assert manifests and all(m["counts"] == "commits" for m in manifests)
 
 
 def test_the_library_still_says_step(tmp_path: Path, caplog: pytest.LogCaptureFixture):
@@ -58,6 +62,8 @@ def test_the_library_still_says_step(tmp_path: Path, caplog: pytest.LogCaptureFi
     with caplog.at_level("INFO", logger="spotguard.agent"):
         agent.commit(state, step=40, progress=0.5)
     assert any(r.getMessage().startswith("committed checkpoint 0 (step 40, ") for r in caplog.records)
+    (manifest,) = (tmp_path / "v").rglob("MANIFEST.json")
+    assert json.loads(manifest.read_text())["counts"] == "steps"
 
 
 # saves every 0.1 s (a new file renamed into place, as torch.save to a temporary name does) for 4 s,

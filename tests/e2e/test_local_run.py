@@ -82,6 +82,12 @@ def test_my_own_script_survives_an_injected_interruption_and_proves_it(tmp_path:
         (["--interrupt-at", "soon", "--", "python", "x.py"], "--interrupt-at: SECONDS (e.g. 20) or step:N"),
         (["missing.yaml"], "missing.yaml: cannot read it"),
         (["job.yaml", "--checkpoint-dir", "/x"], "--checkpoint-dir: give checkpoint_dir in the spec"),
+        # issue 45, item 15: the wrapper's commits are no training steps (step:3 fired at step 60 of 60)
+        (
+            ["--interrupt-at", "step:3", "--checkpoint-dir", "/ck", "--", "python", "x.py"],
+            "--interrupt-at step:N: with checkpoint_dir the agent's wrapper commits the directory",
+        ),
+        (["--checkpoint-dir", "ckpt", "--", "python", "x.py"], "checkpoint_dir: must be an absolute path"),
     ],
 )
 def test_bad_arguments_are_one_line(tmp_path: Path, argv: list[str], said: str):

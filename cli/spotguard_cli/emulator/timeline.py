@@ -165,9 +165,8 @@ def call_recorder(timeline: Lines, calls: list[str]) -> Callable[..., None]:
             timeline.add(runtask_line(params))
         elif model.name == "PutItem" and params.get("Item", {}).get("sk", {}).get("S") == "NEWEST":
             ref = json.loads(params["Item"]["ref"]["S"])
-            timeline.add(
-                f"  checkpoint {ref['sequence']} committed (step {ref['step']}, attempt {ref['attempt']})"
-            )
+            counted = f"{'wrapper commit' if ref.get('counts') == 'commits' else 'step'} {ref['step']}"
+            timeline.add(f"  checkpoint {ref['sequence']} committed ({counted}, attempt {ref['attempt']})")
         elif model.name == "StopTask":
             timeline.add(stop_line(params))
         elif model.name == "UpdateContainerInstancesState":

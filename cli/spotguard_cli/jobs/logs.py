@@ -368,7 +368,7 @@ def resumed_from(a: AttemptView, before: AttemptView | None, checkpoints: list[C
         ref = next((c for c in checkpoints if c.manifest_uri == uri), None)
         if ref is None:
             return f"from {uri}"
-        return f"from checkpoint #{ref.sequence} (step {ref.step}, {ref.progress:.0%})"
+        return f"from checkpoint #{ref.sequence} ({ref.step_label}, {ref.progress:.0%})"
     if before is not None and before.snapshot_id:
         return f"from EBS snapshot {before.snapshot_id}"
     return "from scratch (no checkpoint)"

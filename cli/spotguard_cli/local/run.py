@@ -111,6 +111,12 @@ def run_local(args: argparse.Namespace) -> int:
     try:
         spec = job_of(args)
         when = _interrupt(args.interrupt_at)
+        if when[0] == "step" and spec.checkpoint_dir:
+            raise CommandError(
+                "BadRequest",
+                "--interrupt-at step:N: with checkpoint_dir the agent's wrapper commits the directory and "
+                "does not know the script's training step; give SECONDS (e.g. --interrupt-at 20)",
+            )
     except CommandError as exc:
         print(f"spotguard local run: {exc}", file=sys.stderr)
         return 2
@@ -278,6 +284,7 @@ def _result(system: Any, status: Any, warned_at: datetime, timeline: Any, work: 
             "attempts": len(attempts),
             "resumed_from": attempts[1].resume_from if len(attempts) > 1 else None,
             "resumed_at_step": newest.step if newest is not None else None,
+            "resumed_at": newest.step_label if newest is not None else None,  # step N | wrapper commit N
             "seconds_lost": lost,
             "dead_letters": dead,
         },
@@ -300,6 +307,6 @@ def _print(result: dict[str, Any]) -> None:
     if facts["resumed_from"]:
         lost = facts["seconds_lost"]
         ran_on = f"; the first attempt stopped {lost:.1f} s after its last commit" if lost is not None else ""
-        print(f"\nresumed from {facts['resumed_from']} (its step {facts['resumed_at_step']}){ran_on}")
+        print(f"\nresumed from {facts['resumed_from']} (its {facts['resumed_at']}){ran_on}")
     print(f"logs: {STATE_DIR / 'run'}/ (functions.log, task-*.log, moto.log)")
     print("moto server and every task process stopped.\n" + ("run passed" if result["ok"] else "run FAILED"))

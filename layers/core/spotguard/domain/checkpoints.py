@@ -31,11 +31,17 @@ class CheckpointRef(BaseModel):
     sequence: int
     manifest_uri: str
     step: int = 0
+    counts: Literal["steps", "commits"] = "steps"  # what `step` counts (the manifest's `counts`)
     progress: float = 0.0
     attempt: int = 0
     job_id: str = ""
     created_at: datetime | None = None
     total_bytes: int = 0
+
+    @property
+    def step_label(self) -> str:
+        """`step N`, or `wrapper commit N` when the step counts the wrapper's commits."""
+        return f"{'wrapper commit' if self.counts == 'commits' else 'step'} {self.step}"
 
 
 class CheckpointRecorded(NamedTuple):

@@ -43,6 +43,7 @@ def _ref(prefix_uri: str, bucket: str, key: str, m: CheckpointManifest) -> Check
         sequence=m.sequence,
         manifest_uri=f"s3://{bucket}/{key}",
         step=m.step,
+        counts=m.counts,
         progress=m.progress,
         attempt=m.attempt,
         job_id=m.job_id,
