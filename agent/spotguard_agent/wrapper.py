@@ -15,8 +15,9 @@ With --dir:
    when DIR did not change while it was copied and no file was written just before (the last consistent
    moment), and says so once; when no such moment comes it says that, once, too;
 4. when CMD exits, commits DIR if it changed since the last commit; after a SIGTERM that commit is the
-   checkpoint SpotGuard resumes from, and the wrapper exits 75, unless CMD exited 0: a command that
-   finished is never run again. Otherwise CMD's own exit code passes through.
+   checkpoint SpotGuard resumes from, and the wrapper exits 75 (a CMD that saves and exits 0 on SIGTERM
+   stopped, it did not finish). But a CMD that had exited 0 before the SIGTERM could reach it finished:
+   it exits 0 and is never run again. Otherwise CMD's own exit code passes through.
 
 The manifest's step counts the wrapper's commits (the restored one's step + 1 each time), and the logs
 call it so ("committed checkpoint 4 (wrapper commit 5, ...)"); its progress is read from --progress-file when
@@ -110,6 +111,7 @@ class Wrapper:
         self.step = 0
         self.committed: Snapshot = {}
         self.stopping = threading.Event()
+        self.term_reached_command = False  # SIGTERM was passed on to CMD while it ran
         self.lock = threading.Lock()  # one commit at a time
         self.child: subprocess.Popen[bytes] | None = None
 
@@ -162,6 +164,8 @@ class Wrapper:
             self.stopping.set()
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signum)
+            if signum == signal.SIGTERM:
+                self.term_reached_command = True
 
     def _watch(self) -> None:
         last, still_since = snapshot(self.directory), time.monotonic()
@@ -219,11 +223,17 @@ class Wrapper:
         watcher.join()
         self.agent.close()
         changed = self._commit_if_changed()
-        if self.stopping.is_set() and code != 0:  # a command that finished is done, stopped or not
-            if not (changed or self.agent.last is not None or restored is not None):
-                log.warning("stopped before any checkpoint was written: the job restarts from scratch")
-            return RESUME_ME
-        return code
+        return self._exit_code(code, changed or self.agent.last is not None or restored is not None)
+
+    def _exit_code(self, code: int, has_checkpoint: bool) -> int:
+        """What the wrapper exits with once CMD exited `code`: 75 when SpotGuard's SIGTERM stopped it
+        (whatever CMD exited with: a script that saves and exits 0 on SIGTERM has not finished), CMD's
+        own code otherwise, and 0 when CMD had finished (exited 0) before the SIGTERM reached it."""
+        if not self.stopping.is_set() or (code == 0 and not self.term_reached_command):
+            return code
+        if not has_checkpoint:
+            log.warning("stopped before any checkpoint was written: the job restarts from scratch")
+        return RESUME_ME
 
 
 class Relay:

@@ -112,33 +112,36 @@ def test_a_command_that_saves_more_often_than_the_quiet_time_gets_its_saves_comm
     assert newest.read_text().isdigit()  # never a torn file
 
 
-@pytest.mark.slow  # two processes start, the command runs 1 s
-def test_a_command_that_exits_0_as_sigterm_reaches_the_wrapper_is_not_run_again(tmp_path: Path, volume: Path):
-    """Issue 45, item 14: SIGTERM arriving as the command exited 0 made the wrapper exit 75, and the
-    finished job ran again. Exit 0 wins."""
+@pytest.mark.parametrize(
+    ("script", "term_first", "exits"),
+    [
+        ("pass", False, 0),  # finished before SIGTERM came: done, never run again (issue 45, item 14)
+        ("raise SystemExit(3)", False, 75),  # failed, and SpotGuard stopped it: resumed
+        # a script that saves and exits 0 on SIGTERM has stopped, not finished
+        (
+            "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\ntime.sleep(30)",
+            True,
+            75,
+        ),
+        ("import time\ntime.sleep(30)", True, 75),  # killed by it
+    ],
+)
+def test_exit_0_wins_only_when_the_command_finished_before_sigterm_reached_it(
+    tmp_path: Path, script: str, term_first: bool, exits: int
+):
+    """Issue 45, item 14: SIGTERM that reached the wrapper as its command exited 0 made it exit 75, and the
+    finished job ran again."""
     import signal
     import time
 
-    directory = tmp_path / "d"
-    ready = tmp_path / "ready"
-    # the command ignores SIGTERM, as one that is finishing its last step does, and exits 0
-    script = (
-        "import pathlib, signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        f"pathlib.Path({str(directory)!r}, 'state.txt').write_text('done')\n"
-        f"pathlib.Path({str(ready)!r}).write_text('1')\n"
-        "time.sleep(1.0)\n"
-    )
-    argv = ["run", "--dir", str(directory), "--poll-seconds", "0.05", "--quiet-seconds", "0"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spotguard_agent.wrapper", *argv, "--", sys.executable, "-c", script],
-        env=_env(volume),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 30
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    from spotguard_agent.wrapper import Wrapper
+
+    wrapper = Wrapper(agent=None, directory=tmp_path, command=[])  # type: ignore[arg-type]
+    wrapper.child = subprocess.Popen([sys.executable, "-c", script])
+    if term_first:
+        time.sleep(0.5)  # the command runs (and has set its handler)
+    else:
+        wrapper.child.wait()
+    wrapper._forward(signal.SIGTERM, None)
+    code = wrapper.child.wait(timeout=30)
+    assert wrapper._exit_code(code, has_checkpoint=True) == exits

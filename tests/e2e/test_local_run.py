@@ -38,12 +38,19 @@ print("done", flush=True)
 """
 
 
-def test_my_own_script_survives_an_injected_interruption_and_proves_it(tmp_path: Path):
+def test_my_own_script_survives_an_injected_interruption_and_proves_it_twice_in_a_row(tmp_path: Path):
+    """Run twice: issue 45, item 9 found the second rehearsal's attempt 1 resuming from the directory the
+    first one's attempt 1 left (at step 46), with every line of the proof passing."""
     (tmp_path / "my_train.py").write_text(SCRIPT)
     (tmp_path / "job.yaml").write_text(
         "name: mine\ncluster: gpu-spot\nimage: mine:local\n"
         "command: python my_train.py /opt/ckpt 60\ncheckpoint_dir: /opt/ckpt\n"
     )
+    for rehearsal in (1, 2):
+        _rehearse(tmp_path, rehearsal)
+
+
+def _rehearse(tmp_path: Path, rehearsal: int) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     done = subprocess.run(
         [
@@ -66,10 +73,12 @@ def test_my_own_script_survives_an_injected_interruption_and_proves_it(tmp_path:
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["ok"] and all(p["passed"] for p in result["proof"]), result["proof"]
+    checks = [p["check"] for p in result["proof"]]
+    assert "each attempt's checkpoint directory held nothing but what SpotGuard restored" in checks
     first, second = (Path(tmp_path / o["log"]).read_text() for o in result["output"])
     saved = int(first.split("saved at step ")[1].split()[0])
     assert f"starting at step {saved}\n" in second  # resumed where it saved: no step lost
-    assert "starting at step 0" in first and "done" in second
+    assert "starting at step 0" in first and "done" in second, f"rehearsal {rehearsal}: {first}"
     # each attempt had a file system of its own: the second found only what SpotGuard restored
     roots = sorted(p.name for p in (tmp_path / ".local-stack" / "run" / "containers").iterdir())
     assert roots == ["mine-attempt-1", "mine-attempt-2"]

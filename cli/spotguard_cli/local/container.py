@@ -9,11 +9,16 @@ process, so SpotGuard's signals reach the command, or the agent's wrapper, direc
   `spotguard-agent` its agent, and its environment's programs (torchrun) come first on the PATH.
 
     python -m spotguard_cli.local.container --root ROOT [--dir /opt/checkpoints] -- COMMAND ...
+
+Each container writes what its checkpoint directory held when it started, before the job's command (and
+the agent's restore) ran, to START_RECORD in its root: local run proves from it that attempt 1 started
+from nothing but what SpotGuard gave it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -21,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spotguard_cli.arguments import checkpoint_directory
+
+START_RECORD = ".spotguard-start.json"  # in the attempt's root: {"directory": ..., "found": [files]}
 
 PROGRAMS = {
     "python": [sys.executable],
@@ -55,7 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = args.root.resolve() / name
     if args.dir:
         args.dir = checkpoint_directory(args.dir)
-        (root / args.dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        inside = root / args.dir.lstrip("/")
+        found = sorted(p.relative_to(inside).as_posix() for p in inside.rglob("*")) if inside.is_dir() else []
+        inside.mkdir(parents=True, exist_ok=True)
+        (root / START_RECORD).write_text(json.dumps({"directory": args.dir, "found": found}))
     run = container_command(command, root, args.dir)
     # the image's PATH: this checkout's environment first (torchrun, spotguard-agent, python)
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])

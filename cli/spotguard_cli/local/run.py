@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -146,6 +147,10 @@ def _run(spec: Any, when: tuple[str, float], timeout: float, quiet: bool) -> dic
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("*.log"):
         old.unlink()
+    # each rehearsal starts from nothing: the last one's containers (their checkpoint directories) go
+    if (work / "containers").exists():
+        shutil.rmtree(work / "containers")
+        say(f"a fresh rehearsal: the last run's containers under {work / 'containers'} removed")
     timeline, calls = Timeline(), []
     job_id = spec.name or "local-run"
     started = time.monotonic()
@@ -269,6 +274,14 @@ def _result(system: Any, status: Any, warned_at: datetime, timeline: Any, work: 
         ("nothing in any dead-letter queue", not any(dead.values())),
         ("every AWS call allowed by its function's role", not system.guard.denied),
     ]
+    starts = [_started_with(work, status.job_id, x.number) for x in attempts]
+    if any(found is not None for found in starts):  # a checkpoint_dir: each container says what it found
+        proof.append(
+            (
+                "each attempt's checkpoint directory held nothing but what SpotGuard restored",
+                all(found == [] for found in starts),
+            )
+        )
     outputs = []
     for x in attempts:
         log = work / f"task-{x.task_arn.rsplit('/', 1)[-1][:8]}.log"
@@ -290,6 +303,18 @@ def _result(system: Any, status: Any, warned_at: datetime, timeline: Any, work: 
         },
         "output": outputs,
     }
+
+
+def _started_with(work: Path, job_id: str, attempt: int) -> list[str] | None:
+    """What the attempt's checkpoint directory held when its container started, before the agent restored
+    anything (local/container.py); None without a checkpoint directory (or a record)."""
+    from spotguard_cli.local.container import START_RECORD
+
+    record = work / "containers" / f"{job_id}-attempt-{attempt}" / START_RECORD
+    try:
+        return list(json.loads(record.read_text())["found"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _print(result: dict[str, Any]) -> None:
