@@ -9,6 +9,8 @@ spotguard simulate ...            capacity policies on spot availability traces 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,14 +60,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread as Ctrl-C is: every `with` and `finally` on the way out
+    runs, so the processes a command started (moto server, the tasks, the demos' trainings) are stopped
+    by their ids rather than left running, reparented to init."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # the clean-up is under way: a second one waits for it
+        signal.signal(sig, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    before: dict[signal.Signals, object] = {}
+    with contextlib.suppress(ValueError):  # only the main thread may (a test calling main in another)
+        before = {sig: signal.signal(sig, _terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return int(args.run(args))
+    except Terminated as ended:
+        print(f"terminated ({ended}): what it started is stopped", file=sys.stderr)
+        return 128 + ended.signum
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in before.items():  # as they were (a caller in this process keeps its own)
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -38,8 +38,8 @@ def run_up(args: argparse.Namespace) -> int:
     def on_signal(signum: int, _frame: Any) -> None:
         stop["now"] = True
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # each stops what it started, by id
+        signal.signal(sig, on_signal)
     with MotoServer(log_path=str(STATE_DIR / "moto.log")) as moto:
         printer = _Printer()
         system = LocalSystem(
