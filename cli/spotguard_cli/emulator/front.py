@@ -27,6 +27,12 @@ from urllib.parse import unquote, urlsplit
 
 INVOKE = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations$")
 INVOKE_TIMEOUT_SECONDS = 120.0
+# Bounds on what a client may hold: a request's headers and body must come within this many seconds of
+# silence each (a slow or stalled client is dropped, not given a thread for good), and a body is at most
+# Lambda's synchronous payload (an Invoke) or MAX_BODY (anything passed to moto: an S3 upload in one part).
+SOCKET_TIMEOUT_SECONDS = 30.0
+MAX_INVOKE_BODY = 6 * 1024 * 1024
+MAX_BODY = 64 * 1024 * 1024
 # what is not passed on to moto: hop-by-hop headers, and the length (set again for the body)
 _NOT_PASSED = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
@@ -45,6 +51,7 @@ class LambdaFront:
 
         class Request(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = SOCKET_TIMEOUT_SECONDS  # on the connection's socket: reads and writes
 
             def do_POST(self) -> None:
                 front.answer(self)
@@ -54,7 +61,7 @@ class LambdaFront:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # quiet: the local stack prints its own timeline
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Request)
+        self.server = _QuietServer(("127.0.0.1", port), Request)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name="lambda-front", daemon=True)
 
@@ -94,22 +101,40 @@ class LambdaFront:
 
     # ------------------------------------------------------------------------------------ requests
     def answer(self, req: BaseHTTPRequestHandler) -> None:
-        body = req.rfile.read(int(req.headers.get("Content-Length") or 0))
         # Only what an AWS SDK or CLI sends: a signed request (a web page cannot send an Authorization
         # header to another origin without a preflight, which is refused here) to this very address (no
         # other name pointing at 127.0.0.1). Without it, any page open in a browser could submit a job
-        # whose command the local stack would run on this machine.
+        # whose command the local stack would run on this machine. Checked on the headers, before a byte
+        # of the body is read: a refused request is never read whole.
         host = req.headers.get("Host", "")
         if not req.headers.get("Authorization", "").startswith("AWS4-HMAC-SHA256 ") or host not in self.hosts:
-            self._reply(req, 403, {"message": "the local stack answers signed AWS requests only"}, {})
+            self._refuse(req, 403, "the local stack answers signed AWS requests only")
             return
         m = INVOKE.match(urlsplit(req.path).path)
-        if req.command == "POST" and m:
-            name = unquote(m.group("name")).rsplit(":function:", 1)[-1].split(":", 1)[0]
-            if name in self.handlers:
-                self._invoke(req, self.handlers[name], body)
-                return
+        name = unquote(m.group("name")).rsplit(":function:", 1)[-1].split(":", 1)[0] if m else None
+        invoke = req.command == "POST" and name in self.handlers
+        length = _length(req.headers.get("Content-Length"), req.headers.get("Transfer-Encoding"))
+        if isinstance(length, str):
+            self._refuse(req, 411 if "Transfer-Encoding" in length else 400, length)
+            return
+        bound = MAX_INVOKE_BODY if invoke else MAX_BODY
+        if length > bound:
+            self._refuse(req, 413, f"the body is {length} bytes; the local stack takes at most {bound}")
+            return
+        body = req.rfile.read(length)
+        if len(body) < length:  # the client went before it sent what it said
+            req.close_connection = True
+            return
+        if invoke and name is not None:
+            self._invoke(req, self.handlers[name], body)
+            return
         self._pass(req, body)
+
+    def _refuse(self, req: BaseHTTPRequestHandler, status: int, message: str) -> None:
+        """Answer `status` without reading the body, and close the connection (what is left of the body
+        must not be read as the next request)."""
+        req.close_connection = True
+        self._reply(req, status, {"message": message}, {"Connection": "close"})
 
     def _invoke(self, req: BaseHTTPRequestHandler, handler: Handler, body: bytes) -> None:
         try:
@@ -169,3 +194,29 @@ class LambdaFront:
         req.end_headers()
         if req.command != "HEAD":
             req.wfile.write(data)
+
+
+def _length(value: str | None, transfer_encoding: str | None) -> int | str:
+    """The request's Content-Length, or why it is refused (a string): not a whole number, negative, or a
+    chunked body (every AWS SDK sends a length)."""
+    if transfer_encoding:
+        return "Transfer-Encoding is not taken here: send a Content-Length"
+    if value is None or value.strip() == "":
+        return 0
+    text = value.strip()
+    if not text.isdigit() or len(text) > 15:
+        return f"Content-Length must be a whole number of bytes, not {value[:40]!r}"
+    return int(text)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A dropped client (it hung up, or was silent for SOCKET_TIMEOUT_SECONDS) is no news: no traceback.
+    Anything else is said in one line."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError | TimeoutError):
+            return
+        print(f"local stack front: {type(error).__name__}: {error}".splitlines()[0], file=sys.stderr)
