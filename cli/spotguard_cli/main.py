@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -90,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went (`spotguard jobs logs JOB | head`): nothing more to say
+        with contextlib.suppress(OSError):  # and no second error when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell's own commands end
     finally:
         for sig, handler in before.items():  # as they were (a caller in this process keeps its own)
             signal.signal(sig, handler)

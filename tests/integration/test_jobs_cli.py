@@ -48,6 +48,44 @@ def test_submit_status_list_and_cancel_from_the_command_line(jobs: JobsWorld):
 
 
 @pytest.mark.slow  # deploys the stack into moto
+def test_a_name_used_by_a_job_that_ended_says_how_to_run_it_again(jobs: JobsWorld, capsys):
+    """Issue 45, item 20: a cancelled job's name could not be reused, and nothing said how."""
+    td = jobs.cluster.gpu_task_definition(gpus=4)
+    submit = [
+        "submit",
+        "--cluster",
+        "gpu-spot",
+        "--task-definition",
+        td,
+        "--launch-type",
+        "EC2",
+        "--job-id",
+        "j9",
+    ]
+    assert _run(jobs, *submit)[0] == 0
+    arn = jobs.status("j9")["attempts"][0]["task_arn"]
+    jobs.emit(arn)  # RUNNING
+    assert _run(jobs, "cancel", "j9")[0] == 0
+    jobs.emit(arn, exit_code=143)
+    st = jobs.status("j9")
+    assert st["state"] == "cancelled", (st["state"], st["last_reason"], jobs.task(arn)["lastStatus"])
+    capsys.readouterr()
+    # the same submit again (after the jobs function's idempotency window): the job it made, ended
+    (summary,) = [j for j in jobs.invoke({"action": "list"})["jobs"] if j["job_id"] == "j9"]
+    args = build_parser().parse_args(["jobs", *submit])
+    code = jobs_cli.run(
+        args, invoke=lambda _: {"ok": True, "action": "submit", "job": summary}, out=io.StringIO()
+    )
+    err = capsys.readouterr().err
+    assert code == 0 and "job j9 exists and has cancelled: nothing started" in err
+    assert "`spotguard jobs resubmit j9` runs it again" in err
+    code, _ = _run(jobs, *submit, "--max-attempts", "3")  # another request under that name
+    err = capsys.readouterr().err
+    assert code == 1 and "exists already (cancelled) with another request or options" in err
+    assert "give the job another name; `spotguard jobs resubmit j9` runs it again as it was" in err
+
+
+@pytest.mark.slow  # deploys the stack into moto
 def test_a_request_file_and_a_refusal(jobs: JobsWorld, tmp_path: Path, capsys):
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"cluster": "other", "taskDefinition": "t:1"}))

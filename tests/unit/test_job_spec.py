@@ -99,6 +99,8 @@ def test_an_existing_task_definition_with_a_command_override():
         ({"environment": {"1BAD": "x"}}, "'1BAD' is not an environment variable's name"),
         ({"task_role_arn": "training-task"}, "task_role_arn: String should match pattern"),
         ({"deadline": "tomorrow"}, "deadline: expected an ISO 8601 time with a time zone"),
+        # issue 45, item 20: refused here, not after the whole local stack started (exit 1)
+        ({"deadline": "2020-01-01T00:00:00Z"}, "deadline: 2020-01-01T00:00:00+00:00 has passed"),
         ({"name": "-x"}, "name: 1-64 letters, digits"),
         ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
         (

@@ -109,7 +109,11 @@ def add_parser(sub: Any) -> None:
 
     c = actions.add_parser("cancel", help="stop a job's task and end the job")
     c.add_argument("job_id")
-    c.add_argument("--reason", default="cancelled by the user")
+    c.add_argument(
+        "--reason",
+        default="cancelled by the user",
+        help="why, kept on the job and in its notification (at most 200 characters)",
+    )
 
     st = actions.add_parser("status", help="a job, its attempts, checkpoints, and what it spent and lost")
     st.add_argument("job_id")
@@ -215,6 +219,14 @@ def run(
         return 1
     if not args.json:
         print(render(read), file=out)
+        ended = read.job.state if args.action == "submit" and read.job is not None else None
+        if ended in ("succeeded", "failed", "cancelled", "gave-up"):  # a name already used, by a job ended
+            name = read.job.job_id if read.job is not None else ""
+            print(
+                f"spotguard jobs submit: job {name} exists and has {ended}: nothing started; "
+                f"`spotguard jobs resubmit {name}` runs it again, or give the job another name",
+                file=sys.stderr,
+            )
     if args.action == "status" and args.plot:
         return 0 if plot(args.plot, read, clock) else 1
     return 0

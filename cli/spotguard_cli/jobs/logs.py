@@ -351,7 +351,9 @@ def why_stopped(a: AttemptView) -> str:
     extras = []
     if codes:
         extras.append("exit " + ", ".join(f"{k}={'-' if v is None else v}" for k, v in sorted(codes.items())))
-    if a.stop_code and a.stop_code not in what:
+    # ECS's stop code of a StopTask is UserInitiated, SpotGuard's too: said so, not as if a user stopped it
+    spotguards = a.stop_code == "UserInitiated" and (a.stopped_reason or "").startswith("SpotGuard")
+    if a.stop_code and a.stop_code not in what and not spotguards:
         extras.append(a.stop_code)
     return what + (f"; {'; '.join(extras)}" if extras else "")
 

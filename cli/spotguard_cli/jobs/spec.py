@@ -175,6 +175,10 @@ class JobSpec(BaseModel):
             raise ValueError("command: required with image (what the container runs)")
         if self.security_groups and not self.subnets:
             raise ValueError("security_groups: needs subnets (awsvpc tasks need both)")
+        if self.deadline is not None and self.deadline <= datetime.now(UTC):
+            raise ValueError(
+                f"deadline: {self.deadline.isoformat()} has passed: give a time to come (or 48h)"
+            )
         if self.rendezvous_port is not None and self.nodes < 2:
             raise ValueError("rendezvous_port: for a multi-node job (nodes: 2 or more)")
         torchrun = [k for k in self.environment if k in TORCHRUN_ENV]

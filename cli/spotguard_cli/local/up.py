@@ -17,7 +17,10 @@ from spotguard_cli.local.shared import SHORTAGE, SHORTAGES, STATE_DIR, STATE_FIL
 def add_parser(actions: Any) -> None:
     u = actions.add_parser("up", help="keep the local stack running until Ctrl-C")
     u.add_argument(
-        "--instances", type=whole(1, 50), default=2, help="simulated GPU spot instances (default 2)"
+        "--instances",
+        type=whole(1, 50),
+        default=2,
+        help="simulated GPU spot instances (default 2); one on-demand instance is started beside them",
     )
     u.add_argument(
         "--reconcile-every",

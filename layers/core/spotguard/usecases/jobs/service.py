@@ -408,7 +408,12 @@ def _gang_refused(cmd: Submit, td: TaskDefinitionInfo, ebs: bool) -> str | None:
 def _same_submit(job: Job, cmd: Submit) -> Job:
     if job.request == cmd.request and job.options == cmd.options:
         return job  # a repeated submit: the job it made the first time
-    raise CommandError("Conflict", f"job {job.job_id} exists already with another request or options")
+    again = f"; `spotguard jobs resubmit {job.job_id}` runs it again as it was" if job.state.terminal else ""
+    raise CommandError(
+        "Conflict",
+        f"job {job.job_id} exists already ({job.state}) with another request or options: "
+        f"give the job another name{again}",
+    )
 
 
 def _refused(exc: Exception) -> bool:
