@@ -2,7 +2,7 @@
 ones). See docs/container-contract.md for the contracts: the SPOTGUARD_* environment, the checkpoint
 layout, exit codes."""
 
-from spotguard_agent.agent import RESUME_ME, Agent, AgentEnv, RestoreFailed
+from spotguard_agent.agent import RESUME_ME, Agent, AgentEnv, NotUnderSpotGuard, RestoreFailed
 from spotguard_agent.manifest import Manifest
 from spotguard_agent.store import (
     CheckpointDamaged,
@@ -21,6 +21,7 @@ __all__ = [
     "CheckpointUnavailable",
     "Committed",
     "Manifest",
+    "NotUnderSpotGuard",
     "RestoreFailed",
     "StoreError",
 ]

@@ -137,6 +137,24 @@ class RestoreFailed(SystemExit):
         return self.reason
 
 
+class NotUnderSpotGuard(SystemExit):
+    """The agent was made outside a SpotGuard task (SPOTGUARD_CHECKPOINT_URI unset: a script run by hand).
+    Uncaught, it ends the process with exit 2 and one line on stderr saying how to run the script alone."""
+
+    HOW = (
+        "spotguard-agent: SPOTGUARD_CHECKPOINT_URI is not set (SpotGuard sets it for each attempt of a job); "
+        "to run this script alone, name a directory for its checkpoints: "
+        "SPOTGUARD_CHECKPOINT_URI=file:///tmp/my-checkpoints/ python SCRIPT"
+    )
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        print(self.HOW, file=sys.stderr)
+
+    def __str__(self) -> str:
+        return self.HOW
+
+
 class Agent:
     def __init__(
         self,
@@ -184,6 +202,8 @@ class Agent:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, client: Any = None) -> Agent:
+        if not (os.environ if environ is None else environ).get("SPOTGUARD_CHECKPOINT_URI", "").strip():
+            raise NotUnderSpotGuard()
         env = AgentEnv.load(environ)
         try:
             ranks = Ranks.from_env(environ)

@@ -145,3 +145,14 @@ def test_exit_0_wins_only_when_the_command_finished_before_sigterm_reached_it(
     wrapper._forward(signal.SIGTERM, None)
     code = wrapper.child.wait(timeout=30)
     assert wrapper._exit_code(code, has_checkpoint=True) == exits
+
+
+def test_the_library_outside_spotguard_says_how_to_run_the_script_alone(tmp_path: Path):
+    """Issue 45, item 20: `python my_train.py` using the agent's library outside SpotGuard was a traceback."""
+    script = "from spotguard_agent import Agent\nAgent.from_env()\nprint('made')\n"
+    env = {k: v for k, v in agent_env(tmp_path).items() if k != "SPOTGUARD_CHECKPOINT_URI"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1, (
+        done.stderr
+    )
+    assert "SPOTGUARD_CHECKPOINT_URI=file:///tmp/my-checkpoints/ python SCRIPT" in done.stderr
