@@ -109,3 +109,44 @@ def test_bad_arguments_are_one_line(tmp_path: Path, argv: list[str], said: str):
         timeout=60,
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+def _local_run(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return subprocess.run(
+        [sys.executable, "-m", "spotguard_cli.main", "local", "run", *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_script_that_crashes_at_once_is_said_to_have_failed_with_its_last_lines(tmp_path: Path):
+    """Issue 45, item 17: it was told to give an earlier --interrupt-at, its traceback only in a log."""
+    (tmp_path / "crash.py").write_text(
+        "import sys\nprint('loading data')\nraise ValueError('no such dataset')\n"
+    )
+    done = _local_run(tmp_path, "--interrupt-at", "30", "--", "python", "crash.py")
+    assert done.returncode == 1, done.stderr
+    assert "spotguard local run: the job failed before the warning came" in done.stderr, done.stderr
+    assert "its last lines:" in done.stderr and "ValueError: no such dataset" in done.stderr
+    assert "earlier --interrupt-at" not in done.stderr
+
+
+def test_a_script_that_exits_0_on_sigterm_without_a_checkpoint_dir_is_told_what_is_missing(tmp_path: Path):
+    """Issue 45, item 18: it counted as succeeded at step 28 of 60, the proof said `run FAILED` beside
+    `[ok] the job succeeded`, and nothing said why."""
+    script = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        "for step in range(600):\n"
+        "    print('step', step, flush=True)\n"
+        "    time.sleep(0.1)\n"
+    )
+    (tmp_path / "my_train.py").write_text(script)
+    done = _local_run(tmp_path, "--interrupt-at", "2", "--", "python", "my_train.py")
+    assert done.returncode == 1, done.stderr
+    assert "what is missing: the command exited 0 after SpotGuard's SIGTERM" in done.stdout, done.stdout
+    assert "--checkpoint-dir DIR" in done.stdout and "run FAILED" in done.stdout

@@ -108,6 +108,25 @@ def job_of(args: argparse.Namespace) -> Any:
     )
 
 
+class EndedEarly(RuntimeError):
+    """The job ended before the warning: one line, and the last lines of its attempt's output."""
+
+    def __init__(self, line: str, tail: list[str]) -> None:
+        super().__init__(line)
+        self.tail = tail
+
+
+def _ended_early(system: Any, job_id: str, work: Path) -> EndedEarly:
+    status = system.job_status(job_id)
+    attempt = status.attempts[-1] if status.attempts else None
+    log = work / f"task-{attempt.task_arn.rsplit('/', 1)[-1][:8]}.log" if attempt is not None else None
+    text = log.read_text(errors="replace") if log is not None and log.exists() else ""
+    tail = text.splitlines()[-OUTPUT_LINES:]
+    if status.state == "succeeded":
+        return EndedEarly("the job finished before the warning came: give an earlier --interrupt-at", tail)
+    return EndedEarly(f"the job {status.state} before the warning came: {status.last_reason}", tail)
+
+
 def run_local(args: argparse.Namespace) -> int:
     try:
         spec = job_of(args)
@@ -126,6 +145,10 @@ def run_local(args: argparse.Namespace) -> int:
     except RuntimeError as exc:  # the run did not happen as it should: said in a line
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"spotguard local run: {why}", file=sys.stderr)
+        if isinstance(exc, EndedEarly) and exc.tail:  # what the script said last (a traceback, mostly)
+            print("its last lines:", file=sys.stderr)
+            for line in exc.tail:
+                print(f"  | {line}", file=sys.stderr)
         if args.json:
             print(json.dumps({"ok": False, "error": why}))
         return 1
@@ -181,9 +204,7 @@ def _run(spec: Any, when: tuple[str, float], timeout: float, quiet: bool) -> dic
                 raise RuntimeError(f"the job did not start running within --timeout {timeout:g} s")
             first = system.job_status(job_id).attempts[0]
             if system.job_status(job_id).state in TERMINAL:
-                raise RuntimeError(
-                    f"the job ended before the warning: {system.job_status(job_id).last_reason}"
-                )
+                raise _ended_early(system, job_id, work)
             run_since = time.monotonic()
 
             def warn_now() -> bool:
@@ -199,7 +220,7 @@ def _run(spec: Any, when: tuple[str, float], timeout: float, quiet: bool) -> dic
                     f"the job reached no checkpoint of step {when[1]:g} in time (see its output)"
                 )
             if system.job_status(job_id).state in TERMINAL:
-                raise RuntimeError("the job ended before the warning came: give an earlier --interrupt-at")
+                raise _ended_early(system, job_id, work)
             timeline.mark_zero()
             warned_at = system.clock.now()
             system.notice("spot-interruption", first.instance_id or a.instance_id)
@@ -211,7 +232,7 @@ def _run(spec: Any, when: tuple[str, float], timeout: float, quiet: bool) -> dic
                 raise RuntimeError(f"the job did not end within --timeout {timeout:g} s (see its output)")
             status = system.job_status(job_id)
             timeline.add(f"job {job_id} {status.state} after {len(status.attempts)} attempt(s)")
-            return _result(system, status, warned_at, timeline, work)
+            return _result(system, status, warned_at, timeline, work, wrapped=bool(spec.checkpoint_dir))
         finally:
             system.close()
 
@@ -240,7 +261,9 @@ def _task_definition(system: Any, spec: Any, work: Path) -> str:
     return str(arn)
 
 
-def _result(system: Any, status: Any, warned_at: datetime, timeline: Any, work: Path) -> dict[str, Any]:
+def _result(
+    system: Any, status: Any, warned_at: datetime, timeline: Any, work: Path, wrapped: bool = True
+) -> dict[str, Any]:
     attempts, checkpoints = status.attempts, status.checkpoints
     before_second = [
         c
@@ -287,8 +310,17 @@ def _result(system: Any, status: Any, warned_at: datetime, timeline: Any, work: 
         log = work / f"task-{x.task_arn.rsplit('/', 1)[-1][:8]}.log"
         text = log.read_text(errors="replace") if log.exists() else ""
         outputs.append({"attempt": x.number, "log": str(log), "tail": text.splitlines()[-OUTPUT_LINES:]})
+    hint = None
+    if status.state == "succeeded" and len(attempts) == 1 and not wrapped:
+        # issue 45, item 18: "[ok] the job succeeded" beside "run FAILED", and nothing said why
+        hint = (
+            "the command exited 0 after SpotGuard's SIGTERM, so SpotGuard took the job as finished: a "
+            "script that saves to a directory needs --checkpoint-dir DIR (the agent's wrapper then commits "
+            "DIR and resumes it); one that uses the agent's library exits 75 once its checkpoint is committed"
+        )
     return {
         "ok": all(p for _, p in proof),
+        "hint": hint,
         "timeline": [{"seconds": round(t, 3), "what": w} for t, w in timeline.rows],
         "proof": [{"check": c, "passed": p} for c, p in proof],
         "facts": {
@@ -334,4 +366,6 @@ def _print(result: dict[str, Any]) -> None:
         ran_on = f"; the first attempt stopped {lost:.1f} s after its last commit" if lost is not None else ""
         print(f"\nresumed from {facts['resumed_from']} (its {facts['resumed_at']}){ran_on}")
     print(f"logs: {STATE_DIR / 'run'}/ (functions.log, task-*.log, moto.log)")
+    if result.get("hint"):
+        print(f"\nwhat is missing: {result['hint']}")
     print("moto server and every task process stopped.\n" + ("run passed" if result["ok"] else "run FAILED"))
