@@ -192,6 +192,7 @@ class StatusView(_JobView):
     move: MoveView | None = None
     moves_made: int = 0
     spare: SpareView | None = None  # a stack with the early replacement
+    folded_attempts: int = 0  # the oldest attempts, not kept whole by the ledger (spend still counts them)
 
     @property
     def nodes(self) -> int:

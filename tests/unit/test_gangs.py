@@ -11,7 +11,15 @@ import pytest
 
 from spotguard.domain.jobs import gangs
 from spotguard.domain.jobs.effects import Launch, LaunchLater, LaunchPeers, Stop
-from spotguard.domain.jobs.model import Job, JobOptions, JobState, RunTaskRequest, client_token, started_by
+from spotguard.domain.jobs.model import (
+    Job,
+    JobOptions,
+    JobState,
+    RunTaskRequest,
+    client_token,
+    revised,
+    started_by,
+)
 from spotguard.domain.jobs.request import run_task_params
 from spotguard.domain.jobs.spend import spend
 from spotguard.domain.jobs.transitions import (
@@ -278,7 +286,8 @@ def test_a_node_stopped_for_its_instance_stops_every_other_node_once():
 
 def test_old_gangs_are_folded_so_the_ledger_item_stays_small_and_spend_still_counts_them():
     """A 64-node gang interrupted twelve times: the job's JSON stays far below DynamoDB's 400 KB, the
-    newest gangs keep every node, and spend counts the folded nodes over node 0's time."""
+    newest gang keeps every node until the next one runs, and spend counts the folded nodes over node 0's
+    time (the worst case the door accepts: tests/contract/test_ledger_item_bound.py)."""
     job = _job(64)
     for n in range(1, 13):
         job = begin_launch(job, T0).job
@@ -309,7 +318,7 @@ def test_old_gangs_are_folded_so_the_ledger_item_stays_small_and_spend_still_cou
         assert job.state is JobState.QUEUED
     assert len(job.model_dump_json()) < 200_000
     whole = [a.number for a in job.attempts if a.peers]
-    assert whole == [10, 11, 12] and job.attempts[0].folded_peers == 63
+    assert whole == [12] and job.attempts[0].folded_peers == 63
     s = spend(job, {}, T0 + timedelta(hours=2))
     assert s.gpu_hours == 12 * 64 * 8 and s.dollars == 12 * 64
 
@@ -409,3 +418,20 @@ def test_torchrun_waits_at_the_rendezvous_longer_than_spotguard_gives_the_gang_a
         "containerOverrides"
     ]
     assert {"name": "PET_NNODES", "value": "1"} in c["environment"]  # a one-node job's own, kept
+
+
+def test_gangs_that_did_not_form_are_counted_in_a_row_across_the_folded_attempts():
+    """The oldest attempts are folded to bound the ledger item (KEEP_ATTEMPTS): a gang that keeps not
+    forming must still reach max_attempts in a row and give up, not be tried for ever."""
+    from spotguard.domain.jobs.model import KEEP_ATTEMPTS, FoldedAttempts
+    from spotguard.domain.jobs.transitions import fold_old
+
+    one = _formed(2).attempts[-1]
+    attempts = [revised(one, number=n, outcome="resubmit", abandoned="did not form") for n in range(1, 26)]
+    kept, folded = fold_old(attempts, FoldedAttempts(), 8, T0)
+    assert len(kept) == KEEP_ATTEMPTS and folded.count == 25 - KEEP_ATTEMPTS
+    assert folded.unformed_tail == 25 - KEEP_ATTEMPTS
+    assert gangs.unformed_in_a_row(kept, folded.unformed_tail) == 25
+    # one that formed among the kept ones ends the run
+    kept[3] = revised(kept[3], abandoned=None)
+    assert gangs.unformed_in_a_row(kept, folded.unformed_tail) == KEEP_ATTEMPTS - 4

@@ -52,7 +52,7 @@ def render(answer: Answer | Mapping[str, Any]) -> str:
     job = answer.job
     if job is None:
         return "no job"
-    attempts = job.attempts if isinstance(answer, SummaryAnswer) else len(job.attempts)
+    attempts = job.attempts if isinstance(answer, SummaryAnswer) else len(job.attempts) + job.folded_attempts
     stopping = answer.action == "cancel" and job.state not in TERMINAL_STATES
     state = "cancelling" if stopping else job.state
     size = f"{job.gpus} GPU" if job.nodes <= 1 else f"{job.nodes} nodes x {job.gpus} GPU"
@@ -67,6 +67,11 @@ def render(answer: Answer | Mapping[str, Any]) -> str:
     if job.retry_at:
         lines.append(f"  next RunTask try: {_when(job.retry_at)}")
     if isinstance(job, StatusView):
+        if job.folded_attempts:
+            lines.append(
+                f"  its {job.folded_attempts} oldest attempt(s) no longer kept whole (the ledger's bound); "
+                "their spend is counted below"
+            )
         lines += _status_lines(job)
     return "\n".join(lines)
 

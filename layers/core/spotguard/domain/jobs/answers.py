@@ -74,7 +74,7 @@ class JobSummary(_Job):
 
     @classmethod
     def of(cls, job: Job) -> JobSummary:
-        return cls(**cls.common(job), attempts=len(job.attempts))
+        return cls(**cls.common(job), attempts=job.attempt_count)
 
 
 class JobStatus(_Job):
@@ -92,6 +92,7 @@ class JobStatus(_Job):
     moves_made: int
     spare: dict[str, Any] | None  # the newest early replacement (its pool, group, state), if any
     avoiding: dict[str, Any]
+    folded_attempts: int = 0  # the oldest attempts, not kept whole (their spend is in `spend`)
 
     @classmethod
     def of(cls, job: Job, refs: Sequence[CheckpointRef], now: datetime) -> JobStatus:
@@ -120,4 +121,5 @@ class JobStatus(_Job):
                 "instances": job.avoid_instances,
                 "pools": [p.model_dump(mode="json") for p in job.avoid_pools if p.until > now],
             },
+            folded_attempts=job.folded.count,
         )

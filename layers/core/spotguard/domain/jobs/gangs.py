@@ -38,7 +38,7 @@ STOP_RETRY_SECONDS = 420
 # A node that agreed to stop (exit 75 or 0) and the others still running this long after: stopped.
 # Longer than ECS's longest stopTimeout (120 s), so a commit in progress on the others is not cut.
 STRAGGLER_SECONDS = 180
-KEEP_GANGS_WHOLE = 3  # ended gangs whose every node's record is kept (older ones: domain.jobs.gangs.compact)
+KEEP_GANGS_WHOLE = 1  # ended gangs whose every node's record is kept (older ones: domain.jobs.gangs.compact)
 # The reasons domain.stops gives a task lost with its instance (not one that stopped on a checkpoint)
 _LOST_REASONS = ("ECS stopCode", "the host went away", "the task vanished", "stopped by SpotGuard for")
 
@@ -304,14 +304,15 @@ def unformed_pool(job: Job, attempt: Attempt, now: datetime) -> list[Pool]:
     return [*others, Pool(instance_type=key[0], availability_zone=key[1], until=until)]
 
 
-def unformed_in_a_row(attempts: list[Attempt]) -> int:
-    """How many of the newest attempts in a row were gangs given up before they formed."""
+def unformed_in_a_row(attempts: list[Attempt], folded_tail: int = 0) -> int:
+    """How many of the newest attempts in a row were gangs given up before they formed (with the folded
+    ones before them, `folded_tail`, when every kept attempt was one)."""
     count = 0
     for a in reversed(attempts):
         if not a.abandoned:
-            break
+            return count
         count += 1
-    return count
+    return count + folded_tail
 
 
 def lost_nodes(attempt: Attempt) -> list[NodeTask]:

@@ -37,6 +37,14 @@ SPOTGUARD_ENV = (
 )
 NODE_TAG = "spotguard:node"
 MAX_NODES = 64
+# The job's ledger item stays under DynamoDB's 400 KB by construction, whatever the door accepts (64 nodes,
+# 10 containers named at ECS's 255 characters, attempts without end through resubmits): a task keeps at
+# most MAX_EXIT_CODES exit codes, their names clipped; the newest KEEP_ATTEMPTS attempts are kept whole
+# and older ones folded into `Job.folded` (what they spent); an ended gang's other nodes are folded too
+# (domain.jobs.gangs.compact). tests/unit/test_ledger_item_bound.py builds the worst case.
+MAX_EXIT_CODES = 3
+EXIT_CODE_NAME = 64
+KEEP_ATTEMPTS = 20
 MAX_PLACEMENT_CONSTRAINTS = 10  # ECS's limit per task
 RETRY_BASE_SECONDS = 30
 RETRY_MAX_SECONDS = 900
@@ -342,6 +350,18 @@ class OutboxItem(BaseModel):
         return self.sending_until is None or self.sending_until <= now
 
 
+class FoldedAttempts(BaseModel):
+    """The job's oldest attempts, folded to keep its ledger item small (KEEP_ATTEMPTS): how many, and what
+    they spent (GPU-hours and dollars, None when one of them had no known price). What they lost after
+    their last checkpoint is not kept."""
+
+    model_config = ConfigDict(frozen=True)
+    count: int = Field(default=0, ge=0)
+    gpu_hours: float = Field(default=0.0, ge=0)
+    dollars: float | None = 0.0
+    unformed_tail: int = Field(default=0, ge=0)  # the newest folded ones that were gangs that did not form
+
+
 class Job(BaseModel):
     job_id: str
     state: JobState
@@ -373,6 +393,7 @@ class Job(BaseModel):
     move: Move | None = None  # a move of the live attempt to other capacity, under way
     moves_made: int = 0
     spare: Spare | None = None  # the newest early replacement (domain.jobs.spares)
+    folded: FoldedAttempts = FoldedAttempts()  # the oldest attempts, no longer kept whole
     # the token of the write that wrote this version (usecases.jobs.engine): a write whose answer was
     # lost knows itself when it reads the job again
     written_by: str = ""
@@ -389,12 +410,20 @@ class Job(BaseModel):
         return next((a for a in reversed(self.attempts) if a.live), None)
 
     @property
+    def attempt_count(self) -> int:
+        """Every attempt the job has had, the folded ones too."""
+        return len(self.attempts) + self.folded.count
+
+    @property
     def next_attempt(self) -> int:
-        return len(self.attempts) + 1
+        return self.attempt_count + 1
 
     @property
     def attempts_used(self) -> int:
-        return len(self.attempts) - self.budget_base
+        return self.attempt_count - self.budget_base
+
+    def is_newest(self, attempt: Attempt) -> bool:
+        return bool(self.attempts) and attempt.number == self.attempts[-1].number
 
     def attempt_for(self, task_arn: str) -> Attempt | None:
         """The attempt one of whose tasks (any node's) this is."""

@@ -23,10 +23,14 @@ from spotguard.domain.jobs.effects import (
 )
 from spotguard.domain.jobs.model import (
     ENV_RESUME_FROM,
+    EXIT_CODE_NAME,
+    KEEP_ATTEMPTS,
+    MAX_EXIT_CODES,
     RETRY_BASE_SECONDS,
     RETRY_MAX_SECONDS,
     SPOTGUARD_ENV,
     Attempt,
+    FoldedAttempts,
     Job,
     JobError,
     JobState,
@@ -144,7 +148,8 @@ def launch_succeeded(
         job,
         now,
         state=JobState.RUNNING,
-        attempts=[*job.attempts, attempt],
+        # an ended gang's other nodes are folded once the next attempt runs (gangs.compact): one gang whole
+        attempts=[*gangs.compact(job.attempts, keep=0), attempt],
         launch_tries=0,
         resume_override=None,
         last_reason=f"attempt {attempt.number} started"
@@ -227,7 +232,8 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
     if ev.version <= task.ecs_version:
         return Step(note=f"stale or repeated event (version {ev.version} <= {task.ecs_version})")
 
-    updated = attempt.with_node(_observe(task, ev, own_stop_notice))
+    first = job.options.checkpoint_container or (job.containers[0] if job.containers else None)
+    updated = attempt.with_node(_observe(task, ev, own_stop_notice, first))
     if own_stop_notice and updated.interrupted_by is None:
         updated = revised(updated, interrupted_by=own_stop_notice)
     effects: list[Effect] = []
@@ -243,7 +249,7 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
             effects.append(
                 Notify(kind="interrupted", message=f"attempt {attempt.number}: Fargate Spot interruption")
             )
-        elif updated.gang and attempt.number == len(job.attempts) and job.state is JobState.RUNNING:
+        elif updated.gang and job.is_newest(attempt) and job.state is JobState.RUNNING:
             node = updated.node_task(ev.task_arn)
             assert node is not None
             stopping = ev.desired_status == "STOPPED" and node.stopped_reason
@@ -264,7 +270,7 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
         return Step(job=replace_attempt(job, updated, now), effects=effects)
 
     # ------------------------------------------------------------------------------ the task stopped
-    if not (job.state is JobState.RUNNING and attempt.number == len(job.attempts)):
+    if not (job.state is JobState.RUNNING and job.is_newest(attempt)):
         # An older attempt, or a job that already moved on: record what happened, nothing more.
         return Step(job=replace_attempt(job, updated, now))
     verdict = classify_stop(
@@ -306,7 +312,7 @@ def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetim
         # A gang that did not form: launched again after a wait that grows with each gang in a row that
         # did not form (30 s up to 15 min), where the policy then says (its pool was marked), an attempt
         # that does not count against max_attempts.
-        in_a_row = gangs.unformed_in_a_row([*job.attempts[:-1], updated])
+        in_a_row = gangs.unformed_in_a_row([*job.attempts[:-1], updated], job.folded.unformed_tail)
         if in_a_row >= job.options.max_attempts:  # bounded, as attempts are: its ledger item too
             why = f"the gang of {updated.nodes} nodes did not form in {in_a_row} tries in a row"
             why += f"; last: {verdict.reason}"
@@ -350,8 +356,12 @@ def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetim
             effects=[*effects, Notify(kind="gave-up", message=why)],
         )
     next_state = JobState.SNAPSHOTTING if job.ebs_volume else JobState.QUEUED
-    if updated.gang:  # the ledger item stays small however many times a big gang comes back
-        changes["attempts"] = gangs.compact([updated if a.number == n else a for a in job.attempts])
+    # the ledger item stays small however many times the job (a big gang) comes back
+    attempts = [updated if a.number == n else a for a in job.attempts]
+    changes["attempts"], changes["folded"] = fold_old(
+        gangs.compact(attempts, keep=1), job.folded, job.gpus, now
+    )
+    updated = next(a for a in changes["attempts"] if a.number == n)  # as compacted (the newest is kept)
     requeued = replace_attempt(
         job,
         updated,
@@ -399,8 +409,10 @@ def _env_of(overrides: Mapping[str, Any] | None) -> dict[str, str]:
     return env
 
 
-def _observe(task: NodeTask, ev: TaskEvent, own_stop_notice: str | None) -> NodeTask:
-    """One task of an attempt (node 0's: the attempt itself) as the event says it now is."""
+def _observe(task: NodeTask, ev: TaskEvent, own_stop_notice: str | None, first: str | None) -> NodeTask:
+    """One task of an attempt (node 0's: the attempt itself) as the event says it now is. Its exit codes:
+    at most MAX_EXIT_CODES, the checkpoint container's (`first`) first, names clipped (the ledger item's
+    bound)."""
     changes: dict[str, Any] = {"ecs_version": ev.version, "last_status": ev.last_status}
     for field, value in (
         ("container_instance_arn", ev.container_instance_arn),
@@ -416,7 +428,9 @@ def _observe(task: NodeTask, ev: TaskEvent, own_stop_notice: str | None) -> Node
         if value is not None:
             changes[field] = value
     if ev.containers:
-        changes["exit_codes"] = {str(c.get("name", "")): c.get("exitCode") for c in ev.containers}
+        codes = [(str(c.get("name", "")), c.get("exitCode")) for c in ev.containers]
+        codes.sort(key=lambda nc: nc[0] != first)  # stable: the checkpoint container first, then ECS's order
+        changes["exit_codes"] = {name[:EXIT_CODE_NAME]: code for name, code in codes[:MAX_EXIT_CODES]}
     if own_stop_notice and task.notice is None:
         changes["notice"] = own_stop_notice
     if ev.last_status == "STOPPED" and ev.stopped_at is None:
@@ -478,13 +492,16 @@ def request_resubmit(job: Job, now: datetime, checkpoint: str | None) -> Step:
         live = job.live_attempt
         task = f" (task {live.task_arn})" if live else ""
         raise JobError(f"job {job.job_id} is {job.state}{task}: cancel it first, it never runs twice")
+    attempts, folded = fold_old(gangs.compact(job.attempts, keep=1), job.folded, job.gpus, now)  # the bound
     new = bump(
         job,
         now,
+        attempts=attempts,
+        folded=folded,
         state=JobState.QUEUED,
         retry_at=None,
         launch_tries=0,
-        budget_base=len(job.attempts),
+        budget_base=job.attempt_count,
         error_retries_used=0,
         cancel_requested=False,
         resume_override=checkpoint,
@@ -583,3 +600,25 @@ def abandon_provisioning(job: Job, number: int, why: str, now: datetime) -> Step
         return Step(note=gangs.NOTHING_TO_ABANDON)
     reason = f"SpotGuard: no instance in {live.pool or 'its capacity'} ({why}); launching elsewhere"
     return Step(effects=[Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=reason[:255])])
+
+
+def fold_old(
+    attempts: list[Attempt], folded: FoldedAttempts, gpus: int, now: datetime
+) -> tuple[list[Attempt], FoldedAttempts]:
+    """The newest KEEP_ATTEMPTS attempts, and the older ones folded into what they spent (the ledger
+    item's bound; domain.jobs.model). Only ended attempts are folded."""
+    from spotguard.domain.jobs.spend import attempt_spend
+
+    old = [a for a in attempts[: max(0, len(attempts) - KEEP_ATTEMPTS)] if a.outcome is not None]
+    if not old:
+        return attempts, folded
+    hours, dollars, tail = folded.gpu_hours, folded.dollars, folded.unformed_tail
+    for a in old:
+        tail = tail + 1 if a.abandoned else 0
+        spent = attempt_spend(a, gpus, {}, now)
+        hours += spent.gpu_hours
+        dollars = None if dollars is None or spent.dollars is None else dollars + spent.dollars
+    gone = {a.number for a in old}
+    kept = [a for a in attempts if a.number not in gone]
+    count = folded.count + len(old)
+    return kept, FoldedAttempts(count=count, gpu_hours=round(hours, 4), dollars=dollars, unformed_tail=tail)
