@@ -299,6 +299,22 @@ def test_a_gang_running_in_ecs_whose_running_event_was_lost_is_not_given_up(gang
     assert jobs.reconcile()["runs_applied"] == 0  # a formed gang is not described again for this
 
 
+def test_a_one_node_task_running_in_ecs_whose_running_event_was_lost_gets_its_start_applied(
+    gang_world: JobsWorld,
+):
+    """The same for one node: a task ECS runs, still PENDING in the ledger, would be given up at the
+    provisioning bound of its pool as one that never started."""
+    jobs = gang_world
+    job = jobs.submit(gpus=1)
+    assert jobs.task(job["task_arn"])["lastStatus"] == "RUNNING"  # its RUNNING event is lost
+    jobs.shift_clock(300)
+    assert jobs.reconcile()["runs_applied"] == 1
+    (attempt,) = jobs.status(job["job_id"])["attempts"]
+    assert attempt["last_status"] == "RUNNING"
+    jobs.shift_clock(600)
+    assert jobs.reconcile()["runs_applied"] == 0  # seen running now: not described again
+
+
 def _stop_task_fails_once() -> list[str]:
     """StopTask refused once (throttled beyond botocore's retries), as a live cancel met it; the ARNs
     whose StopTask was refused."""

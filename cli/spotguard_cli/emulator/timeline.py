@@ -74,7 +74,7 @@ RECONCILE_WORDS = {
     "gang_stragglers_stopped": "stopped a gang's nodes still running after another stopped",
     "gang_stops_retried": "asked a gang's nodes to stop again (a stop that did not take)",
     "cancel_stops_retried": "asked a cancelled job's task to stop again (a stop that did not take)",
-    "runs_applied": "applied a gang node's start whose event was lost",
+    "runs_applied": "applied a task's start whose RUNNING event was lost",
 }
 QUIET = ("checked", "pools")
 

@@ -151,11 +151,12 @@ class Reconciler:
             job = listed
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again
                 isolated(job, lambda job=job: self._delete_volumes(job))
-            forming = job.live_attempt
-            if forming is not None and not forming.formed and forming.gang_stopped_at is None:
-                # ECS's word first: a node running whose event was lost must not look like one that never
-                # started (the gang would be given up, or its other nodes never launched)
-                seen = isolated(job, lambda job=job, a=forming: self._runs_seen(job, a, now, counts))
+            pending = job.live_attempt
+            if pending is not None and _not_seen_running(pending):
+                # ECS's word first: a task running whose RUNNING event was lost must not look like one that
+                # never started (it would be given up at the provisioning bound; a gang's other nodes
+                # would never be launched)
+                seen = isolated(job, lambda job=job, a=pending: self._runs_seen(job, a, now, counts))
                 job = seen if isinstance(seen, Job) else job
             attempt = job.live_attempt
             if attempt is not None:
@@ -197,9 +198,9 @@ class Reconciler:
         return counts
 
     def _runs_seen(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> Job:
-        """The forming gang's nodes that ECS says run while the ledger has them not yet running (their
-        RUNNING event lost): each one's description applied as its event (node 0's launches the other
-        nodes). The job as it stands after; as listed when nothing was applied."""
+        """The attempt's tasks (a gang's nodes) that ECS says run while the ledger has them not yet running
+        (their RUNNING event lost): each one's description applied as its event (a gang's node 0's
+        launches the other nodes). The job as it stands after; as listed when nothing was applied."""
         waiting = [t for t in attempt.tasks if not t.stopped and t.last_status != "RUNNING"]
         if not waiting:
             return job
@@ -327,6 +328,16 @@ class Reconciler:
         deleted = self.jobs.volumes.cleanup(job, Cleanup(volumes=tuple(job.doomed_volumes)))
         if deleted:
             self.engine.run(job.job_id, *deleted, current=job, drive=False)
+
+
+def _not_seen_running(attempt: Attempt) -> bool:
+    """A live attempt with a task the ledger has not seen running, and whose stop nobody asked: a gang
+    that has not formed, or a one-node attempt still PROVISIONING or PENDING."""
+    if attempt.gang_stopped_at is not None or attempt.stopped_reason:
+        return False
+    if attempt.gang:
+        return not attempt.formed
+    return attempt.last_status in ("PROVISIONING", "PENDING") and attempt.task_arn != ""
 
 
 def _age(job: Job, now: datetime) -> float:
