@@ -208,6 +208,19 @@ class FakeJobs:
         self.checkpoint_refs: Checkpoints = {} if checkpoints is None else checkpoints
         self.conflicts = conflicts
         self.writes = 0
+        self.group_leases: dict[str, tuple[str, datetime]] = {}  # group -> (owner, until)
+
+    def hold_group(self, group: str, owner: str, now: datetime, until: datetime) -> bool:
+        held = self.group_leases.get(group)
+        if held is not None and held[1] >= now and held[0] != owner:
+            return False
+        self.group_leases[group] = (owner, until)
+        return True
+
+    def let_go_group(self, group: str, owner: str) -> None:
+        held = self.group_leases.get(group)
+        if held is not None and held[0] == owner:
+            self.group_leases[group] = (owner, datetime.min.replace(tzinfo=held[1].tzinfo))
 
     def get(self, job_id: str) -> Job | None:
         if job_id in self.unreadable:

@@ -194,3 +194,20 @@ def test_a_jobs_checkpoints_are_every_one_the_ledger_recorded_oldest_first(side:
         side.ledger.record_checkpoint(ref(seq))
     side.ledger.record_checkpoint(ref(3, "s3://bucket/jobs/j10/"))
     assert side.jobs.checkpoints(prefix) == [ref(1), ref(2), ref(10)]
+
+
+def test_a_spare_groups_lease_has_one_holder_until_it_runs_out_or_is_let_go(side):
+    """The spares' read-then-set on a group, one Lambda at a time (issue 45, item 4)."""
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    until = now + timedelta(seconds=30)
+    jobs = side.jobs
+    assert jobs.hold_group("g", "a", now, until)
+    assert jobs.hold_group("g", "a", now, until)  # its holder again
+    assert not jobs.hold_group("g", "b", now + timedelta(seconds=29), until)
+    assert jobs.hold_group("other-group", "b", now, until)  # another group: its own lease
+    jobs.let_go_group("g", "b")  # not b's: changes nothing
+    assert not jobs.hold_group("g", "b", now + timedelta(seconds=1), until)
+    jobs.let_go_group("g", "a")
+    assert jobs.hold_group("g", "b", now + timedelta(seconds=1), until + timedelta(seconds=1))
+    later = until + timedelta(seconds=2)  # b's ran out (its Lambda died): the group is free again
+    assert jobs.hold_group("g", "c", later, later + timedelta(seconds=30))

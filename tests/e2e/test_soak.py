@@ -43,7 +43,8 @@ def _soak(
 
 def _nothing_lost(result: dict) -> None:
     assert result["ok"] and result["jobs"] == 8 and result["interruptions"] > 0
-    assert result["succeeded"] + result["unfinished"] == 8 and result["succeeded"] >= 4
+    assert result["succeeded"] + result["unfinished"] + result["cancelled"] == 8 and result["succeeded"] >= 4
+    assert result["cancels_undone"] == []
     assert (result["lost"], result["twice_at_once"], result["steps_lost"]) == ([], [], 0)
     assert (result["dead_letters"], result["stuck"], result["denied"]) == (0, [], [])
 
@@ -53,12 +54,17 @@ def test_a_soak_under_faults_loses_nothing_and_repeats_exactly(tmp_path: Path):
     # faults in the world at 0.3; at SpotGuard's calls (thousands) at 0.05
     first, timeline = _soak(tmp_path, traces, seed=7, faults=0.3, call_faults=0.05)
     _nothing_lost(first)
-    kinds = ("duplicated", "reordered", "no-warning", "commit-cut", "throttle-once", "throttle-exhaust")
+    kinds = ("duplicated", "reordered", "no-warning", "commit-cut", "lost-running", "cancelled")
+    kinds += ("throttle-once", "throttle-exhaust")
     kinds += ("5xx-once", "5xx-exhaust", "lost", "lost-retried", "race", "cut")
     assert sorted(first["faults"]) == sorted(kinds)
     assert all(n > 0 for n in first["faults"].values()), first["faults"]  # every kind of fault was played
     assert "fault: cut at " in timeline and "exited 75" in timeline
     assert "cut mid-commit" in timeline and "resumes from step" not in timeline  # from the manifest before
+    # issue 45, items 1 and 2: a RUNNING event lost for good, and a user's cancel (its StopTask faulted or
+    # not) end as they must: the job running, then cancelled
+    assert "RUNNING event (version" in timeline and "lost" in timeline
+    assert first["cancelled"] > 0 and "cancelled by its user" in timeline
     # the same seed, the environment of a user's shell (moto's EC2 would load its AMIs, drawing ids from the
     # seeded random: it gave another run before the soak turned them off itself)
     second, again = _soak(tmp_path, traces, seed=7, faults=0.3, call_faults=0.05, amis="true")

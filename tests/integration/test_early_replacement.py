@@ -79,6 +79,13 @@ def _other(pool: str) -> str:
     return "b" if "/us-east-1a" in pool else "a"
 
 
+def _joined(w: JobsWorld, other: str) -> str:
+    """The spare the group added boots and registers with ECS in its pool (moto launches it at once)."""
+    (spare_id,) = _instances(w, f"gpu-spot-{other}-group")
+    w.cluster.register_host(spare_id, "g5.xlarge", f"us-east-1{other}", f"gpu-spot-{other}")
+    return spare_id
+
+
 def test_a_warning_boots_the_next_pool_s_instance_and_the_relaunch_goes_there(world):
     w, calls = world
     job, first = _submitted_and_running(w)
@@ -114,12 +121,17 @@ def test_a_warning_boots_the_next_pool_s_instance_and_the_relaunch_goes_there(wo
     assert status["decisions"][-1]["trigger"] == "warning"
 
 
-def test_the_spare_is_given_back_once_the_next_attempt_runs_elsewhere(world):
+def test_a_booting_spare_is_given_back_once_it_has_joined_and_not_before(world):
     """The next attempt ran on an instance that was there already (the pool's own), so the instance the
-    group added for it runs nothing: it is terminated, and the desired capacity is lowered with it."""
+    group added for it is not needed. Still booting (not registered with ECS), it is not terminated: it
+    could register and take a task between the look and the terminate, with nothing to drain it (issue
+    45, item 4). Once it has joined, the sweep drains it and terminates it, the desired capacity lowered."""
+    from spotguard.domain.jobs.spares import RETRY_GIVE_BACK_SECONDS
+
     w, calls = world
     job, first = _submitted_and_running(w)
-    group = f"gpu-spot-{_other(first['pool'])}-group"
+    other = _other(first["pool"])
+    group = f"gpu-spot-{other}-group"
     _warn(w, first)
     w.interruptions.drain()
     added = _instances(w, group)
@@ -130,8 +142,12 @@ def test_the_spare_is_given_back_once_the_next_attempt_runs_elsewhere(world):
     assert second["number"] == 2
 
     spare = w.status(job["job_id"])["spare"]
-    assert spare["state"] == "given-back", spare
-    assert f"terminated {added[0]}" in spare["detail"] and "attempt 2 runs" in spare["detail"]
+    assert spare["state"] == "giving-back" and not any(op.startswith("Terminate") for op, _ in calls), spare
+    _joined(w, other)
+    w.shift_clock(RETRY_GIVE_BACK_SECONDS + 1)
+    assert w.reconcile()["spares_given_back"] == 1
+    spare = w.status(job["job_id"])["spare"]
+    assert spare["state"] == "given-back" and f"terminated {added[0]}" in spare["detail"], spare
     assert calls[-1] == (
         "TerminateInstanceInAutoScalingGroup",
         {"InstanceId": added[0], "ShouldDecrementDesiredCapacity": True},
@@ -169,6 +185,7 @@ def test_a_cancelled_job_gives_its_spare_back(world):
     group = f"gpu-spot-{_other(first['pool'])}-group"
     _warn(w, first)
     assert _desired(w, group) == 1
+    _joined(w, _other(first["pool"]))
     w.invoke({"action": "cancel", "job_id": job["job_id"]})
     spare = w.status(job["job_id"])["spare"]
     assert spare["state"] == "given-back" and "cancelled" in spare["detail"], spare
@@ -187,6 +204,7 @@ def test_a_spare_nothing_took_is_given_back_by_the_sweep_after_its_bound(world):
     w.put(event)
     w.task_events.drain()  # the interruption function's queue is left alone: the task keeps running
     assert _desired(w, group) == 1
+    _joined(w, _other(first["pool"]))
     w.shift_clock(SPARE_BOUND_SECONDS - 60)
     w.reconcile()
     assert w.status(job["job_id"])["spare"]["state"] == "raised"
@@ -268,6 +286,7 @@ def test_a_give_back_that_failed_is_tried_again_by_the_sweep(world):
     job, first = _submitted_and_running(w)
     group = f"gpu-spot-{_other(first['pool'])}-group"
     _warn(w, first)
+    _joined(w, _other(first["pool"]))
     _failing("DescribeAutoScalingGroups", 1)
     answer = w.invoke({"action": "cancel", "job_id": job["job_id"]})
     assert answer["ok"], answer

@@ -91,10 +91,55 @@ def test_a_task_placed_on_it_between_the_look_and_the_terminate_keeps_it():
     assert groups.terminated == [] and ecs.calls == [("DRAINING", "arn:ci/i-new"), ("ACTIVE", "arn:ci/i-new")]
 
 
-def test_a_booting_spare_is_terminated_first_and_busy_or_kept_ones_are_not():
+def test_a_booting_spare_is_not_terminated_and_busy_or_kept_ones_are_not():
+    """Issue 45, item 4: an instance not registered yet was terminated without a drain; it could register
+    and take a task between the look and the terminate. It is given back once it has joined."""
     groups, ecs = Groups(["i-busy", "i-booting"]), Ecs({"i-busy": 1})
-    terminated, _, _ = AsgSpares(groups, ecs).give_back(CLUSTER, "g", (), keep=0)
-    assert terminated == "i-booting" and ecs.calls == []  # not registered: nothing to drain
+    terminated, said, final = AsgSpares(groups, ecs).give_back(CLUSTER, "g", (), keep=0)
+    assert terminated is None and not final and "still booting" in said
+    assert groups.terminated == [] and ecs.calls == []
+    ecs.instances["i-booting"] = ("arn:ci/i-booting", 0)  # it joined, idle: drained, then terminated
+    terminated, _, final = AsgSpares(groups, ecs).give_back(CLUSTER, "g", (), keep=0)
+    assert (terminated, final) == ("i-booting", True) and ecs.calls == [("DRAINING", "arn:ci/i-booting")]
     groups, ecs = Groups(["i-a", "i-b"]), Ecs({"i-a": 0, "i-b": 0})
     terminated, said, final = AsgSpares(groups, ecs).give_back(CLUSTER, "g", (), keep=2)
     assert terminated is None and not final and "2 kept for other spares" in said
+
+
+class Raising(Groups):
+    """A group whose SetDesiredCapacity answer is lost: after it took effect (`took`), or before."""
+
+    def __init__(self, instances: list[str], took: bool, reread_fails: bool = False) -> None:
+        super().__init__(instances)
+        self.desired, self.took, self.reread_fails, self.reads = len(instances), took, reread_fails, 0
+
+    def describe_auto_scaling_groups(self, AutoScalingGroupNames: list[str]) -> dict[str, Any]:
+        self.reads += 1
+        if self.reads > 1 and self.reread_fails:
+            raise TimeoutError("Read timeout on endpoint URL")
+        answer = super().describe_auto_scaling_groups(AutoScalingGroupNames)
+        answer["AutoScalingGroups"][0]["DesiredCapacity"] = self.desired
+        return answer
+
+    def set_desired_capacity(
+        self, AutoScalingGroupName: str, DesiredCapacity: int, HonorCooldown: bool
+    ) -> None:
+        if self.took:
+            self.desired = DesiredCapacity
+        raise TimeoutError("Read timeout on endpoint URL")
+
+
+def test_a_raise_whose_answer_was_lost_is_told_by_the_group_read_again():
+    """Issue 45, item 4: the group was raised and the spare recorded "not raised", so that instance was
+    never given back. The group, read again, says what happened."""
+    import pytest
+
+    took = Raising(["i-old"], took=True)
+    raised, before, said = AsgSpares(took, Ecs({})).raise_one("g")
+    assert raised and before == ("i-old",) and "its answer lost" in said
+    lost = Raising(["i-old"], took=False)
+    with pytest.raises(TimeoutError):  # not raised: said as a failure, nothing to give back
+        AsgSpares(lost, Ecs({})).raise_one("g")
+    unknown = Raising(["i-old"], took=True, reread_fails=True)
+    raised, before, said = AsgSpares(unknown, Ecs({})).raise_one("g")
+    assert raised and before == ("i-old",) and "unknown" in said  # given back if it came

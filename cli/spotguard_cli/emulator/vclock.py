@@ -8,7 +8,9 @@ sources of chance seeded, a run repeats exactly.
   `unix_time`, `unix_time_millis`): SQS's delays, visibility timeouts and timestamps, EventBridge's
   event times, S3's LastModified, EC2's LaunchTime. One name, looked up at each call, so every copy of
   `utcnow` that a moto module imported follows it;
-- Powertools idempotency (`dt.datetime.now()`: an in-progress record expires on the virtual clock);
+- Powertools idempotency (`dt.datetime.now()`: an in-progress record expires on the virtual clock), and
+  what Powertools stamps: its metrics' EMF `Timestamp` and every log record's time (the logging module's
+  record factory), so that a soak's `functions.log` reads at the virtual time and repeats byte for byte;
 - chance: moto's own random (its ids: instances, tasks, messages, receipt handles), Python's `random`,
   `uuid.uuid4` and `secrets.token_hex` (SpotGuard's job and event ids), each drawn from the seed.
 
@@ -100,7 +102,10 @@ def installed(clock: VirtualClock, seed: int) -> Iterator[VirtualClock]:
     """Put `clock` in place of the wall clock for SpotGuard, moto and Powertools, and draw every id and
     random choice from `seed`; everything as it was on the way out. Install it before the stack is
     deployed (mock_aws started), so that the stack's own names and dates repeat too."""
+    import logging
+
     import moto.core.utils as moto_utils
+    from aws_lambda_powertools.metrics.provider.cloudwatch_emf import cloudwatch
     from aws_lambda_powertools.utilities.idempotency.persistence import base, datarecord, dynamodb
     from moto.moto_api._internal import mock_random
 
@@ -110,16 +115,25 @@ def installed(clock: VirtualClock, seed: int) -> Iterator[VirtualClock]:
     shim = _datetime_module()
     saved: list[tuple[Any, str, Any]] = [
         (moto_utils, "datetime", moto_utils.datetime),
-        *((m, "dt", m.dt) for m in (base, datarecord, dynamodb)),
+        *((m, "dt", m.dt) for m in (base, datarecord, dynamodb, cloudwatch)),
         (uuid, "uuid4", uuid.uuid4),
         (secrets, "token_hex", secrets.token_hex),
     ]
     random_state = random.getstate()
     _VirtualDatetime.clock = clock
+    records = logging.getLogRecordFactory()
+
+    def stamped(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = records(*args, **kwargs)
+        at = clock.now().timestamp()
+        record.created, record.msecs = at, (at - int(at)) * 1000
+        return record
+
     try:
         moto_utils.datetime = shim  # type: ignore[assignment]
-        for module in (base, datarecord, dynamodb):
+        for module in (base, datarecord, dynamodb, cloudwatch):
             module.dt = shim  # type: ignore[attr-defined]
+        logging.setLogRecordFactory(stamped)
         uuid.uuid4 = chance.uuid4  # type: ignore[assignment]
         secrets.token_hex = chance.token_hex  # type: ignore[assignment]
         random.seed(seed)
@@ -127,6 +141,7 @@ def installed(clock: VirtualClock, seed: int) -> Iterator[VirtualClock]:
         spotguard_clock.set_source(clock.now)
         yield clock
     finally:
+        logging.setLogRecordFactory(records)
         spotguard_clock.set_source(None)
         for owner, name, value in saved:
             setattr(owner, name, value)

@@ -17,9 +17,12 @@ takes virtual time, as on Lambda: every AWS call its modelled latency, and an ex
 its init duration (emulator/latency.py).
 
 `--faults RATE` plays, each with chance RATE where it can happen, drawn from the seed:
-- task events delivered twice, or held back so that a later one overtakes them; instances taken back
-  without a warning; a stopped task's last commit that takes longer than the warning, so that the
-  instance goes mid-commit (its data files in S3, no manifest: SpotGuard must resume from the one before);
+- task events delivered twice, or held back so that a later one overtakes them, or a RUNNING event lost
+  for good (reconcile must take the start from ECS); instances taken back without a warning; a stopped
+  task's last commit that takes longer than the warning, so that the instance goes mid-commit (its data
+  files in S3, no manifest: SpotGuard must resume from the one before); a job cancelled by its user
+  (`jobs cancel`) an hour or three after its submit, whose StopTask may then meet the call faults below (the
+  cancel must still end: the job cancelled, or succeeded if it finished first);
 - at every AWS call SpotGuard's functions make (`--call-faults RATE`, default the same; the soak's own
   calls are never faulted): throttled or failed with a 5xx (once: botocore's retry absorbs it; every
   attempt: SpotGuard sees the error), its answer lost after it took effect (SpotGuard sees a timeout, or
@@ -30,8 +33,9 @@ its init duration (emulator/latency.py).
 
 It prints what must be zero: jobs lost (not succeeded by the end), attempts of one job running at once,
 committed steps lost (a task started from an older checkpoint than the newest committed before it was
-placed), messages in dead-letter queues, and jobs stuck (neither running, nor waiting with a retry due,
-nor ended) at the end; and a digest of the run. The same seed gives the same run, byte for byte. A long
+placed), messages in dead-letter queues, jobs stuck (neither running, nor waiting with a retry due, nor
+ended) at the end, and cancels not done (a job its user cancelled that still runs long after); and a
+digest of the run. The same seed gives the same run, byte for byte. A long
 run prints a line a virtual day; Ctrl-C ends it at its next step and prints what it found so far (a
 second Ctrl-C stops it at once).
 """
@@ -78,12 +82,15 @@ WARNING_SECONDS = 120  # spot's warning before the instance is taken back
 RECONCILE_SECONDS = 300  # the reconcile schedule
 RETRY_BASE_SECONDS = 30  # the stack's first wait for capacity
 SUBMIT_RETRY_SECONDS = 60  # a user's CLI submits again after a failed invocation
+CANCEL_AFTER_HOURS = (1.0, 3.0)  # a job drawn to be cancelled: that long after its submit
+CANCEL_REASON = "soak: cancelled by the user"
+CANCEL_BOUND_SECONDS = 1800  # a cancel asked this long before the end must have ended its job
 # The faults `--faults RATE` draws, each at every place it can happen: a task event delivered twice, or
 # held back (a later one overtakes it), a spot instance taken back with no warning, a stopped task's last
 # commit cut by the reclaim; and at SpotGuard's AWS calls (emulator/faults.py), throttling and 5xx (once,
 # or every attempt), a lost answer (seen, or retried by botocore), a conditional write raced, and the
 # invocation cut.
-WORLD_FAULTS = ("duplicated", "reordered", "no-warning", "commit-cut")
+WORLD_FAULTS = ("duplicated", "reordered", "no-warning", "commit-cut", "lost-running", "cancelled")
 CALL_FAULTS = (
     "throttle-once",
     "throttle-exhaust",
@@ -197,6 +204,8 @@ class JobBook:
     steps: dict[str, int] = field(default_factory=dict)  # manifest URI -> its step
     newest_step: int = 0
     steps_lost: int = 0
+    cancel_at: datetime | None = None  # the user cancels the job then (a fault)
+    cancelled_at: datetime | None = None  # when SpotGuard took the cancel (its answer, or the job says so)
 
 
 @dataclass
@@ -214,6 +223,8 @@ class Result:
     virtual_hours: float
     digest: str
     denied: list[str] = field(default_factory=list)  # calls a function's role does not allow
+    cancelled: int = 0  # jobs their user cancelled that ended cancelled
+    cancels_undone: list[str] = field(default_factory=list)  # cancelled long before the end, still not ended
     faults: dict[str, int] = field(default_factory=dict)  # the faults played, by kind
     cold_starts: int = 0  # the functions' execution environments started (each an init duration)
     stopped_early: bool = False  # Ctrl-C ended the run before its hours (what it found so far)
@@ -229,6 +240,7 @@ class Result:
             or self.dead_letters
             or self.stuck
             or self.denied
+            or self.cancels_undone
         )
 
 
@@ -321,6 +333,7 @@ class Soak:
                 self._traces(now)
                 self._deliver_held(now)
                 self._submit(now)
+                self._cancel(now)
                 self._discover(now)
                 self._tasks(now)
                 self._drain()
@@ -482,6 +495,36 @@ class Soak:
                 raise RuntimeError(f"submit {book.job_id}: {answer}")
             book.submitted, book.checkpoint_uri = True, answer["job"]["checkpoint_uri"]
             self._note(f"{book.job_id} submitted")
+            if self._fault("cancelled"):
+                book.cancel_at = now + timedelta(hours=self.chance.uniform(*CANCEL_AFTER_HOURS))
+                self._note(
+                    f"fault: {book.job_id} to be cancelled by its user at {book.cancel_at.isoformat()}"
+                )
+
+    def _cancel(self, now: datetime) -> None:
+        """The user's `jobs cancel`, once; again later only when SpotGuard did not take it (the job neither
+        says it was cancelled nor has ended): an error answer after the cancel was written (a StopTask
+        that failed) is left to SpotGuard, as a user who reads the job's status would leave it."""
+        from spotguard_cli.emulator.lambdas import InvocationFailed
+
+        for book in self.books.values():
+            if book.cancel_at is None or book.cancelled_at is not None or book.cancel_at > now:
+                continue
+            try:
+                answer = self.world.invoke(
+                    {"action": "cancel", "job_id": book.job_id, "reason": CANCEL_REASON}
+                )
+            except InvocationFailed as exc:
+                answer = {"ok": False, "error": {"type": "InvocationFailed", "message": str(exc)}}
+            with self._own():
+                job = self.world.invoke({"action": "status", "job_id": book.job_id})["job"]
+            if answer.get("ok") or job["finished"] or job["last_reason"] == CANCEL_REASON:
+                book.cancelled_at = now
+                said = "ok" if answer.get("ok") else answer["error"]["message"].splitlines()[0][:120]
+                self._note(f"{book.job_id} cancelled by its user ({said}); the job is {job['state']}")
+            else:
+                book.cancel_at = now + timedelta(seconds=SUBMIT_RETRY_SECONDS)
+                self._note(f"{book.job_id} cancel failed ({answer['error']['message'][:120]}): again later")
 
     # ----------------------------------------------------------------------------------- the tasks
     def _discover(self, now: datetime) -> None:
@@ -617,6 +660,9 @@ class Soak:
         event = self.world.event(arn, exit_code=exit_code)
         now = self.clock.now()
         what = f"{arn[-8:]}'s {event['detail']['lastStatus']} event (version {event['detail']['version']})"
+        if event["detail"]["lastStatus"] == "RUNNING" and self._fault("lost-running"):
+            self._note(f"fault: {what} lost")  # for good: only ECS's word (DescribeTasks) says it runs
+            return
         if self._fault("reordered"):
             when = now + timedelta(seconds=self.chance.uniform(1, 60))
             self._hold(when, event)
@@ -699,6 +745,7 @@ class Soak:
         if not all(b.submitted for b in self.books.values()):
             return False
         done = {t.job_id for t in self.tasks.values() if t.exit_code == 0}
+        done |= {b.job_id for b in self.books.values() if b.cancelled_at is not None}
         if len(done) < len(self.books):
             return False
         with self._own():
@@ -709,8 +756,9 @@ class Soak:
     # ---------------------------------------------------------------------------------- the result
     def result(self) -> Result:
         lost, stuck, succeeded, unfinished = [], [], 0, 0
+        cancelled, undone = 0, []
         now = self.clock.now()
-        for job_id in self.books:
+        for job_id, book in self.books.items():
             with self._own():
                 answer = self.world.invoke({"action": "status", "job_id": job_id})
             if not answer.get("ok"):
@@ -719,6 +767,14 @@ class Soak:
             job = answer["job"]
             if job["state"] == "succeeded":
                 succeeded += 1
+                continue
+            if book.cancelled_at is not None:  # its user cancelled it: it must end so, and soon
+                if job["state"] == "cancelled":
+                    cancelled += 1
+                elif (now - book.cancelled_at).total_seconds() > CANCEL_BOUND_SECONDS:
+                    undone.append(f"{job_id}: {job['state']} since its cancel: {job['last_reason']}")
+                else:
+                    unfinished += 1
                 continue
             live = any(t.exited_at is None for t in self.tasks.values() if t.job_id == job_id)
             waiting = job["state"] in ("queued", "launching") and (
@@ -747,6 +803,8 @@ class Soak:
             dead_letters=dead_count,
             dead_letter_lines=dead,
             stuck=stuck,
+            cancelled=cancelled,
+            cancels_undone=undone,
             interruptions=self.interruptions,
             tasks=len(self.tasks),
             virtual_hours=round((now - START).total_seconds() / 3600, 2),
@@ -946,6 +1004,8 @@ def render(r: Result) -> str:
         f"  jobs still at work         {r.unfinished}  (running or waiting when the "
         + ("run was stopped (Ctrl-C))" if r.stopped_early else "hours ran out)"),
         f"  jobs lost                  {len(r.lost)}",
+        f"  jobs cancelled by the user {r.cancelled}",
+        f"  cancels not done           {len(r.cancels_undone)}",
         f"  attempts running at once   {len(r.twice_at_once)}",
         f"  committed steps lost       {r.steps_lost}",
         f"  dead letters               {r.dead_letters}",
@@ -956,6 +1016,7 @@ def render(r: Result) -> str:
     ]
     lines += [f"    lost: {x}" for x in r.lost[:10]] + [f"    at once: {x}" for x in r.twice_at_once[:10]]
     lines += [f"    stuck: {x}" for x in r.stuck[:10]] + [f"    refused: {x}" for x in r.denied[:10]]
+    lines += [f"    cancel not done: {x}" for x in r.cancels_undone[:10]]
     lines += [f"    dead letter: {x}" for x in r.dead_letter_lines[:10]]
     lines.append(
         f"timeline: {STATE_DIR / 'timeline.log'}; the functions' logs: {STATE_DIR / 'functions.log'}"

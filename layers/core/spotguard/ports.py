@@ -110,6 +110,14 @@ class SpareCapacity(Protocol):
     ) -> tuple[str | None, str, bool]: ...
 
 
+class SpareGroupLeases(Protocol):
+    """One holder at a time per Auto Scaling group for the spares' read-then-set of its desired capacity
+    and their give-backs (the job store keeps the lease: adapters/job_store.py)."""
+
+    def hold_group(self, group: str, owner: str, now: datetime, until: datetime) -> bool: ...
+    def let_go_group(self, group: str, owner: str) -> None: ...
+
+
 class NewestCheckpoint(Protocol):
     def newest(self, prefix_uri: str) -> CheckpointRef | None: ...
 

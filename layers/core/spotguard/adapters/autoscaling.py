@@ -76,9 +76,26 @@ class AsgSpares:
         desired, most = int(g.get("DesiredCapacity", 0)), int(g.get("MaxSize", 0))
         if desired >= most:
             return False, before, f"{group} is at its maximum size ({most}): no spare asked"
-        self.autoscaling.set_desired_capacity(
-            AutoScalingGroupName=group, DesiredCapacity=desired + 1, HonorCooldown=False
-        )
+        try:
+            self.autoscaling.set_desired_capacity(
+                AutoScalingGroupName=group, DesiredCapacity=desired + 1, HonorCooldown=False
+            )
+        except Exception as exc:
+            # its answer may be lost after it took effect (a read timeout): the group, read again, says
+            # whether it did. One that cannot be read either is taken as raised, so that its instance, if
+            # it came, is given back (only an idle one the group added since `before` is ever terminated)
+            said = " ".join(f"{type(exc).__name__}: {exc}".split())[:120]
+            try:
+                after = self._group(group)
+            except Exception:
+                return (
+                    True,
+                    before,
+                    f"{group}: desired capacity {desired} -> {desired + 1}? ({said}; unknown)",
+                )
+            if after is not None and int(after.get("DesiredCapacity", 0)) >= desired + 1:
+                return True, before, f"{group}: desired capacity {desired} -> {desired + 1} (its answer lost)"
+            raise
         return True, before, f"{group}: desired capacity {desired} -> {desired + 1}"
 
     def give_back(
@@ -106,25 +123,32 @@ class AsgSpares:
             busy = len(new) - len(idle)
             said = f"{group}: {busy} new instance(s) run tasks, {len(idle)} kept for other spares"
             return None, said, not idle  # none idle: the spare is in use; else wait for the others
-        # an instance not registered yet (still booting) costs the least to give back
-        idle.sort(key=lambda i: (i in tasks, i))
-        instance = idle[0]
-        if instance in registered:
-            # drained first, so that ECS places nothing more on it, then looked at again: a task placed
-            # on it since (another job's relaunch) keeps it, and it is made ACTIVE again
-            arn = registered[instance][0]
+        # Only a registered instance is given back, drained first so that ECS places nothing more on it,
+        # then looked at again: a task placed on it since (another job's relaunch) keeps it, and it is
+        # made ACTIVE again. One still booting is not terminated: it could register and take a task
+        # between this look and the terminate, which nothing would drain; it is given back once it joined.
+        ready = [i for i in idle if i in registered]
+        if not ready:
+            return None, f"{group}: the instance added is still booting: given back once it has joined", False
+        instance = sorted(ready)[0]
+        arn = registered[instance][0]
+        self.ecs.update_container_instances_state(
+            cluster=cluster, containerInstances=[arn], status="DRAINING"
+        )
+        if self._registered(cluster, [instance]).get(instance, (arn, 0))[1] > 0:
             self.ecs.update_container_instances_state(
-                cluster=cluster, containerInstances=[arn], status="DRAINING"
+                cluster=cluster, containerInstances=[arn], status="ACTIVE"
             )
-            if self._registered(cluster, [instance]).get(instance, (arn, 0))[1] > 0:
-                self.ecs.update_container_instances_state(
-                    cluster=cluster, containerInstances=[arn], status="ACTIVE"
-                )
-                return None, f"{group}: a task was placed on {instance} meanwhile: kept", False
+            return None, f"{group}: a task was placed on {instance} meanwhile: kept", False
         self.autoscaling.terminate_instance_in_auto_scaling_group(
             InstanceId=instance, ShouldDecrementDesiredCapacity=True
         )
         return instance, f"{group}: terminated {instance}, which ran no task", True
+
+    def _set_state(self, cluster: str, container_instance_arn: str, status: str) -> None:
+        self.ecs.update_container_instances_state(
+            cluster=cluster, containerInstances=[container_instance_arn], status=status
+        )
 
     def _registered(self, cluster: str, instances: list[str]) -> dict[str, tuple[str, int]]:
         """Per EC2 instance registered in the cluster: its container instance and its running and

@@ -57,6 +57,38 @@ class DynamoJobs:
             item["expires_at"] = int((job.updated_at + timedelta(days=JOB_RETENTION_DAYS)).timestamp())
         return marshal(item)
 
+    # --------------------------------------------------- a spare group's lease (ports.SpareGroupLeases)
+    def hold_group(self, group: str, owner: str, now: datetime, until: datetime) -> bool:
+        """Take the lease of Auto Scaling group `group` for `owner` until `until`: True when it is ours
+        (nobody holds it, its holder's lease has run out, or we hold it already)."""
+        return written(
+            self.client.update_item,
+            TableName=self.table,
+            Key=key(f"SPAREGROUP#{group}", "LEASE"),
+            UpdateExpression="SET lease_owner = :me, lease_until = :until, expires_at = :x",
+            ConditionExpression="attribute_not_exists(lease_until) OR lease_until < :now "
+            "OR lease_owner = :me",
+            ExpressionAttributeValues=marshal(
+                {
+                    ":me": owner,
+                    ":until": int(until.timestamp() * 1000),
+                    ":now": int(now.timestamp() * 1000),
+                    ":x": int((until + timedelta(days=1)).timestamp()),
+                }
+            ),
+        )
+
+    def let_go_group(self, group: str, owner: str) -> None:
+        """Give the lease back, if `owner` still holds it (one run out and taken by another stays theirs)."""
+        written(
+            self.client.update_item,
+            TableName=self.table,
+            Key=key(f"SPAREGROUP#{group}", "LEASE"),
+            UpdateExpression="SET lease_until = :zero",
+            ConditionExpression="lease_owner = :me",
+            ExpressionAttributeValues=marshal({":me": owner, ":zero": 0}),
+        )
+
     def create(self, job: Job) -> bool:
         """Store a new job; False when a job with its id exists already."""
         return written(

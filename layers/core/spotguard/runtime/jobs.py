@@ -63,7 +63,7 @@ class JobsRuntime:
         retries = RetryQueue(sqs, env.retry_queue_url)
         # the early replacement, with the groups the stack lists (none: off, and nothing of it runs)
         spares = (
-            Spares(AsgSpares(LazyClient("autoscaling"), ecs), env.spare_groups, store, self.now)
+            Spares(AsgSpares(LazyClient("autoscaling"), ecs), env.spare_groups, store, self.now, leases=store)
             if env.spare_groups
             else None
         )

@@ -2,6 +2,11 @@
 warned host gets its next pool decided and one instance asked of that pool's group; the spare is given
 back when the job no longer needs it.
 
+Raising a group and giving a spare back are read-then-set calls on the group (its desired capacity, its
+instances): one holder at a time per group, by a lease in the ledger (`SpareGroupLeases`), so that two
+Lambdas never both read N and set N+1 (two spares recorded for one instance), nor a give-back land
+between another's read and set (the group one above its size for good).
+
 `Spares.on_warning` is what the task-events function does with a spot warning or an Auto Scaling
 terminate action (the same events the interruption function acts on, delivered to the task-events queue
 too: the urgent path gains no call). The engine carries out the spare's effects through `Spares.carry`,
@@ -12,14 +17,16 @@ makes it useless; the reconcile sweep gives back those that no event ended (`SPA
 from __future__ import annotations
 
 import logging
+import secrets
+import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from spotguard.domain.jobs.effects import GiveBackSpare, RaiseSpare, Step
 from spotguard.domain.jobs.model import Job, JobState
 from spotguard.domain.jobs.spares import ask_spare, give_back, spare_given_back, spare_raised, spare_unneeded
-from spotguard.ports import JobStore, SpareCapacity
+from spotguard.ports import JobStore, SpareCapacity, SpareGroupLeases
 
 if TYPE_CHECKING:
     from spotguard.domain.notices import Notice
@@ -30,6 +37,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 LIVE_STATES = (JobState.QUEUED, JobState.LAUNCHING, JobState.RUNNING, JobState.SNAPSHOTTING)
 MAX_JOBS_LOOKED_AT = 1000  # per state, when a warning looks for the jobs on its host
+# A group's lease: a raise or a give-back takes a second or two of calls; one whose Lambda died frees the
+# group after LEASE_SECONDS. Another waits for it up to LEASE_WAIT_SECONDS, then gives up (a raise is not
+# made: the relaunch waits for its pool as without a spare; a give-back is tried again later).
+LEASE_SECONDS = 30
+LEASE_WAIT_SECONDS = 10.0
+LEASE_POLL_SECONDS = 0.25
 
 
 class Spares:
@@ -42,10 +55,13 @@ class Spares:
         groups: Iterable[str],
         store: JobStore,
         clock: Callable[[], datetime],
+        leases: SpareGroupLeases,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.capacity = capacity
         self.groups = frozenset(groups)
         self.store, self.clock = store, clock
+        self.leases, self.sleep = leases, sleep
 
     @property
     def on(self) -> bool:
@@ -95,19 +111,48 @@ class Spares:
             if isinstance(effect, GiveBackSpare):
                 return [lambda j: spare_given_back(j, effect.attempt, why, None, self.clock())]
             return [lambda j: spare_raised(j, effect.attempt, False, (), why, self.clock())]
-        if isinstance(effect, RaiseSpare):
-            # asked once (the spare is written before): a failure is recorded, not retried, and the
-            # warning's record is not failed for it (the relaunch then waits for the boot, as without)
-            try:
-                raised, before, detail = self.capacity.raise_one(effect.group)
-            except Exception as exc:
-                log.warning(
-                    "job %s: the spare could not be asked of %s", job.job_id, effect.group, exc_info=True
-                )
-                said = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever AWS answered
-                raised, before, detail = False, (), f"could not be asked: {said}"[:300]
-            log.info("job %s: spare for attempt %s: %s", job.job_id, effect.attempt + 1, detail)
-            return [lambda j: spare_raised(j, effect.attempt, raised, before, detail, self.clock())]
+        owner = secrets.token_hex(8)
+        if not self._hold(effect.group, owner):
+            busy = f"another spare of {effect.group} is being asked or given back"
+            log.warning("job %s: %s for longer than %ss", job.job_id, busy, LEASE_WAIT_SECONDS)
+            if isinstance(effect, GiveBackSpare):  # not final: the next change or the sweep tries again
+                return [lambda j: spare_given_back(j, effect.attempt, busy, None, self.clock(), False)]
+            why = f"not asked: {busy}"
+            return [lambda j: spare_raised(j, effect.attempt, False, (), why, self.clock())]
+        try:
+            if isinstance(effect, RaiseSpare):
+                return self._raise(job, effect)
+            return self._give_back(job, effect)
+        finally:
+            self.leases.let_go_group(effect.group, owner)
+
+    def _hold(self, group: str, owner: str) -> bool:
+        """The group's lease, waited for up to LEASE_WAIT_SECONDS."""
+        waited = 0.0
+        while True:
+            now = self.clock()
+            if self.leases.hold_group(group, owner, now, now + timedelta(seconds=LEASE_SECONDS)):
+                return True
+            if waited >= LEASE_WAIT_SECONDS:
+                return False
+            self.sleep(LEASE_POLL_SECONDS)
+            waited += LEASE_POLL_SECONDS
+
+    def _raise(self, job: Job, effect: RaiseSpare) -> list[Transition]:
+        assert self.capacity is not None
+        # asked once (the spare is written before): a failure is recorded, not retried, and the
+        # warning's record is not failed for it (the relaunch then waits for the boot, as without)
+        try:
+            raised, before, detail = self.capacity.raise_one(effect.group)
+        except Exception as exc:
+            log.warning("job %s: the spare could not be asked of %s", job.job_id, effect.group, exc_info=True)
+            said = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever AWS answered
+            raised, before, detail = False, (), f"could not be asked: {said}"[:300]
+        log.info("job %s: spare for attempt %s: %s", job.job_id, effect.attempt + 1, detail)
+        return [lambda j: spare_raised(j, effect.attempt, raised, before, detail, self.clock())]
+
+    def _give_back(self, job: Job, effect: GiveBackSpare) -> list[Transition]:
+        assert self.capacity is not None
         try:
             keep = self._others_waiting(job, effect.group)
             terminated, outcome, final = self.capacity.give_back(
