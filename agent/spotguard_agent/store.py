@@ -821,7 +821,10 @@ class CheckpointStore:
 
     def _download_verified(self, manifest: Manifest, into: Path) -> None:
         into.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".spotguard-restore-", dir=into.parent))
+        # a volume mounted at the target (an EBS volume, a container's mount): staged on it, so that its
+        # files move in by rename (across devices they could not)
+        mounted = into.is_dir() and os.path.ismount(into)
+        staging = Path(tempfile.mkdtemp(prefix=".spotguard-restore-", dir=into if mounted else into.parent))
         try:
             pairs = []
             for e in manifest.files:
@@ -834,15 +837,39 @@ class CheckpointStore:
                 if p.stat().st_size != e.size or sha256_of(p) != e.sha256:
                     raise CheckpointDamaged(f"{e.path} does not match its manifest")
             _check_target(into)  # again: nothing may have put a link there meanwhile
-            if into.exists():
-                shutil.rmtree(into)
-            staging.rename(into)
+            _put_in_place(staging, into)
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
 
 
 _FOREIGN = "belongs to job"
+
+
+def _put_in_place(staging: Path, into: Path) -> None:
+    """The restored checkpoint (`staging`) becomes `into`: what was there goes, and the directory is
+    replaced by rename; or, when `into` is a mount point (a volume, a bind mount: it cannot be removed),
+    it stays and the checkpoint's files move into it."""
+    if into.exists():
+        for child in into.iterdir():
+            if child == staging:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        try:
+            if staging.parent == into:  # staged on the volume mounted there
+                raise OSError(errno.EBUSY, "a mount point")
+            into.rmdir()
+        except OSError as exc:
+            if exc.errno not in (errno.EBUSY, errno.EPERM, errno.EACCES):
+                raise
+            for child in staging.iterdir():  # a mount point: it stays, the files move in (copied
+                shutil.move(child, into / child.name)  # when it is another device than the staging's)
+            staging.rmdir()
+            return
+    staging.rename(into)
 
 
 def _check_target(into: Path) -> None:

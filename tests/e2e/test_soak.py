@@ -38,7 +38,9 @@ def _soak(
     env["MOTO_EC2_LOAD_DEFAULT_AMIS"] = amis  # tests/conftest.py turns them off; a user's shell does not
     done = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    return json.loads(done.stdout), (tmp / ".local-stack" / "soak" / "timeline.log").read_text()
+    logs = tmp / ".local-stack" / "soak"
+    # the functions' log too: Powertools' stamps on the virtual clock (issue 45, item 11)
+    return json.loads(done.stdout), (logs / "timeline.log").read_text() + (logs / "functions.log").read_text()
 
 
 def _nothing_lost(result: dict) -> None:

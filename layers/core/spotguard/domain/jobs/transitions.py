@@ -148,8 +148,8 @@ def launch_succeeded(
         job,
         now,
         state=JobState.RUNNING,
-        # an ended gang's other nodes are folded once the next attempt runs (gangs.compact): one gang whole
-        attempts=[*gangs.compact(job.attempts, keep=0), attempt],
+        # the ended gangs' other nodes but the newest's are folded (gangs.compact): two gangs whole at most
+        attempts=[*gangs.compact(job.attempts, keep=1), attempt],
         launch_tries=0,
         resume_override=None,
         last_reason=f"attempt {attempt.number} started"
