@@ -9,8 +9,9 @@ sources of chance seeded, a run repeats exactly.
   event times, S3's LastModified, EC2's LaunchTime. One name, looked up at each call, so every copy of
   `utcnow` that a moto module imported follows it;
 - Powertools idempotency (`dt.datetime.now()`: an in-progress record expires on the virtual clock), and
-  what Powertools stamps: its metrics' EMF `Timestamp` and every log record's time (the logging module's
-  record factory), so that a soak's `functions.log` reads at the virtual time and repeats byte for byte;
+  what Powertools stamps: its metrics' EMF `Timestamp` (Metrics and single_metric) and every log record's
+  time (the logging module's record factory), so that a soak's `functions.log` reads at the virtual time
+  and repeats byte for byte;
 - chance: moto's own random (its ids: instances, tasks, messages, receipt handles), Python's `random`,
   `uuid.uuid4` and `secrets.token_hex` (SpotGuard's job and event ids), each drawn from the seed.
 
@@ -105,6 +106,7 @@ def installed(clock: VirtualClock, seed: int) -> Iterator[VirtualClock]:
     import logging
 
     import moto.core.utils as moto_utils
+    from aws_lambda_powertools.metrics import base as metrics_base
     from aws_lambda_powertools.metrics.provider.cloudwatch_emf import cloudwatch
     from aws_lambda_powertools.utilities.idempotency.persistence import base, datarecord, dynamodb
     from moto.moto_api._internal import mock_random
@@ -115,7 +117,7 @@ def installed(clock: VirtualClock, seed: int) -> Iterator[VirtualClock]:
     shim = _datetime_module()
     saved: list[tuple[Any, str, Any]] = [
         (moto_utils, "datetime", moto_utils.datetime),
-        *((m, "dt", m.dt) for m in (base, datarecord, dynamodb, cloudwatch)),
+        *((m, "dt", m.dt) for m in (base, datarecord, dynamodb, cloudwatch, metrics_base)),
         (uuid, "uuid4", uuid.uuid4),
         (secrets, "token_hex", secrets.token_hex),
     ]
@@ -131,7 +133,7 @@ def installed(clock: VirtualClock, seed: int) -> Iterator[VirtualClock]:
 
     try:
         moto_utils.datetime = shim  # type: ignore[assignment]
-        for module in (base, datarecord, dynamodb, cloudwatch):
+        for module in (base, datarecord, dynamodb, cloudwatch, metrics_base):
             module.dt = shim  # type: ignore[attr-defined]
         logging.setLogRecordFactory(stamped)
         uuid.uuid4 = chance.uuid4  # type: ignore[assignment]
