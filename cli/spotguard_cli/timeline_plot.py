@@ -46,6 +46,12 @@ class Timeline:
     interruptions: list[datetime] = field(default_factory=list)
     moves: list[datetime] = field(default_factory=list)
     checkpoints: list[datetime] = field(default_factory=list)
+    deadline_note: str | None = None  # a deadline far beyond the activity: said at the edge, not drawn
+
+
+# A deadline further from the activity than this many times its span is said at the axis's right edge
+# rather than drawn: a 30-second run with a 48-hour deadline would be a mark at the left of a two-day axis.
+FAR_DEADLINE_SPANS = 3.0
 
 
 def _latest(job: StatusView) -> datetime | None:
@@ -166,6 +172,18 @@ def plot_job(
         at, y = mdates.date2num(move.requested_at), rows[move.attempt]
         ax.plot(at, y, marker=">", color="black", mfc="white", ms=10)
     deadline = job.options.deadline
+    if deadline is not None and bars:
+        first, last = min(b.start for b in bars), max(b.end for b in bars)
+        span = max((last - first).total_seconds(), 1.0)
+        if (deadline - last).total_seconds() > FAR_DEADLINE_SPANS * span:
+            margin = (last - first) * 0.05
+            ax.set_xlim(mdates.date2num(first - margin), mdates.date2num(last + margin))
+            left = (deadline - last).total_seconds() / 3600
+            drawn.deadline_note = f"deadline {deadline:%Y-%m-%d %H:%M} UTC, {left:.1f} h after this ->"
+            ax.text(
+                0.995, 1.01, drawn.deadline_note, transform=ax.transAxes, ha="right", va="bottom", fontsize=8
+            )
+            deadline = None  # said, not drawn
     if deadline is not None:
         ax.axvline(mdates.date2num(deadline), color="black", ls="--", lw=1)
 

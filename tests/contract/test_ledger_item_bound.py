@@ -74,7 +74,10 @@ def _worst(nodes: int, attempts: int) -> tuple[Job, Job, int]:
         for k in range(1, nodes):
             job = on_task_event(job, _ev(n, k, 2, "RUNNING", now), None, now).job or job
         for k in range(nodes):
-            job = on_task_event(job, _ev(n, k, 3, "STOPPED", now), "spot-interruption:" + "e" * 64, now).job or job
+            job = (
+                on_task_event(job, _ev(n, k, 3, "STOPPED", now), "spot-interruption:" + "e" * 64, now).job
+                or job
+            )
             this = len(job.model_dump_json().encode())
             if this > size:
                 largest, size = job, this

@@ -79,3 +79,13 @@ def test_a_stop_spotguard_asked_for_is_not_called_user_initiated():
     assert "UserInitiated" not in why_stopped(warned)
     by_hand = AttemptView(number=1, last_status="STOPPED", stop_code="UserInitiated", stopped_reason="by me")
     assert "UserInitiated" in why_stopped(by_hand)
+
+
+def test_interrupt_at_takes_the_same_words_in_local_demo_and_local_run():
+    """Issue 45, item 21: a step in `local demo`, seconds in `local run`, for one flag. Both take step:N."""
+    from spotguard_cli.local.run import _interrupt
+
+    parser = build_parser()
+    assert parser.parse_args(["local", "demo", "--interrupt-at", "step:7"]).interrupt_at == 7
+    assert parser.parse_args(["local", "demo", "--interrupt-at", "7"]).interrupt_at == 7
+    assert _interrupt("step:7") == ("step", 7.0) and _interrupt("20") == ("seconds", 20.0)

@@ -525,3 +525,19 @@ def test_since_a_duration_counts_back_from_the_clock():
     args = build_parser().parse_args(["jobs", "logs", "j1", "--since", "90m"])
     jobs_cli.payload(args)
     assert args._since == timedelta(minutes=90)
+
+
+def test_a_deadline_far_beyond_the_run_is_said_at_the_edge_not_drawn(tmp_path: Path):
+    """Issue 45, item 21: a 30 s run with `deadline: 48h` was a mark at the left edge of a two-day axis."""
+    from matplotlib import dates as mdates
+
+    a1 = {**attempt(1, FAKE_TASK), "last_status": "STOPPED", "outcome": "succeeded"}
+    a1["stopped_at"] = (datetime.fromisoformat(a1["started_at"]) + timedelta(seconds=30)).isoformat()
+    far = answer("succeeded", [a1], options={"deadline": (T0 + timedelta(hours=48)).isoformat()})
+    drawn = plot_job(far, str(tmp_path / "far.png"))
+    (ax,) = drawn.figure.axes
+    low, high = (mdates.num2date(x) for x in ax.get_xlim())
+    assert (high - low) < timedelta(minutes=10)  # the run fills the axis
+    assert drawn.deadline_note is not None and "h after this" in drawn.deadline_note
+    near = plot_job(_plotted(), str(tmp_path / "near.png"))  # 6 h after a 3 h run: drawn as a line
+    assert near.deadline_note is None

@@ -65,9 +65,10 @@ def add_parser(actions: Any) -> None:
     )
     d.add_argument(
         "--interrupt-at",
-        type=whole(0, MAX_STEPS),
-        help=f"interruption, gang: warn when this step is reached (default {INTERRUPT_AT}; steps count "
-        "from 0)",
+        type=_step,
+        metavar="step:N",
+        help=f"interruption, gang: warn when training step N is reached (default step:{INTERRUPT_AT}; steps "
+        "count from 0; a bare N is a step too). `local run` takes step:N as well, and SECONDS",
     )
     d.add_argument(
         "--time-scale",
@@ -116,6 +117,12 @@ def demo_arguments(args: argparse.Namespace) -> str | None:
             f"at least {CAPACITY_MIN_STEPS}, not {args.steps}"
         )
     return None
+
+
+def _step(text: str) -> int:
+    """`step:N` (or a bare N: a step, in the demo) -> N; the same words as `local run --interrupt-at`."""
+    bare = text.strip().removeprefix("step:").removeprefix("step=").strip()
+    return int(whole(0, MAX_STEPS)(bare))
 
 
 def run_demo(args: argparse.Namespace) -> int:
