@@ -136,6 +136,24 @@ def test_no_capacity_waits_in_the_retry_queue_then_starts(jobs: JobsWorld):
     assert wanted["detail-type"] == "SpotGuard Capacity Wanted" and wanted["detail"]["gpus"] == 8
 
 
+def test_a_job_asking_more_gpus_than_any_instance_has_says_so_at_the_first_refusal(jobs: JobsWorld):
+    """Issue 45, item 19: `--gpus 3` on 1-GPU instances read "RunTask placed no task: RESOURCE:GPU" at every
+    try, for good. The first refusal says that nothing in the cluster can hold it."""
+    td = jobs.cluster.gpu_task_definition(gpus=16)
+    answer = jobs.invoke(
+        {"action": "submit", "request": {"cluster": "gpu-spot", "taskDefinition": td, "launchType": "EC2"}}
+    )
+    job = answer["job"]
+    assert job["state"] == "queued" and "RESOURCE:GPU" in job["last_reason"]
+    assert "no instance in cluster gpu-spot has 16 GPUs (the most is 8)" in job["last_reason"]
+    waiting = [e for e in jobs.job_events() if e["detail"]["kind"] == "waiting"]
+    assert "no instance in cluster gpu-spot has 16 GPUs" in waiting[-1]["detail"]["message"]
+    # a job that fits is told nothing of the kind when the instances are only busy
+    jobs.scheduler.refuse = 1
+    busy = jobs.submit(gpus=1)
+    assert "RESOURCE:GPU" in busy["last_reason"] and "no instance in cluster" not in busy["last_reason"]
+
+
 def test_max_attempts_gives_up_with_a_notification(jobs: JobsWorld):
     job = jobs.submit(gpus=1, max_attempts=2)
     for _ in range(2):

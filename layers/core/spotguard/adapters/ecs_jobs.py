@@ -11,6 +11,7 @@ from botocore.validate import ParamValidator
 
 from spotguard.adapters.ecs import EcsAdapter, chunks
 from spotguard.domain.facts import RunResult, TaskDefinitionInfo
+from spotguard.domain.prices import gpus_of
 from spotguard.domain.run_errors import classify_run_error
 from spotguard.domain.task_events import described_task
 from spotguard.domain.tasks import TaskEvent, gpu_count
@@ -70,6 +71,35 @@ class JobsEcsAdapter(EcsAdapter):
             # ECS answers every ARN with a task or a failure; an ARN with neither is gone too.
             missing += [a for a in chunk if a not in found and failed.get(a, "MISSING") == "MISSING"]
         return found, missing
+
+    def largest_gpus(self, cluster: str) -> int | None:
+        """The most GPUs any container instance of the cluster (ACTIVE) has: its registered GPU resource,
+        or its instance type's (the `ecs.instance-type` attribute ECS gives it). None: no instance."""
+        arns: list[str] = []
+        for page in self.client.get_paginator("list_container_instances").paginate(
+            cluster=cluster, status="ACTIVE"
+        ):
+            arns += page.get("containerInstanceArns") or []
+        most: int | None = None
+        for chunk in chunks(arns):
+            resp = self.client.describe_container_instances(cluster=cluster, containerInstances=chunk)
+            for ci in resp.get("containerInstances") or []:
+                registered = [
+                    len(r.get("stringSetValue") or [])
+                    for r in ci.get("registeredResources") or []
+                    if r.get("name") == "GPU"
+                ]
+                kind = next(
+                    (
+                        a.get("value")
+                        for a in ci.get("attributes") or []
+                        if a.get("name") == "ecs.instance-type"
+                    ),
+                    None,
+                )
+                gpus = max([*registered, gpus_of(str(kind)) or 0 if kind else 0])
+                most = gpus if most is None else max(most, gpus)
+        return most
 
     def task_definition(self, arn: str, overrides: dict[str, Any] | None = None) -> TaskDefinitionInfo:
         td = self.client.describe_task_definition(taskDefinition=arn)["taskDefinition"]

@@ -442,6 +442,8 @@ class JobEngine:
         gone = result.failure == "request" and _in_a_pool(job) and pool_refused(reason)
         if result.failure in ("access", "request") and not gone:
             return lambda j: launch_refused(j, reason, self.clock())
+        if result.failure == "capacity" and "GPU" in reason:
+            reason = self._no_room(job, reason)
         delay = retry_delay(job.launch_tries, self.config.retry_base_seconds)
         # The retry is scheduled before the job says it waits, so a crash between the two can leave a
         # spare message (dropped as stale) but never a job nobody will launch again.
@@ -457,6 +459,23 @@ class JobEngine:
             self.placement.provider_refused(job, reason)
             delay = 0
         return lambda j: launch_failed(j, reason, self.clock(), delay, capacity=capacity)
+
+    def _no_room(self, job: Job, reason: str) -> str:
+        """A launch ECS placed nowhere for want of GPUs: the reason, with what nothing in the cluster can
+        hold said, when no instance of it has as many GPUs as a task of the job asks (a user asking more
+        than the instances have would otherwise read "no capacity" at every try, for good)."""
+        try:
+            most = self.ecs.largest_gpus(job.request.cluster)
+        except Exception:  # only a better sentence is lost
+            log.warning("job %s: could not look at the cluster's instances", job.job_id, exc_info=True)
+            return reason
+        if most is None or job.gpus <= most:
+            return reason
+        cluster = job.request.cluster.rsplit("/", 1)[-1]
+        return (
+            f"{reason}: no instance in cluster {cluster} has {job.gpus} GPUs (the most is {most}); the job "
+            "waits for one that has (a pool of larger instances), or cancel it"
+        )
 
     def _launch_peers(self, job: Job, effect: LaunchPeers) -> list[Transition]:
         """RunTask for the gang's nodes not launched yet, each told node 0's address and kept off the
