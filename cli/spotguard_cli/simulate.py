@@ -204,27 +204,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--policy", action="append", choices=POLICIES, required=True, help="repeat to compare")
     p.add_argument("--trace", action="append", required=True, metavar="FILE", help="repeat for more traces")
     p.add_argument("--multi-pool", action="store_true", help="the traces are simultaneous alternative pools")
-    p.add_argument(
-        "--job-hours",
-        type=_positive("--job-hours"),
-        required=True,
-        metavar="C",
-        help="the job's work, in hours",
-    )
-    p.add_argument(
-        "--deadline-hours",
-        type=_positive("--deadline-hours"),
-        required=True,
-        metavar="R",
-        help="hours from the job's start to its deadline (R >= C)",
-    )
-    p.add_argument(
-        "--restart-hours",
-        type=_positive("--restart-hours", strict=False),
-        required=True,
-        metavar="D",
-        help="hours each restart costs (a new instance booted, the checkpoint restored)",
-    )
+    for flag, metavar, strict, about in (
+        ("--job-hours", "C", True, "the job's work, in hours"),
+        ("--deadline-hours", "R", True, "hours from the job's start to its deadline (R >= C)"),
+        (
+            "--restart-hours",
+            "D",
+            False,
+            "hours each restart costs (an instance booted, the checkpoint restored)",
+        ),
+    ):
+        p.add_argument(flag, type=_positive(flag, strict=strict), required=True, metavar=metavar, help=about)
     p.add_argument("--samples", type=_count, required=True, metavar="N", help="start times per trace")
     p.add_argument(
         "--seed", type=_seed, required=True, metavar="S", help="draws the start times: same seed, same run"
