@@ -172,9 +172,20 @@ class JobService:
 
     def cancel(self, cmd: Cancel) -> Job:
         job = self.engine.get(cmd.job_id)
-        return self.engine.run(
-            cmd.job_id, lambda j: request_cancel(j, self.clock(), cmd.reason), current=job, drive=False
-        )[0]
+        try:
+            return self.engine.run(
+                cmd.job_id, lambda j: request_cancel(j, self.clock(), cmd.reason), current=job, drive=False
+            )[0]
+        except CommandError:
+            raise
+        except Exception:
+            # the cancel was written, and a StopTask after it failed (throttled): the attempt's stop is
+            # recorded and reconcile asks again, so the cancel stands and is answered as taken
+            after = self.store.get(cmd.job_id)
+            if after is None or not after.cancel_requested:
+                raise
+            log.warning("job %s: cancelled; a StopTask failed and is asked again", cmd.job_id, exc_info=True)
+            return after
 
     def status(self, cmd: Status) -> JobStatus:
         job = self.engine.flush(self.engine.get(cmd.job_id))
