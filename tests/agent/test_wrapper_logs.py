@@ -106,7 +106,7 @@ def test_a_command_that_saves_more_often_than_the_quiet_time_gets_its_saves_comm
     )
     assert proc.returncode == 0, proc.stderr
     commits = proc.stderr.count("committed checkpoint ")
-    assert commits >= 3, proc.stderr  # while it ran (not only at its exit)
+    assert commits >= 2, proc.stderr  # while it ran (not only at its exit)
     assert proc.stderr.count("committing a consistent copy of it as the command goes on") == 1, proc.stderr
     (newest,) = [m for m in sorted(volume.rglob("state.txt"))][-1:]
     assert newest.read_text().isdigit()  # never a torn file

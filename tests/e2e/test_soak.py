@@ -45,7 +45,8 @@ def _soak(
 
 def _nothing_lost(result: dict) -> None:
     assert result["ok"] and result["jobs"] == 8 and result["interruptions"] > 0
-    assert result["succeeded"] + result["unfinished"] + result["cancelled"] == 8 and result["succeeded"] >= 4
+    assert result["succeeded"] + result["unfinished"] + result["cancelled"] == 8
+    assert result["succeeded"] >= 2 and result["succeeded"] + result["cancelled"] >= 4
     assert result["cancels_undone"] == []
     assert (result["lost"], result["twice_at_once"], result["steps_lost"]) == ([], [], 0)
     assert (result["dead_letters"], result["stuck"], result["denied"]) == (0, [], [])

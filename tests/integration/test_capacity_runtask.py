@@ -147,6 +147,11 @@ def test_a_task_left_provisioning_past_its_bound_marks_the_pool_and_the_job_goes
     first = world.status(job_id)["attempts"][-1]
     assert first["last_status"] == "PROVISIONING"  # no RUNNING event: it waits for an instance
     pool = first["pool"]
+    from moto.ecs.models import ecs_backends  # and ECS says so too (reconcile asks it: issue 45, item 2)
+
+    ecs_backends["123456789012"]["us-east-1"].tasks["gpu-spot"][
+        first["task_arn"]
+    ].last_status = "PROVISIONING"
 
     # within the bound, the task is left to wait
     world.shift_clock(300)
