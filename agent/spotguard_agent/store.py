@@ -850,26 +850,30 @@ def _put_in_place(staging: Path, into: Path) -> None:
     """The restored checkpoint (`staging`) becomes `into`: what was there goes, and the directory is
     replaced by rename; or, when `into` is a mount point (a volume, a bind mount: it cannot be removed),
     it stays and the checkpoint's files move into it."""
-    if into.exists():
-        for child in into.iterdir():
-            if child == staging:
-                continue
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
+    if not into.exists():
+        staging.rename(into)
+        return
+    for child in into.iterdir():
+        if child == staging:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    mounted = staging.parent == into  # staged on the volume mounted there
+    if not mounted:
         try:
-            if staging.parent == into:  # staged on the volume mounted there
-                raise OSError(errno.EBUSY, "a mount point")
             into.rmdir()
         except OSError as exc:
             if exc.errno not in (errno.EBUSY, errno.EPERM, errno.EACCES):
                 raise
-            for child in staging.iterdir():  # a mount point: it stays, the files move in (copied
-                shutil.move(child, into / child.name)  # when it is another device than the staging's)
-            staging.rmdir()
-            return
-    staging.rename(into)
+            mounted = True
+    if not mounted:
+        staging.rename(into)
+        return
+    for child in staging.iterdir():  # a mount point: it stays, the files move in (copied when it is
+        shutil.move(child, into / child.name)  # another device than the staging's)
+    staging.rmdir()
 
 
 def _check_target(into: Path) -> None:

@@ -76,6 +76,7 @@ class AsgSpares:
         desired, most = int(g.get("DesiredCapacity", 0)), int(g.get("MaxSize", 0))
         if desired >= most:
             return False, before, f"{group} is at its maximum size ({most}): no spare asked"
+        asked = f"{group}: desired capacity {desired} -> {desired + 1}"
         try:
             self.autoscaling.set_desired_capacity(
                 AutoScalingGroupName=group, DesiredCapacity=desired + 1, HonorCooldown=False
@@ -88,15 +89,11 @@ class AsgSpares:
             try:
                 after = self._group(group)
             except Exception:
-                return (
-                    True,
-                    before,
-                    f"{group}: desired capacity {desired} -> {desired + 1}? ({said}; unknown)",
-                )
+                return True, before, f"{asked}? ({said}; unknown)"
             if after is not None and int(after.get("DesiredCapacity", 0)) >= desired + 1:
-                return True, before, f"{group}: desired capacity {desired} -> {desired + 1} (its answer lost)"
+                return True, before, f"{asked} (its answer lost)"
             raise
-        return True, before, f"{group}: desired capacity {desired} -> {desired + 1}"
+        return True, before, asked
 
     def give_back(
         self, cluster: str, group: str, before: tuple[str, ...], keep: int
@@ -132,13 +129,9 @@ class AsgSpares:
             return None, f"{group}: the instance added is still booting: given back once it has joined", False
         instance = sorted(ready)[0]
         arn = registered[instance][0]
-        self.ecs.update_container_instances_state(
-            cluster=cluster, containerInstances=[arn], status="DRAINING"
-        )
+        self._set_state(cluster, arn, "DRAINING")
         if self._registered(cluster, [instance]).get(instance, (arn, 0))[1] > 0:
-            self.ecs.update_container_instances_state(
-                cluster=cluster, containerInstances=[arn], status="ACTIVE"
-            )
+            self._set_state(cluster, arn, "ACTIVE")
             return None, f"{group}: a task was placed on {instance} meanwhile: kept", False
         self.autoscaling.terminate_instance_in_auto_scaling_group(
             InstanceId=instance, ShouldDecrementDesiredCapacity=True

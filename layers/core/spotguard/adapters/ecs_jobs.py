@@ -89,15 +89,10 @@ class JobsEcsAdapter(EcsAdapter):
                     for r in ci.get("registeredResources") or []
                     if r.get("name") == "GPU"
                 ]
-                kind = next(
-                    (
-                        a.get("value")
-                        for a in ci.get("attributes") or []
-                        if a.get("name") == "ecs.instance-type"
-                    ),
-                    None,
-                )
-                gpus = max([*registered, gpus_of(str(kind)) or 0 if kind else 0])
+                attributes = {a.get("name"): a.get("value") for a in ci.get("attributes") or []}
+                kind = attributes.get("ecs.instance-type")
+                by_type = (gpus_of(str(kind)) or 0) if kind else 0
+                gpus = max([*registered, by_type])
                 most = gpus if most is None else max(most, gpus)
         return most
 

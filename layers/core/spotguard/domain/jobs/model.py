@@ -41,7 +41,7 @@ MAX_NODES = 64
 # 10 containers named at ECS's 255 characters, attempts without end through resubmits): a task keeps at
 # most MAX_EXIT_CODES exit codes, their names clipped; the newest KEEP_ATTEMPTS attempts are kept whole
 # and older ones folded into `Job.folded` (what they spent); an ended gang's other nodes are folded too
-# (domain.jobs.gangs.compact). tests/unit/test_ledger_item_bound.py builds the worst case.
+# (domain.jobs.gangs.compact). tests/contract/test_ledger_item_bound.py builds the worst case.
 MAX_EXIT_CODES = 3
 EXIT_CODE_NAME = 64
 KEEP_ATTEMPTS = 20
@@ -421,6 +421,11 @@ class Job(BaseModel):
     @property
     def attempts_used(self) -> int:
         return self.attempt_count - self.budget_base
+
+    @property
+    def checkpoint_container(self) -> str | None:
+        """The container that runs the agent: the option's, else the task definition's first."""
+        return self.options.checkpoint_container or (self.containers[0] if self.containers else None)
 
     def is_newest(self, attempt: Attempt) -> bool:
         return bool(self.attempts) and attempt.number == self.attempts[-1].number

@@ -44,6 +44,7 @@ from spotguard.domain.jobs.model import (
 )
 from spotguard.domain.jobs.placement import Move, PlacementDecision, remember
 from spotguard.domain.jobs.spares import carried_spare
+from spotguard.domain.jobs.spend import attempt_spend
 from spotguard.domain.stops import OwnRecord, StopVerdict, classify_stop
 from spotguard.domain.tasks import TaskEvent
 
@@ -232,8 +233,7 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
     if ev.version <= task.ecs_version:
         return Step(note=f"stale or repeated event (version {ev.version} <= {task.ecs_version})")
 
-    first = job.options.checkpoint_container or (job.containers[0] if job.containers else None)
-    updated = attempt.with_node(_observe(task, ev, own_stop_notice, first))
+    updated = attempt.with_node(_observe(task, ev, own_stop_notice, job.checkpoint_container))
     if own_stop_notice and updated.interrupted_by is None:
         updated = revised(updated, interrupted_by=own_stop_notice)
     effects: list[Effect] = []
@@ -276,7 +276,7 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
     verdict = classify_stop(
         ev.detail,
         OwnRecord(stopped_for_notice=own_stop_notice, cancelled=job.cancel_requested),
-        job.options.checkpoint_container or (job.containers[0] if job.containers else None),
+        job.checkpoint_container,
     )
     if updated.gang:
         node = updated.node_task(ev.task_arn)
@@ -607,8 +607,6 @@ def fold_old(
 ) -> tuple[list[Attempt], FoldedAttempts]:
     """The newest KEEP_ATTEMPTS attempts, and the older ones folded into what they spent (the ledger
     item's bound; domain.jobs.model). Only ended attempts are folded."""
-    from spotguard.domain.jobs.spend import attempt_spend
-
     old = [a for a in attempts[: max(0, len(attempts) - KEEP_ATTEMPTS)] if a.outcome is not None]
     if not old:
         return attempts, folded

@@ -414,7 +414,7 @@ class JobEngine:
                 attempt,
             )
             return
-        container = job.options.checkpoint_container or (job.containers[0] if job.containers else None)
+        container = job.checkpoint_container
         task = TaskInfo(
             task_arn=live.task_arn,
             cluster_arn=job.request.cluster,

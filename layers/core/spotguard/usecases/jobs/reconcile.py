@@ -5,8 +5,8 @@
 - EBS mode: a snapshot never taken is taken, one whose notification was lost is settled; volumes that
   were still attached at clean-up are deleted;
 - a running job whose task stopped unseen (or vanished from ECS) gets its stop applied, as the event
-  would have done; and a gang's node that ECS runs but whose RUNNING event was lost gets its start
-  applied before the gang is judged (a gang is never given up for a lost event).
+  would have done; and a task that ECS runs but whose RUNNING event was lost (a gang's node, or a one-node
+  attempt still pending) gets its start applied before it is judged (never given up for a lost event).
 
 And capacity (docs/capacity.md, "Pools, decisions and moves"): the watched clusters' pools are discovered
 again (prices and placement scores refreshed when stale); a task that waits for an instance past its job's

@@ -345,11 +345,7 @@ class JobService:
         """Keep the host's task index, so a notice for the host needs no DescribeTasks."""
         if self.index is None or not ev.container_instance_arn:
             return
-        container = (
-            (job.options.checkpoint_container or (job.containers[0] if job.containers else None))
-            if job
-            else None
-        )
+        container = job.checkpoint_container if job else None
         info = indexed_info(
             ev, managed=job is not None, gpu=bool(job and job.gpus), checkpoint_container=container
         )
