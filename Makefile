@@ -116,6 +116,13 @@ bench-soak: setup traces
 	$(BIN)/spotguard local soak --trace .traces/cant-be-late-2022-10/us-west-2a_v100_1.json \
 	  --trace .traces/cant-be-late-2022-10/us-west-2b_v100_1.json --jobs 50 --faults 0.01 --seed 1
 
+# SpotGuard's behaviour recorded (bench/behaviour.py): 300 capacity decisions, 20 simulated runs, two soaks
+# and a replay, into .behaviour/$(REV).json; AGAINST=<an earlier record> compares, byte for byte. A change
+# that must not change behaviour (a reshape) records before and after. About six minutes.
+REV ?= $(shell git rev-parse --short HEAD)
+behaviour: setup
+	$(BIN)/python bench/behaviour.py --out .behaviour/$(REV).json $(if $(AGAINST),--against $(AGAINST))
+
 # One capacity decision (choose_capacity, 100 random jobs x 4 pools) on one core, as a 1,769 MB Lambda
 # has: today's plan against the unbounded one of commit 389ee7e, and the cold import numpy adds.
 bench-decide: setup
