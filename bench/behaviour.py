@@ -41,7 +41,7 @@ REPLAY_SEED = 3
 
 def decisions(seed: int = 46) -> list[Any]:
     """`choose_capacity` for DECISIONS random jobs on four pools each, every field of each answer."""
-    from spotguard.domain import planner
+    from spotguard.domain.capacity import planner
 
     rng = random.Random(seed)
     answers = []

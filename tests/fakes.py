@@ -19,14 +19,14 @@ from datetime import datetime
 from typing import Any
 
 from spotguard.domain.checkpoints import CheckpointRecorded, CheckpointRef
-from spotguard.domain.jobs.model import Job, JobState, UnreadableJob
-from spotguard.domain.notices import (
+from spotguard.domain.interruption.notices import (
     ContainerInstanceUpdate,
     HostClaim,
     HostRecord,
     Notice,
     NoticeInProgress,
 )
+from spotguard.domain.jobs.model import Job, JobState, UnreadableJob
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,

@@ -22,8 +22,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from spotguard.domain.commands import ErrorBody
 from spotguard.domain.errors import one_line
+from spotguard.domain.jobs.commands import ErrorBody
 from spotguard.domain.jobs.spend import Spend
 
 

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spotguard.domain.capacity import (
+from spotguard.domain.capacity.model import (
     CapacityPolicy,
     GreedyPolicy,
     OnDemandPolicy,
@@ -47,7 +47,7 @@ def make_policy(name: str, prices: Prices) -> CapacityPolicy:
     if name == "uniform-progress":
         return UniformProgressPolicy()
     if name == "spotguard":
-        from spotguard.domain.planner import SpotGuardPolicy  # numpy: loaded only when asked for
+        from spotguard.domain.capacity.planner import SpotGuardPolicy  # numpy: loaded only when asked for
 
         return SpotGuardPolicy(spot_price=prices.spot, on_demand_price=prices.on_demand)
     raise ValueError(f"unknown policy {name!r}")

@@ -16,10 +16,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from spotguard.config import CheckpointsEnv
 from spotguard.domain.checkpoints import ManifestEvent, classify_object_created
-from spotguard.handling import Router
 from spotguard.runtime.checkpoints import CheckpointsRuntime
+from spotguard.runtime.config import CheckpointsEnv
+from spotguard.runtime.handling import Router
 from spotguard.usecases.checkpoints import BadManifest, ManifestGone
 
 warnings.filterwarnings("ignore", "No application metrics to publish")

@@ -19,10 +19,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.batch import EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from spotguard.config import InterruptionEnv
-from spotguard.domain.notices import Decision, classify, plan
-from spotguard.handling import Router
-from spotguard.observability import count_decision, count_outcome, tracer
+from spotguard.adapters.metrics import count_decision, count_outcome, tracer
+from spotguard.domain.interruption.notices import Decision, classify, plan
+from spotguard.runtime.config import InterruptionEnv
+from spotguard.runtime.handling import Router
 from spotguard.runtime.interruption import InterruptionRuntime, ParallelBatchProcessor, ThreadLogger
 
 # A batch of ignored events has no metric to publish; that is normal, not worth a warning per batch.

@@ -1,7 +1,7 @@
 """Jobs function, for manual invocation (`sam remote invoke JobsFunction --event '{...}'`, or the
 `spotguard jobs` CLI): submit, resubmit, cancel, status and list.
 
-The payload is validated by the pydantic models in spotguard.domain.commands; the answer is always a
+The payload is validated by the pydantic models in spotguard.domain.jobs.commands; the answer is always a
 JSON object `{"ok": true, ...}` or `{"ok": false, "error": {"type", "message"}}`, never a stack trace.
 """
 
@@ -13,8 +13,9 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from spotguard.config import JobsEnv
-from spotguard.domain.commands import (
+from spotguard.adapters.metrics import tracer
+from spotguard.domain.jobs.answers import JobSummary
+from spotguard.domain.jobs.commands import (
     Answer,
     Cancel,
     CommandError,
@@ -25,9 +26,8 @@ from spotguard.domain.commands import (
     Submit,
     parse_command,
 )
-from spotguard.domain.jobs.answers import JobSummary
 from spotguard.domain.jobs.model import UnreadableJob
-from spotguard.observability import tracer
+from spotguard.runtime.config import JobsEnv
 from spotguard.runtime.jobs import JobsRuntime
 
 warnings.filterwarnings("ignore", "No application metrics to publish")

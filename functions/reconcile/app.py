@@ -15,10 +15,10 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from spotguard.config import JobsEnv
-from spotguard.job_metrics import LIVE_STATES, count_jobs_by_state
-from spotguard.observability import tracer
+from spotguard.adapters.job_metrics import LIVE_STATES, count_jobs_by_state
+from spotguard.adapters.metrics import tracer
 from spotguard.runtime.bucket_check import bucket_check
+from spotguard.runtime.config import JobsEnv
 from spotguard.runtime.jobs import JobsRuntime
 
 warnings.filterwarnings("ignore", "No application metrics to publish")

@@ -19,11 +19,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from spotguard.config import JobsEnv
+from spotguard.adapters.metrics import tracer
 from spotguard.domain.jobs.model import UnreadableJob
-from spotguard.domain.task_events import TaskMessage, classify_task_message
-from spotguard.handling import Router
-from spotguard.observability import tracer
+from spotguard.domain.jobs.task_events import TaskMessage, classify_task_message
+from spotguard.runtime.config import JobsEnv
+from spotguard.runtime.handling import Router
 from spotguard.runtime.jobs import JobsRuntime
 
 warnings.filterwarnings("ignore", "No application metrics to publish")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.notices import (
+from spotguard.domain.interruption.notices import (
     ContainerInstanceUpdate,
     HostClaim,
     HostRecord,

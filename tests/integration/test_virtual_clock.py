@@ -17,7 +17,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotguard import clock as spotguard_clock
+from spotguard.domain import clock as spotguard_clock
 from spotguard_cli.emulator.template import REPO
 from spotguard_cli.emulator.vclock import VirtualClock, installed
 from spotguard_cli.emulator.world import make_jobs_world

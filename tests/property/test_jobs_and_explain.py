@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spotguard.domain.commands import ACTIONS
+from spotguard.domain.jobs.commands import ACTIONS
 from spotguard_cli.main import main
 from tests.conftest import REPO
 from tests.property.harness import PropertyWorld, mutating

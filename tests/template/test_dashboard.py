@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
-from spotguard.adapters.notify import DETAIL_TYPES
-from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.facts import Notification
-from spotguard.domain.jobs.model import Attempt, Job, JobState, RunTaskRequest
-from spotguard.job_metrics import (
+from spotguard.adapters.job_metrics import (
     LIVE_STATES,
     PLACEMENTS,
     MeteredNotifications,
     SpendMeter,
     count_jobs_by_state,
 )
+from spotguard.adapters.notify import DETAIL_TYPES
+from spotguard.domain.checkpoints import CheckpointRef
+from spotguard.domain.jobs.model import Attempt, Job, JobState, RunTaskRequest
+from spotguard.domain.jobs.replies import Notification
 from spotguard_cli.emulator.template import REPO, load, translate
 
 PARAMS = {"ClusterNames": "gpu-spot,train-a100"}

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from spotguard.config import InterruptionEnv
 from spotguard.domain.settings import RebalanceMode
 from spotguard.domain.tasks import ManageMode
+from spotguard.runtime.config import InterruptionEnv
 from spotguard_cli.emulator.template import TEMPLATE, load, resolve, translate
 
 PARAMS = {"ClusterNames": "gpu-spot,train-a100"}
@@ -212,7 +212,7 @@ def test_the_ledger_survives_stack_deletion(cfn):
 
 
 def test_checkpoint_manifests_reach_the_checkpoints_function(cfn):
-    from spotguard.config import CheckpointsEnv
+    from spotguard.runtime.config import CheckpointsEnv
 
     bucket = cfn["Resources"]["CheckpointBucket"]["Properties"]
     assert bucket["NotificationConfiguration"]["EventBridgeConfiguration"]["EventBridgeEnabled"] is True
@@ -256,7 +256,7 @@ def test_task_events_have_their_own_rule_queue_and_alarmed_dead_letter_queue(cfn
 
 
 def test_job_functions_get_the_environment_the_code_needs(cfn):
-    from spotguard.config import JobsEnv
+    from spotguard.runtime.config import JobsEnv
 
     required = {f.alias for f in JobsEnv.model_fields.values() if f.is_required()}
     for name in ("TaskEventsFunction", "JobsFunction"):

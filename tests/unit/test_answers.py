@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from spotguard.domain.commands import Answer, ErrorBody
 from spotguard.domain.jobs.answers import JobStatus, JobSummary
+from spotguard.domain.jobs.commands import Answer, ErrorBody
 from tests.unit.test_job_engine import _job
 
 NOW = datetime(2026, 11, 22, 12, 30, tzinfo=UTC)

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from spotguard.domain.capacity import Market
-from spotguard.domain.planner import JobNeeds, PoolOption, choose_capacity
+from spotguard.domain.capacity.model import Market
+from spotguard.domain.capacity.planner import JobNeeds, PoolOption, choose_capacity
 
 
 def _pools() -> list[PoolOption]:

@@ -12,12 +12,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotguard.domain import planner
-from spotguard.domain.jobs.model import MAX_DEADLINE_HOURS
-from spotguard.domain.jobs.placement import job_needs
-from spotguard.domain.jobs.request import deadline_refused
-from spotguard.domain.planner import JobNeeds, PoolOption, choose_capacity
-from spotguard.domain.plans import (
+from spotguard.domain.capacity import planner
+from spotguard.domain.capacity.planner import JobNeeds, PoolOption, choose_capacity
+from spotguard.domain.capacity.plans import (
     FAR_BUDGET,
     FINE_BUDGET,
     SLACK_CAP_HOURS,
@@ -27,6 +24,9 @@ from spotguard.domain.plans import (
     collapse,
     plan_grid,
 )
+from spotguard.domain.jobs.model import MAX_DEADLINE_HOURS
+from spotguard.domain.jobs.placement import job_needs
+from spotguard.domain.jobs.request import deadline_refused
 
 TICK = 1 / 6
 NOW = datetime(2026, 11, 26, 12, tzinfo=UTC)

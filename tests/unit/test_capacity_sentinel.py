@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from spotguard.domain.capacity import Market
-from spotguard.domain.capacity_model import NB
-from spotguard.domain.jobs.placement import PlacementDecision
-from spotguard.domain.planner import JobNeeds, PoolOption, choose_capacity
-from spotguard.domain.plans import INF, Plan, plan_grid
+from spotguard.domain.capacity.availability import NB
+from spotguard.domain.capacity.decision import PlacementDecision
+from spotguard.domain.capacity.model import Market
+from spotguard.domain.capacity.planner import JobNeeds, PoolOption, choose_capacity
+from spotguard.domain.capacity.plans import INF, Plan, plan_grid
 
 TICK = 1 / 6
 

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.commands import Answer, ErrorBody
 from spotguard.domain.jobs.answers import JobStatus, JobSummary
+from spotguard.domain.jobs.commands import Answer, ErrorBody
 from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, NodeTask, RunTaskRequest
-from spotguard.domain.jobs.placement import Move, PlacementDecision
+from spotguard.domain.jobs.placement import Move
 from spotguard.domain.jobs.spend import Spend
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.answers import (

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from spotguard.domain.commands import parse_command
+from spotguard.domain.jobs.commands import parse_command
 from spotguard.usecases.jobs.reconcile import COUNTS
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.local import demo as localcmd

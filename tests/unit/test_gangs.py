@@ -324,7 +324,7 @@ def test_old_gangs_are_folded_so_the_ledger_item_stays_small_and_spend_still_cou
 
 
 def test_the_spend_metric_counts_a_gang_once_when_its_last_node_has_stopped(capsys):
-    from spotguard.job_metrics import SpendMeter
+    from spotguard.adapters.job_metrics import SpendMeter
     from tests.fakes import FakeJobs
 
     job = _formed(2)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotguard.domain.notices import (
+from spotguard.domain.interruption.notices import (
     ContainerInstanceUpdate,
     LifecycleRef,
     Notice,
@@ -550,7 +550,7 @@ def test_a_notice_delivered_again_is_not_counted_again():
     (at least once) was handled once, and is counted once."""
     from aws_lambda_powertools.metrics import EphemeralMetrics
 
-    from spotguard.observability import count_outcome
+    from spotguard.adapters.metrics import count_outcome
 
     svc, *_ = service([task(1), task(2)])
     first, again = svc.handle(notice()), svc.handle(notice())

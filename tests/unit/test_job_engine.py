@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.facts import RunResult
 from spotguard.domain.jobs.effects import Step
 from spotguard.domain.jobs.model import Job, JobState, RunTaskRequest, revised
+from spotguard.domain.jobs.replies import RunResult
 from spotguard.domain.jobs.transitions import on_task_event, request_cancel
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.ebs import EbsVolumes
@@ -263,7 +263,7 @@ def test_an_attempt_stopped_by_two_lambdas_at_once_is_spent_once(capsys):
     """The same STOPPED event applied by two Lambdas at once (EventBridge delivers at least once): the
     second read the job while its attempt still ran, lost the compare-and-set and found the stop done.
     Its GPU-hours are counted by the one write that stopped the attempt, not by each Lambda."""
-    from spotguard.job_metrics import SpendMeter
+    from spotguard.adapters.job_metrics import SpendMeter
     from spotguard.usecases.jobs.service import JobService
 
     store = _LateReader()

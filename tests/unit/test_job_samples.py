@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from spotguard.domain.commands import parse_command
+from spotguard.domain.jobs.commands import parse_command
+from spotguard.domain.jobs.task_events import classify_task_message
 from spotguard.domain.own_events import launch_due_message
 from spotguard.domain.settings import Settings
-from spotguard.domain.task_events import classify_task_message
 from tests.conftest import EVENTS, REPO
 
 JOB_SAMPLES = sorted((REPO / "events" / "jobs").glob("*.json"))

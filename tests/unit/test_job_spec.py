@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spotguard.domain.commands import CommandError, parse_command
+from spotguard.domain.jobs.commands import CommandError, parse_command
 from spotguard_cli.jobs.payload import job_spec
 from spotguard_cli.jobs.spec import (
     command_of,

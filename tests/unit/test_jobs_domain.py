@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from spotguard.domain.adoption import checkpoint_uri_of, rebuild_request
+from spotguard.domain.jobs.adoption import checkpoint_uri_of, rebuild_request
 from spotguard.domain.jobs.effects import Launch, Notify, Stop
 from spotguard.domain.jobs.model import (
     Attempt,
@@ -22,6 +22,7 @@ from spotguard.domain.jobs.model import (
 )
 from spotguard.domain.jobs.request import avoid_constraints, run_task_params
 from spotguard.domain.jobs.spend import spend
+from spotguard.domain.jobs.task_events import described_task
 from spotguard.domain.jobs.transitions import (
     begin_launch,
     launch_failed,
@@ -31,7 +32,6 @@ from spotguard.domain.jobs.transitions import (
     request_resubmit,
     retry_delay,
 )
-from spotguard.domain.task_events import described_task
 from spotguard.domain.tasks import TaskEvent
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -367,7 +367,7 @@ def test_attempt_liveness():
 def test_a_request_may_not_borrow_the_stacks_ebs_role_nor_an_unlisted_one_for_its_volumes():
     """The stack may pass its EBS role to ECS (for EBS mode): a request that configured its own volume
     with that role could have any snapshot restored into its task. Its own volumes take its own roles."""
-    from spotguard.domain.facts import TaskDefinitionInfo
+    from spotguard.domain.jobs.replies import TaskDefinitionInfo
     from spotguard.domain.jobs.request import not_permitted
 
     stack_role = "arn:aws:iam::123456789012:role/spotguard-EbsVolumesRole-ABC"

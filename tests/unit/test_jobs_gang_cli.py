@@ -15,8 +15,8 @@ import pytest
 from moto import mock_aws
 
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.commands import Answer, parse_command
 from spotguard.domain.jobs.answers import JobStatus
+from spotguard.domain.jobs.commands import Answer, parse_command
 from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, NodeTask
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.answers import NodeView, read_answer
@@ -87,7 +87,7 @@ def test_a_rendezvous_port_without_nodes_is_refused_before_anything_is_invoked(c
 def test_the_jobs_function_refuses_what_the_spec_refuses(options, said):
     """Issue 45, item 7: one strict model for both doors (`nodes: true` was a 1-node job, "2" two nodes,
     and the function took a rendezvous port for one node that the spec refuses)."""
-    from spotguard.domain.commands import CommandError
+    from spotguard.domain.jobs.commands import CommandError
 
     payload = {"action": "submit", "request": {"cluster": "c", "taskDefinition": "t:1"}, "options": options}
     with pytest.raises(CommandError) as err:

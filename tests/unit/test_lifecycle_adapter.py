@@ -8,7 +8,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from spotguard.adapters.autoscaling import LifecycleAdapter
-from spotguard.domain.notices import LifecycleRef
+from spotguard.domain.interruption.notices import LifecycleRef
 
 REF = LifecycleRef(group="gpu-spot-asg", hook="spotguard-drain", token="87654321-4321-4321-4321-210987654321")
 ACTION = {

@@ -11,9 +11,9 @@ import random
 
 import pytest
 
-from spotguard.domain.capacity import JobNeeds, Market, Situation
-from spotguard.domain.capacity_model import AvailabilityHistory, coarse_hazards
-from spotguard.domain.planner import (
+from spotguard.domain.capacity.availability import AvailabilityHistory, coarse_hazards
+from spotguard.domain.capacity.model import JobNeeds, Market, Situation
+from spotguard.domain.capacity.planner import (
     WAIT_MARGIN,
     Grid,
     PoolOption,
@@ -23,7 +23,7 @@ from spotguard.domain.planner import (
     default_time_value,
     spot_cost_per_work_hour,
 )
-from spotguard.domain.plans import JointPlan, split_horizon
+from spotguard.domain.capacity.plans import JointPlan, split_horizon
 from spotguard_cli.simulator import Job, Prices, Trace, simulate
 
 TICK = 1 / 6

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotguard.domain.notices import (
+from spotguard.domain.interruption.notices import (
     Action,
     NoticeKind,
     RebalanceMode,

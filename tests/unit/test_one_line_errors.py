@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from spotguard.domain.commands import CommandError, parse_command
 from spotguard.domain.errors import one_line
-from spotguard.domain.notices import classify
+from spotguard.domain.interruption.notices import classify
+from spotguard.domain.jobs.commands import CommandError, parse_command
 from spotguard.domain.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,9 +76,9 @@ def test_a_key_holding_a_newline_stays_one_line_in_every_refusal():
     import json
     from datetime import UTC, datetime
 
+    from spotguard.domain.jobs.task_events import classify_task_message
     from spotguard.domain.own_events import launch_due_message
     from spotguard.domain.settings import Settings
-    from spotguard.domain.task_events import classify_task_message
 
     body = json.loads(launch_due_message("job-1", 1, datetime.now(UTC)))
     body["detail"]["\n"] = None

@@ -8,18 +8,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.facts import RunResult
 from spotguard.domain.jobs.effects import Checkpoint, Launch, Notify, Stop
 from spotguard.domain.jobs.gangs import NOTHING_TO_ABANDON
 from spotguard.domain.jobs.model import Attempt, Job, JobOptions, JobState, RunTaskRequest, revised
 from spotguard.domain.jobs.placement import (
     DEFAULT_RESTART_HOURS,
-    PlacementDecision,
     job_needs,
     placement_params,
     progress_rate,
 )
+from spotguard.domain.jobs.replies import RunResult
 from spotguard.domain.jobs.request import run_task_params
 from spotguard.domain.jobs.transitions import (
     abandon_provisioning,

@@ -9,10 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from spotguard.domain.capacity import Market, Situation
-from spotguard.domain.capacity_model import NB, NC, AvailabilityHistory, age_bin
-from spotguard.domain.jobs.placement import PlacementDecision
-from spotguard.domain.planner import (
+from spotguard.domain.capacity.availability import NB, NC, AvailabilityHistory, age_bin
+from spotguard.domain.capacity.decision import PlacementDecision
+from spotguard.domain.capacity.model import Market, Situation
+from spotguard.domain.capacity.planner import (
     RECHECK_MAX_SECONDS,
     RECHECK_MIN_SECONDS,
     JobNeeds,
@@ -21,7 +21,14 @@ from spotguard.domain.planner import (
     choose_capacity,
     pick_two,
 )
-from spotguard.domain.plans import FAR_BUDGET, FINE_BUDGET, MAX_FINE_TICKS, JointPlan, Plan, plan_grid
+from spotguard.domain.capacity.plans import (
+    FAR_BUDGET,
+    FINE_BUDGET,
+    MAX_FINE_TICKS,
+    JointPlan,
+    Plan,
+    plan_grid,
+)
 from spotguard_cli.simulator import Job, Prices, Trace, simulate
 
 PRICES = Prices(spot=1.0, on_demand=3.0)

@@ -14,7 +14,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from spotguard.domain.capacity import (
+from spotguard.domain.capacity.availability import ADVANCE, NB, NC, NEXT_BIN, coarse_transitions
+from spotguard.domain.capacity.model import (
     Choice,
     GreedyPolicy,
     Market,
@@ -22,8 +23,7 @@ from spotguard.domain.capacity import (
     UniformProgressPolicy,
     slack_grid,
 )
-from spotguard.domain.capacity_model import ADVANCE, NB, NC, NEXT_BIN, coarse_transitions
-from spotguard.domain.plans import JointPlan, Plan
+from spotguard.domain.capacity.plans import JointPlan, Plan
 from spotguard_cli.simulator import Job, Prices, Trace, simulate
 
 TICK = 1 / 6  # 10 minutes, as in the real traces

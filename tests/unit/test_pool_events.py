@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, revised
+from spotguard.domain.jobs.task_events import PoolEvent, classify_task_message
 from spotguard.domain.pools import MAX_AHEAD, Observation, fold, fold_all, merge_discovered
 from spotguard.domain.settings import Settings
-from spotguard.domain.task_events import PoolEvent, classify_task_message
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.engine import PoolMarks

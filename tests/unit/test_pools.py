@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spotguard.domain.planner import JobNeeds, choose_capacity
+from spotguard.domain.capacity.planner import JobNeeds, choose_capacity
 from spotguard.domain.pools import (
     BACKOFF_MAX,
     MAX_OBSERVATIONS,

@@ -8,7 +8,7 @@ import pytest
 from botocore.stub import Stubber
 
 from spotguard.adapters.ecs_jobs import JobsEcsAdapter
-from spotguard.domain.run_errors import classify_run_error, pool_refused
+from spotguard.domain.jobs.run_errors import classify_run_error, pool_refused
 
 DOCUMENTED = [
     ("AccessDeniedException", "User is not authorized to perform: iam:PassRole", "access"),

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from spotguard.domain.capacity import (
+from spotguard.domain.capacity.model import (
     Choice,
     GreedyPolicy,
     Market,

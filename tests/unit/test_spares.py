@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from spotguard.domain.capacity import Market
+from spotguard.domain.capacity.decision import PlacementDecision
+from spotguard.domain.capacity.model import Market
 from spotguard.domain.jobs.effects import GiveBackSpare, RaiseSpare
 from spotguard.domain.jobs.model import JobState
-from spotguard.domain.jobs.placement import PlacementDecision
 from spotguard.domain.jobs.spares import (
     GIVE_BACK_LIMIT_SECONDS,
     RETRY_GIVE_BACK_SECONDS,

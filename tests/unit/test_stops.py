@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from spotguard.domain.stops import OwnRecord, classify_stop
+from spotguard.domain.jobs.stops import OwnRecord, classify_stop
 
 from ..conftest import load_event
 

@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from spotguard import clock
+from spotguard.domain import clock
 from spotguard.domain.tasks import cluster_arn_of
 from spotguard_cli.emulator.template import REPO
 

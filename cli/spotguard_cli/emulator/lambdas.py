@@ -34,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from spotguard import clock
+from spotguard.domain import clock
 from spotguard_cli.emulator.faults import InvocationCut
 from spotguard_cli.emulator.iam import RUNNING
 from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS

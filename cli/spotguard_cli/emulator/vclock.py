@@ -3,7 +3,7 @@ moves only when the caller moves it, and every part that dates something reads i
 sources of chance seeded, a run repeats exactly.
 
 `installed(clock, seed)` puts it in place, and takes it out on the way out:
-- SpotGuard: `spotguard.clock` (every time SpotGuard decides on or writes, the runtimes' `utcnow`);
+- SpotGuard: `spotguard.domain.clock` (every time SpotGuard decides on or writes, the runtimes' `utcnow`);
 - moto: `moto.core.utils`'s `datetime`, which every moto service reads its time through (`utcnow`,
   `unix_time`, `unix_time_millis`): SQS's delays, visibility timeouts and timestamps, EventBridge's
   event times, S3's LastModified, EC2's LaunchTime. One name, looked up at each call, so every copy of
@@ -111,7 +111,7 @@ def installed(clock: VirtualClock, seed: int) -> Iterator[VirtualClock]:
     from aws_lambda_powertools.utilities.idempotency.persistence import base, datarecord, dynamodb
     from moto.moto_api._internal import mock_random
 
-    from spotguard import clock as spotguard_clock
+    from spotguard.domain import clock as spotguard_clock
 
     chance = _Chance(seed)
     shim = _datetime_module()

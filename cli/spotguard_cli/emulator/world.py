@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from spotguard import clock
+from spotguard.domain import clock
 from spotguard_cli.emulator.assembly import assemble
 from spotguard_cli.emulator.gpucluster import GpuCluster, GpuScheduler, Host
 from spotguard_cli.emulator.inject import make_event, put_entry, task_event

@@ -19,7 +19,7 @@ import sys
 from datetime import timedelta
 from typing import Any, TextIO
 
-from spotguard.domain.commands import CommandError, parse_command
+from spotguard.domain.jobs.commands import CommandError, parse_command
 from spotguard.domain.jobs.model import JobState
 from spotguard_cli.answers import AnswerError, read_answer
 from spotguard_cli.arguments import number, whole

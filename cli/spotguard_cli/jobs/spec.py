@@ -52,8 +52,8 @@ from pydantic import (
     model_validator,
 )
 
-from spotguard.domain.commands import CommandError
 from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
+from spotguard.domain.jobs.commands import CommandError
 from spotguard.domain.jobs.model import MAX_NODES, SPOTGUARD_ENV, TORCHRUN_ENV
 from spotguard.domain.tasks import JOB_ID, MANAGED_TAG
 from spotguard_cli.arguments import checkpoint_directory

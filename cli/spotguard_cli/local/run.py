@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from spotguard.domain.commands import CommandError
+from spotguard.domain.jobs.commands import CommandError
 from spotguard.domain.jobs.model import TERMINAL
 from spotguard_cli.arguments import number
 from spotguard_cli.local.shared import STATE_DIR

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spotguard.domain.capacity import EPS, Market, slack_grid
+from spotguard.domain.capacity.model import EPS, Market, slack_grid
 from spotguard_cli.simulator.policy_run import Job, Prices, RunResult, check_job
 from spotguard_cli.simulator.traces import Trace, TraceError
 

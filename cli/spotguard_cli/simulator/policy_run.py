@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from spotguard.domain.capacity import EPS, CapacityPolicy, Market, Situation
+from spotguard.domain.capacity.model import EPS, CapacityPolicy, Market, Situation
 from spotguard_cli.simulator.traces import Trace, TraceError
 
 

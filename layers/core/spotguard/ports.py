@@ -9,9 +9,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # types only: the interruption function must not load the jobs domain at cold start
     from spotguard.domain.checkpoints import CheckpointRef
-    from spotguard.domain.facts import HostFacts, Notification, RunResult, TaskDefinitionInfo
+    from spotguard.domain.interruption.notices import (
+        ContainerInstanceUpdate,
+        HostRecord,
+        LifecycleRef,
+        Notice,
+    )
     from spotguard.domain.jobs.model import Job, JobState, UnreadableJob
-    from spotguard.domain.notices import ContainerInstanceUpdate, HostRecord, LifecycleRef, Notice
+    from spotguard.domain.jobs.replies import HostFacts, Notification, RunResult, TaskDefinitionInfo
     from spotguard.domain.tasks import ContainerInstanceRef, TaskEvent, TaskInfo
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from spotguard.domain.notices import LifecycleRef
+from spotguard.domain.interruption.notices import LifecycleRef
 
 
 def _unless_gone(call: Callable[..., Any], **params: Any) -> None:

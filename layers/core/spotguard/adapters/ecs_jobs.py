@@ -10,10 +10,10 @@ from botocore.exceptions import ClientError, ParamValidationError
 from botocore.validate import ParamValidator
 
 from spotguard.adapters.ecs import EcsAdapter, chunks
-from spotguard.domain.facts import RunResult, TaskDefinitionInfo
+from spotguard.domain.jobs.replies import RunResult, TaskDefinitionInfo
+from spotguard.domain.jobs.run_errors import classify_run_error
+from spotguard.domain.jobs.task_events import described_task
 from spotguard.domain.prices import gpus_of
-from spotguard.domain.run_errors import classify_run_error
-from spotguard.domain.task_events import described_task
 from spotguard.domain.tasks import TaskEvent, gpu_count
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from spotguard import clock
-from spotguard.domain.facts import HostFacts
+from spotguard.domain import clock
+from spotguard.domain.jobs.replies import HostFacts
 from spotguard.domain.prices import gpus_of, on_demand_price
 
 SPOT_PRICE_TTL_SECONDS = 3600

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from spotguard.adapters.dynamo import conditional, key, marshal, plain, written
-from spotguard.domain.notices import (
+from spotguard.domain.interruption.notices import (
     ContainerInstanceUpdate,
     HostClaim,
     HostRecord,

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from spotguard.domain.facts import Notification
+from spotguard.domain.jobs.replies import Notification
 
 SOURCE = "spotguard"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from spotguard import clock
 from spotguard.adapters.dynamo import key, marshal, plain, written
+from spotguard.domain import clock
 from spotguard.domain.errors import one_line
 from spotguard.domain.pools import (
     Observation,

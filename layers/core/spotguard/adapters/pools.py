@@ -19,7 +19,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from spotguard import clock
+from spotguard.domain import clock
 from spotguard.domain.pools import (
     NOT_POOLS,
     AutoScalingGroup,

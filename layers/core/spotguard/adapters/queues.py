@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from spotguard import clock
-from spotguard.domain.notices import LifecycleRef
+from spotguard.domain import clock
+from spotguard.domain.interruption.notices import LifecycleRef
 from spotguard.domain.own_events import LIFECYCLE_CHECK, launch_due_message, own_event
 
 MAX_DELAY_SECONDS = 900  # SQS's limit for DelaySeconds

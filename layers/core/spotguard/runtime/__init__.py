@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from spotguard import clock
+from spotguard.domain import clock
 
 
 def utcnow() -> datetime:

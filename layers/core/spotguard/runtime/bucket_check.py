@@ -11,8 +11,8 @@ from pydantic import Field
 from spotguard.adapters.bucket import S3BucketSettings
 from spotguard.adapters.clients import LazyClient
 from spotguard.adapters.notify import TopicAlerts
-from spotguard.config import EnvModel
 from spotguard.runtime import utcnow
+from spotguard.runtime.config import EnvModel
 from spotguard.usecases.bucket_check import BucketCheck
 
 

@@ -6,7 +6,7 @@ from spotguard.adapters.clients import LazyClient, client
 from spotguard.adapters.ledger import DynamoLedger
 from spotguard.adapters.queues import DeadLetters
 from spotguard.adapters.s3 import S3Checkpoints
-from spotguard.config import CheckpointsEnv
+from spotguard.runtime.config import CheckpointsEnv
 from spotguard.usecases.checkpoints import CheckpointService
 
 

@@ -24,10 +24,10 @@ from spotguard.adapters.ecs import EcsAdapter
 from spotguard.adapters.ledger import DynamoLedger
 from spotguard.adapters.queues import DeadLetters, FollowUpQueue
 from spotguard.adapters.ssm import SsmSignaller
-from spotguard.config import InterruptionEnv
-from spotguard.domain.notices import Notice
+from spotguard.domain.interruption.notices import Notice
 from spotguard.domain.tasks import ContainerInstanceRef
 from spotguard.runtime import utcnow
+from spotguard.runtime.config import InterruptionEnv
 from spotguard.usecases.interruption import InterruptionConfig, InterruptionService
 
 if TYPE_CHECKING:

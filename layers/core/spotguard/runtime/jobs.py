@@ -16,6 +16,7 @@ from spotguard.adapters.clients import LazyClient, client
 from spotguard.adapters.ebs import EbsAdapter
 from spotguard.adapters.ecs_jobs import JobsEcsAdapter
 from spotguard.adapters.hosts import Ec2Hosts
+from spotguard.adapters.job_metrics import MeteredNotifications, SpendMeter
 from spotguard.adapters.job_store import DynamoJobs
 from spotguard.adapters.ledger import DynamoLedger
 from spotguard.adapters.notify import Notifier
@@ -24,11 +25,10 @@ from spotguard.adapters.pools import PoolDiscovery
 from spotguard.adapters.queues import DeadLetters, RetryQueue
 from spotguard.adapters.s3 import S3Checkpoints
 from spotguard.adapters.ssm import SsmSignaller
-from spotguard.config import JobsEnv
-from spotguard.domain.commands import Submit
 from spotguard.domain.jobs.answers import JobSummary
-from spotguard.job_metrics import MeteredNotifications, SpendMeter
+from spotguard.domain.jobs.commands import Submit
 from spotguard.runtime import utcnow
+from spotguard.runtime.config import JobsEnv
 from spotguard.usecases.checkpoints import CheckpointService
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.ebs import EbsVolumes

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from spotguard.domain.notices import Action, ContainerInstanceUpdate, Notice, actions
+from spotguard.domain.interruption.notices import Action, ContainerInstanceUpdate, Notice, actions
 from spotguard.domain.settings import Settings
 from spotguard.domain.tasks import ContainerInstanceRef, ManageMode, TaskInfo, managed_tasks
 from spotguard.ports import Ecs, FollowUps, InterruptionLedger, Lifecycle, RebalanceFacts, Signaller

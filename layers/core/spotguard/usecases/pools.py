@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from spotguard.clock import now as time_now
+from spotguard.domain.clock import now as time_now
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,

@@ -29,7 +29,7 @@ from spotguard.domain.jobs.model import (
     replace_attempt,
     revised,
 )
-from spotguard.domain.stops import RESUME_ME, SPOTGUARD_REASON, StopVerdict
+from spotguard.domain.jobs.stops import RESUME_ME, SPOTGUARD_REASON, StopVerdict
 
 GANG_STOP_PREFIX = "SpotGuard: gang of job "
 # The gang's stop asked this long ago and a node still running: asked again (its StopTask may have failed

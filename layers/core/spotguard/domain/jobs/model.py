@@ -10,7 +10,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from spotguard.domain.jobs.placement import Move, PlacementDecision
+from spotguard.domain.capacity.decision import PlacementDecision
+from spotguard.domain.jobs.placement import Move
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_ID, JOB_TAG, STARTED_BY
 
 ATTEMPT_TAG = "spotguard:attempt"
@@ -49,11 +50,11 @@ MAX_PLACEMENT_CONSTRAINTS = 10  # ECS's limit per task
 RETRY_BASE_SECONDS = 30
 RETRY_MAX_SECONDS = 900
 # The furthest a deadline may be at submit (options.deadline, against the jobs function's clock:
-# spotguard.domain.jobs.request.deadline_refused): a year. Not what keeps a decision fast (the plan's
-# work no longer grows with the deadline: spotguard.domain.plans.collapse); it refuses in one line what
-# can only be a mistake (a year typed 2286 for 2026), where a job would otherwise take a deadline that
-# means nothing. A year is longer than any training run SpotGuard keeps alive and far beyond what the
-# capacity model knows (its history halves every week); a job with no deadline is given none.
+# spotguard.domain.jobs.request.deadline_refused): a year. Not what keeps a decision fast (the plan's work no
+# longer grows with the deadline: spotguard.domain.capacity.plans.collapse); it refuses in one line what can
+# only be a mistake (a year typed 2286 for 2026), where a job would otherwise take a deadline that means
+# nothing. A year is longer than any training run SpotGuard keeps alive and far beyond what the capacity model
+# knows (its history halves every week); a job with no deadline is given none.
 MAX_DEADLINE_HOURS = 8760
 
 

@@ -3,7 +3,7 @@ and the RunTask placement a decision turns into. Pure, but for the time a policy
 with when none is given (`PlacementDecision.at`; the capacity advisor gives its clock's).
 
 Every launch of a job whose cluster has pools (`spotguard.domain.pools`) asks the capacity policy
-(`spotguard.domain.planner.choose_capacity`) where to run: spot in a pool, on-demand, or wait. Its
+(`spotguard.domain.capacity.planner.choose_capacity`) where to run: spot in a pool, on-demand, or wait. Its
 answer is a `PlacementDecision` with the policy's fields; the capacity advisor
 (`spotguard.usecases.jobs.capacity`) completes it (when, why asked, the pool's capacity provider, type
 and zone, the figures below) into the decision the job records. What the policy is told about the job
@@ -32,12 +32,12 @@ import itertools
 import statistics
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from spotguard import clock
-from spotguard.domain.capacity import JobNeeds, Market
+from spotguard.domain.capacity.decision import PlacementDecision
+from spotguard.domain.capacity.model import JobNeeds
 from spotguard.domain.checkpoints import CheckpointRef
 
 DEFAULT_RESTART_HOURS = 0.2  # until measured: a GPU instance boots, pulls and restores in ~10-15 min
@@ -45,62 +45,6 @@ DEFAULT_WORK_HOURS = 4.0  # no estimate, no measurement, no deadline: only the n
 UNKNOWN_WORK_SHARE = 0.5  # with a deadline and no estimate: the work fills half the time to it
 MIN_RATE_SPAN_HOURS = 1 / 60  # checkpoints closer than this in total do not measure a rate
 MAX_DECISIONS = 20
-
-
-class PlacementDecision(BaseModel):
-    """One capacity decision: where the job is to run (`placement`: spot, on-demand, or none: it waits),
-    why, and what the plan expects it to cost to finish. `pool` is the pool's name (capacity
-    provider/instance type/zone): the spot pool on spot; on-demand, the on-demand pool the advisor chose
-    (None in the policy's answer, whose `instance_pool` names the spot pool whose instance type and zone to
-    run on-demand in). `placement` is a `Market`, a StrEnum: stored and sent as "spot", "on-demand",
-    "none".
-
-    The policy's answer (`choose_capacity`) sets the policy's fields (placement, pool, instance_pool,
-    reason, expected_cost, recheck_seconds, servable) and leaves `at` at the time it was made; the
-    capacity advisor completes it with `model_copy(update=...)`. `expected_cost`: the plan's expected $ to
-    finish from here (the time value of the hours until then included), None when no plan was run (no
-    deadline, or the deadline alone decided). `recheck_seconds`: when to ask again, 60..900 s in the
-    policy's answer: waiting, a tick (the plan decides tick by tick, and spot may be back by then) or what
-    is left of the bounded wait without a deadline; on on-demand, a tick (spot may be back and worth the
-    move), or the longest when the deadline keeps the job on on-demand to the end; on spot, the longest
-    (an interruption reaches SpotGuard as an event without asking; asking again only weighs a move).
-    `servable`: False when no pool has the job's GPUs per instance (then placement NONE)."""
-
-    model_config = ConfigDict(frozen=True)
-    at: datetime = Field(default_factory=clock.now)
-    # "warning": made at a spot warning (or terminate action) for the attempt after the warned one, whose
-    # launch carries it out (domain.jobs.spares); "move": a move's, carried out by the launch after it
-    trigger: Literal["launch", "reconcile", "pool-event", "move", "warning"] = "launch"
-    placement: Market
-    pool: str | None = None
-    instance_pool: str | None = None  # the pool whose instance type to use (for on-demand too)
-    capacity_provider: str | None = None
-    instance_type: str | None = None
-    availability_zone: str | None = None
-    constrain_type: bool = False  # the provider spans several instance types: pin this one
-    constrain_zone: bool = False  # ... several zones: pin this one
-    reason: str = Field(max_length=500)
-    expected_cost: float | None = None  # $ to finish, by the plan (None: no plan was run)
-    work_left_hours: float | None = None
-    time_left_hours: float | None = None
-    restart_hours: float | None = None
-    servable: bool = True  # False: no pool of the cluster can run the job at all
-    recheck_seconds: int = Field(default=0, ge=0, le=900)
-
-    def same_place(self, other: PlacementDecision | None) -> bool:
-        return other is not None and (self.placement, self.pool) == (other.placement, other.pool)
-
-    def summary(self) -> str:
-        where = {
-            Market.SPOT: f"spot in {self.pool}",
-            Market.ON_DEMAND: f"on-demand in {self.pool}",
-            Market.NONE: "wait",
-        }
-        cost = f"; expected ${self.expected_cost:,.2f} to finish" if self.expected_cost is not None else ""
-        said = where[self.placement]
-        if self.reason.startswith(said):  # the policy's reason may already say where
-            return f"{self.reason}{cost}"
-        return f"{said}: {self.reason}{cost}"
 
 
 class Move(BaseModel):

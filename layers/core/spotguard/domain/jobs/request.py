@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
-from spotguard.domain.facts import TaskDefinitionInfo
 from spotguard.domain.jobs.effects import Launch
 from spotguard.domain.jobs.model import (
     ATTEMPT_TAG,
@@ -32,6 +31,7 @@ from spotguard.domain.jobs.model import (
     started_by,
 )
 from spotguard.domain.jobs.placement import placement_params
+from spotguard.domain.jobs.replies import TaskDefinitionInfo
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG
 
 

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from spotguard.domain.capacity import Market
+from spotguard.domain.capacity.decision import PlacementDecision
+from spotguard.domain.capacity.model import Market
 from spotguard.domain.jobs.effects import GiveBackSpare, RaiseSpare, Step
 from spotguard.domain.jobs.model import Job, JobState, Spare, bump
-from spotguard.domain.jobs.placement import PlacementDecision
 
 # A spare that no attempt took this long after it was asked for is given back. The warned task has long
 # stopped by then (a spot instance is reclaimed two minutes after its warning; an Auto Scaling terminate

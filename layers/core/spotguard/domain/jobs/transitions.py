@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.jobs import gangs
 from spotguard.domain.jobs.effects import (
     CapacityWanted,
@@ -42,10 +43,10 @@ from spotguard.domain.jobs.model import (
     replace_attempt,
     revised,
 )
-from spotguard.domain.jobs.placement import Move, PlacementDecision, remember
+from spotguard.domain.jobs.placement import Move, remember
 from spotguard.domain.jobs.spares import carried_spare
 from spotguard.domain.jobs.spend import attempt_spend
-from spotguard.domain.stops import OwnRecord, StopVerdict, classify_stop
+from spotguard.domain.jobs.stops import OwnRecord, StopVerdict, classify_stop
 from spotguard.domain.tasks import TaskEvent
 
 

@@ -14,7 +14,7 @@ from spotguard.domain.pools.records import HOLD_HOURS, Frozen, PoolRecord
 from spotguard.domain.prices import UNPRICED_PER_GPU
 
 if TYPE_CHECKING:  # the planner needs numpy: loaded only where options are built
-    from spotguard.domain.planner import AvailabilityHistory, PoolOption
+    from spotguard.domain.capacity.planner import AvailabilityHistory, PoolOption
 
 
 class HostPlacement(Frozen):
@@ -81,7 +81,7 @@ def availability_history(
     unknown: at the first unknown tick after known ones the history is told `gap()` (the run's age is no
     longer known), and the unknown stretch still ages the counts (so a week-old outage weighs what a week
     of decay leaves of it). A pool whose newest fact is older than `hold_hours` thus ends in a gap."""
-    from spotguard.domain.planner import AvailabilityHistory
+    from spotguard.domain.capacity.planner import AvailabilityHistory
 
     history = AvailabilityHistory(tick_hours, half_life_hours)
     facts = [o for o in pool.history_facts if o.at <= now]
@@ -141,7 +141,7 @@ def pool_options(
     planner's on-demand choice is a spot pool's instance type (`PlacementDecision.instance_pool`), placed
     with `on_demand_pool`. A pool without history facts (`PoolRecord.history_facts`) has no history (the
     planner's prior and the placement score stand in)."""
-    from spotguard.domain.planner import PoolOption
+    from spotguard.domain.capacity.planner import PoolOption
 
     options = []
     for p in sorted(pools, key=lambda p: p.name):

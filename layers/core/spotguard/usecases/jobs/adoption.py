@@ -8,8 +8,8 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 
-from spotguard.domain.adoption import adopted_job, checkpoint_uri_of
-from spotguard.domain.commands import CommandError
+from spotguard.domain.jobs.adoption import adopted_job, checkpoint_uri_of
+from spotguard.domain.jobs.commands import CommandError
 from spotguard.domain.jobs.model import Job, adopted_job_id
 from spotguard.domain.tasks import TaskEvent, is_managed
 from spotguard.ports import JobEcs, JobStore

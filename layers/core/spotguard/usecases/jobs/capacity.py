@@ -31,9 +31,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from spotguard.domain.capacity import Market
+from spotguard.domain.capacity.decision import PlacementDecision
+from spotguard.domain.capacity.model import Market
 from spotguard.domain.jobs.model import Attempt, Job, JobState, revised
-from spotguard.domain.jobs.placement import PlacementDecision, job_needs
+from spotguard.domain.jobs.placement import job_needs
+from spotguard.domain.jobs.task_events import PoolEvent
 from spotguard.domain.jobs.transitions import avoidance
 from spotguard.domain.pools import (
     Observation,
@@ -43,10 +45,9 @@ from spotguard.domain.pools import (
     on_demand_pool,
     pool_options,
 )
-from spotguard.domain.task_events import PoolEvent
 
 if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not at a cold start
-    from spotguard.domain.planner import PoolOption
+    from spotguard.domain.capacity.planner import PoolOption
 from spotguard.ports import JobStore
 from spotguard.usecases.jobs.engine import LaunchPlacement, PoolMarks, PoolObservations, PoolsRefreshed
 from spotguard.usecases.pools import PoolService, failure_reason
@@ -92,7 +93,7 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
             pool = by_name(pools).get(carried.pool or "")
             if pool is not None and pool.available_at(now):
                 return carried  # the move's own decision, for the launch it stopped the task for
-        from spotguard.domain.planner import choose_capacity  # numpy, at the first decision
+        from spotguard.domain.capacity.planner import choose_capacity  # numpy, at the first decision
 
         live = job.live_attempt if trigger != "launch" else None
         needs = job_needs(

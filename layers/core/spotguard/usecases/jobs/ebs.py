@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from spotguard.domain.commands import CommandError, Submit
-from spotguard.domain.facts import TaskDefinitionInfo
+from spotguard.domain.jobs.commands import CommandError, Submit
 from spotguard.domain.jobs.ebs import snapshot_finished, snapshot_started, volumes_deleted
 from spotguard.domain.jobs.effects import Cleanup
 from spotguard.domain.jobs.model import Job
+from spotguard.domain.jobs.replies import TaskDefinitionInfo
 from spotguard.ports import Volumes
 from spotguard.usecases.jobs.engine import Transition, VolumeEffects
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from spotguard.domain.commands import CommandError
-from spotguard.domain.facts import Notification
+from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.jobs import gangs
+from spotguard.domain.jobs.commands import CommandError
 from spotguard.domain.jobs.effects import (
     CapacityWanted,
     Checkpoint,
@@ -44,8 +44,9 @@ from spotguard.domain.jobs.effects import (
     Stop,
 )
 from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem, client_token, revised
-from spotguard.domain.jobs.placement import PlacementDecision
+from spotguard.domain.jobs.replies import Notification
 from spotguard.domain.jobs.request import run_task_params
+from spotguard.domain.jobs.run_errors import pool_refused
 from spotguard.domain.jobs.transitions import (
     begin_launch,
     due,
@@ -54,13 +55,12 @@ from spotguard.domain.jobs.transitions import (
     launch_succeeded,
     retry_delay,
 )
-from spotguard.domain.run_errors import pool_refused
 from spotguard.domain.settings import Settings
 from spotguard.domain.tasks import ManageMode, TaskInfo
 from spotguard.ports import JobEcs, JobStore, LaunchRetries, NewestCheckpoint, Notifications, Signaller
 
 if TYPE_CHECKING:
-    from spotguard.domain.task_events import PoolEvent
+    from spotguard.domain.jobs.task_events import PoolEvent
     from spotguard.usecases.jobs.spares import Spares
 
 log = logging.getLogger(__name__)

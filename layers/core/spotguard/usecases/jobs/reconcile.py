@@ -41,13 +41,13 @@ from spotguard.domain.jobs.model import (
     revised,
     started_by,
 )
+from spotguard.domain.jobs.stops import VANISHED_REASON
 from spotguard.domain.jobs.transitions import (
     abandon_provisioning,
     move_abandoned,
     move_checkpointed,
     move_stop_retried,
 )
-from spotguard.domain.stops import VANISHED_REASON
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.engine import PoolObservations
 from spotguard.usecases.jobs.service import JobService

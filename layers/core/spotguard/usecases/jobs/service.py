@@ -17,9 +17,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from spotguard.domain.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
-from spotguard.domain.facts import TaskDefinitionInfo
+from spotguard.domain.interruption.notices import Notice
 from spotguard.domain.jobs.answers import JobStatus, JobSummary
+from spotguard.domain.jobs.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
 from spotguard.domain.jobs.effects import Launch, Step
 from spotguard.domain.jobs.gangs import NOTHING_TO_ABANDON
 from spotguard.domain.jobs.model import (
@@ -30,7 +30,10 @@ from spotguard.domain.jobs.model import (
     client_token,
     revised,
 )
+from spotguard.domain.jobs.replies import TaskDefinitionInfo
 from spotguard.domain.jobs.request import GANG_CONSTRAINTS, deadline_refused, not_permitted, run_task_params
+from spotguard.domain.jobs.run_errors import classify_run_error
+from spotguard.domain.jobs.task_events import PoolEvent, indexed_info, pool_event_refused
 from spotguard.domain.jobs.transitions import (
     NO_MOVE,
     abandon_provisioning,
@@ -39,10 +42,7 @@ from spotguard.domain.jobs.transitions import (
     request_move,
     request_resubmit,
 )
-from spotguard.domain.notices import Notice
 from spotguard.domain.prices import task_share
-from spotguard.domain.run_errors import classify_run_error
-from spotguard.domain.task_events import PoolEvent, indexed_info, pool_event_refused
 from spotguard.domain.tasks import TaskEvent
 from spotguard.ports import Hosts, JobEcs, JobStore, LaunchRetries, StopClaims, TaskIndex
 from spotguard.usecases.jobs.adoption import Adoption

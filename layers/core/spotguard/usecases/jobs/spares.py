@@ -29,7 +29,7 @@ from spotguard.domain.jobs.spares import ask_spare, give_back, spare_given_back,
 from spotguard.ports import JobStore, SpareCapacity, SpareGroupLeases
 
 if TYPE_CHECKING:
-    from spotguard.domain.notices import Notice
+    from spotguard.domain.interruption.notices import Notice
     from spotguard.usecases.jobs.engine import JobEngine, LaunchPlacement
 
     Transition = Callable[[Job], Step]

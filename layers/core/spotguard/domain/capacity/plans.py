@@ -1,16 +1,17 @@
-"""The plans: the cheapest way to the deadline for the capacity model (spotguard.domain.capacity_model),
-by dynamic programming over (ticks left, slack left, what the job holds, each pool's availability and
-run age). `Plan` is for one pool, `JointPlan` for two at once. About 670 lines: the two programmes and
-the grids they share (the horizon split, the far grid's junction), whose private helpers would
-otherwise cross modules.
+"""The plans: the cheapest way to the deadline for the capacity model
+(spotguard.domain.capacity.availability), by dynamic programming over (ticks left, slack left, what the job
+holds, each pool's availability and run age). `Plan` is for one pool, `JointPlan` for two at once. About 670
+lines: the two programmes and the grids they share (the horizon split, the far grid's junction), whose private
+helpers would otherwise cross modules.
 
 Slack (time left minus work left) is counted in units of u = tick / K, chosen so that the restart
 overhead is a whole number D of units (`plan_grid`). An idle tick spends K units of slack; a launch
 spends D (at most K per tick).
 
 The cost of a plan is money plus time: every hour the job is still unfinished is charged
-`time_value_per_hour` (spotguard.domain.planner sets its default). Without it, idle time is free and a
-loose deadline makes waiting as good as running; with it, equal money is broken toward finishing sooner.
+`time_value_per_hour` (spotguard.domain.capacity.planner sets its default). Without it, idle time is
+free and a loose deadline makes waiting as good as running; with it, equal money is broken toward
+finishing sooner.
 
 Bounded work: a decision must be cheap enough to run on every launch in a Lambda, whatever the deadline.
 The plan is therefore solved on two grids (`Horizon`):
@@ -39,7 +40,7 @@ off took 10 s and 650 MB). Slack beyond max(`SLACK_CAP_HOURS`, `SLACK_CAP_WORK` 
 (`collapse`): the deadline's far end is its safety net, not time to plan, and a plan with less slack than
 there is stays safe. The far step is looked for from a lower bound (`_first_step`), then in steps of a
 64th of itself past `LINEAR_STEPS`; its hazards come from a product over the age bins, not over its
-ticks (spotguard.domain.capacity_model). Where every action risks the deadline, a plan's value is its
+ticks (spotguard.domain.capacity.availability). Where every action risks the deadline, a plan's value is its
 sentinel `INF` weighted by that risk: `meets_deadline` tells it from a cost.
 """
 
@@ -52,8 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from spotguard.domain.capacity import Market
-from spotguard.domain.capacity_model import (
+from spotguard.domain.capacity.availability import (
     ADVANCE,
     NB,
     NC,
@@ -64,6 +64,7 @@ from spotguard.domain.capacity_model import (
     stretch_coarse,
     stretch_hazards,
 )
+from spotguard.domain.capacity.model import Market
 
 INF = 1e12  # the value of a missed deadline: a sentinel, never a cost (see `_Planned.meets_deadline`)
 K_MAX = 6  # at most 6 units per tick: the overhead to within a sixth of a tick (rounded up)

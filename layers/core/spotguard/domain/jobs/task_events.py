@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from spotguard.domain.envelope import MAX_VERSION, EventTime, Refused, envelope
 from spotguard.domain.errors import one_line
-from spotguard.domain.notices import WARNINGS, Notice, classify_event
+from spotguard.domain.interruption.notices import WARNINGS, Notice, classify_event
 from spotguard.domain.own_events import LAUNCH_DUE, SOURCE
 from spotguard.domain.pools import ahead_of_clock
 from spotguard.domain.settings import Settings

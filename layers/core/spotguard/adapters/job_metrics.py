@@ -1,7 +1,7 @@
 """The jobs path's metrics, in CloudWatch EMF like the rest (namespace `NAMESPACE`, the `service`
 dimension from POWERTOOLS_SERVICE_NAME). The stack's dashboard reads them (docs/observability.md).
 
-A module of its own, not `spotguard.observability`: the interruption function imports that one, and
+A module of its own, not `spotguard.adapters.metrics`: the interruption function imports that one, and
 must not load the jobs domain at cold start.
 
 - `JobEvents` (kind): every job notification as it goes out (`MeteredNotifications`): interrupted,
@@ -20,10 +20,10 @@ from datetime import datetime
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit, single_metric
 
-from spotguard.domain.facts import Notification
+from spotguard.adapters.metrics import NAMESPACE
 from spotguard.domain.jobs.model import Job, JobState
+from spotguard.domain.jobs.replies import Notification
 from spotguard.domain.jobs.spend import spend
-from spotguard.observability import NAMESPACE
 from spotguard.ports import JobStore, Notifications
 
 # A decision's market as the dashboard names it ("none" is the policy saying wait).

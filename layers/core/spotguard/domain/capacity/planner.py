@@ -3,8 +3,8 @@ About 600 lines: the simulator's policy and the Lambdas' one decision side by si
 share (`pick_two`, `build_plan`) cannot drift between them.
 
 Each pool's availability is modelled as alternating runs whose chance of ending depends on how long the
-run has lasted (spotguard.domain.capacity_model). Given the model, the job's work left, the time left
-and the restart overhead, a plan (spotguard.domain.plans) solves by dynamic programming which action
+run has lasted (spotguard.domain.capacity.availability). Given the model, the job's work left, the time left
+and the restart overhead, a plan (spotguard.domain.capacity.plans) solves by dynamic programming which action
 minimises the expected cost of finishing in time: wait, spot, or on-demand. That one computation weighs
 everything the simpler rules cannot: a spot run that is likely to end before its restart overhead is
 paid back, an outage that is likely to last (go on-demand now rather than later), how much slack the
@@ -25,7 +25,7 @@ losing spot in one pool means a restart, in the other pool if that one has spot 
 pools is worth it. The two are picked by `pick_two`: the pool the job holds (else the cheapest per hour
 of work that has spot now), and the cheapest per hour of work of the rest. The simulator's policy
 (`SpotGuardPolicy`) and the Lambdas' `choose_capacity` use the same rule and the same plans, whose work
-is bounded whatever the deadline (spotguard.domain.plans).
+is bounded whatever the deadline (spotguard.domain.capacity.plans).
 
 numpy is needed here (and only in the planner's modules in the core package).
 """
@@ -36,10 +36,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spotguard.domain.capacity import EPS, Choice, JobNeeds, Market, Situation, on_demand_needed
-from spotguard.domain.capacity_model import AvailabilityHistory, coarse_hazards, joint_state
-from spotguard.domain.jobs.placement import PlacementDecision
-from spotguard.domain.plans import JointPlan, Plan, plan_grid
+from spotguard.domain.capacity.availability import AvailabilityHistory, coarse_hazards, joint_state
+from spotguard.domain.capacity.decision import PlacementDecision
+from spotguard.domain.capacity.model import EPS, Choice, JobNeeds, Market, Situation, on_demand_needed
+from spotguard.domain.capacity.plans import JointPlan, Plan, plan_grid
 
 TIME_VALUE_SHARE = 0.05  # the default time value: this share of the on-demand price, per hour unfinished
 RECHECK_MIN_SECONDS, RECHECK_MAX_SECONDS = 60, 900

@@ -5,7 +5,7 @@ from the pool's own history, decayed, and smoothed towards a heavy-tailed prior.
 `AvailabilityHistory` keeps the counts; `hazards` (fine age bins, for the one-pool plan) and
 `coarse_hazards` (coarse bins, for the joint plan) read them. `stretch_hazards` and `stretch_coarse`
 turn per-tick hazards into hazards per step of m ticks, for the plans' coarse far grid
-(spotguard.domain.plans). numpy is needed here.
+(spotguard.domain.capacity.plans). numpy is needed here.
 """
 
 from __future__ import annotations

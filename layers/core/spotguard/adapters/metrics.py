@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from spotguard.domain.notices import Decision
+from spotguard.domain.interruption.notices import Decision
 
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "SpotGuard")
 

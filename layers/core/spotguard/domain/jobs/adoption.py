@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from spotguard.domain.facts import TaskDefinitionInfo
 from spotguard.domain.jobs.model import (
     ATTEMPT_TAG,
     SPOTGUARD_ENV,
@@ -25,7 +24,8 @@ from spotguard.domain.jobs.model import (
     adopted_job_id,
     revised,
 )
-from spotguard.domain.stops import classify_stop
+from spotguard.domain.jobs.replies import TaskDefinitionInfo
+from spotguard.domain.jobs.stops import classify_stop
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG, TaskEvent
 
 # Container override fields a description gives back that RunTask takes again.
