@@ -14,8 +14,9 @@ from moto import mock_aws
 from spotguard.adapters import clients
 from spotguard.adapters.bucket import S3BucketSettings
 from spotguard.adapters.notify import TopicAlerts
+from spotguard.ports import PUBLIC_ACCESS_SETTINGS
 from spotguard.runtime.bucket_check import bucket_check
-from spotguard.usecases.bucket_check import PUBLIC_ACCESS_SETTINGS, BucketCheck, missing
+from spotguard.usecases.bucket_check import BucketCheck, missing
 
 
 @pytest.fixture

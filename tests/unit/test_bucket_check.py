@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotguard.usecases.bucket_check import PUBLIC_ACCESS_SETTINGS, BucketCheck, BucketFacts, missing
+from spotguard.ports import PUBLIC_ACCESS_SETTINGS, BucketFacts
+from spotguard.usecases.bucket_check import BucketCheck, missing
 
 RIGHT = BucketFacts(
     versioning="Enabled",

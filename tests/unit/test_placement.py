@@ -32,8 +32,8 @@ from spotguard.domain.jobs.transitions import (
 )
 from spotguard.domain.pools import Observation, PoolRecord, Refreshed, fold
 from spotguard.domain.tasks import TaskEvent
+from spotguard.ports import LaunchPlacement
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
-from spotguard.usecases.jobs.engine import LaunchPlacement
 from tests.fakes import FakeJobs
 from tests.unit.test_job_engine import TASK, FakeEcs, _engine, _job
 

@@ -10,8 +10,8 @@ import logging
 from datetime import timedelta
 
 from spotguard.domain.pools import PoolRecord, SpotQuote, discover_pools, pool_options
+from spotguard.ports import PoolsRefreshed
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
-from spotguard.usecases.jobs.engine import PoolsRefreshed
 from spotguard.usecases.jobs.reconcile import Reconciler
 from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService

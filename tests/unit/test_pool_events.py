@@ -14,8 +14,8 @@ from spotguard.domain.jobs.task_events import PoolEvent, classify_task_message
 from spotguard.domain.pools import MAX_AHEAD, Observation, fold, fold_all, merge_discovered
 from spotguard.domain.settings import Settings
 from spotguard.domain.tasks import TaskEvent
+from spotguard.ports import PoolMarks
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
-from spotguard.usecases.jobs.engine import PoolMarks
 from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService
 from tests.conftest import EVENTS

@@ -1,25 +1,40 @@
-"""The interfaces the use cases need from the outside world. Adapters implement them with boto3;
-tests implement them with fakes."""
+"""Every interface the use cases need from the outside world, in this one module, by wing: the queues,
+the interruption, the jobs, the checkpoints, the bucket check and the pools. Adapters implement them with
+boto3 (spotguard.adapters), the tests with fakes (tests/fakes.py), and tests/contract runs one set of cases
+on both. Most are Protocols; three are classes whose default does nothing, for a stack without the part
+they stand for (`VolumeEffects`: no EBS mode; `LaunchPlacement` and `PoolObservations`: no pools), which
+the use cases' implementations subclass (usecases.jobs.ebs, usecases.jobs.capacity). Imports here are
+types only: the interruption function loads this at its cold start, and nothing of the jobs domain."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:  # types only: the interruption function must not load the jobs domain at cold start
-    from spotguard.domain.checkpoints import CheckpointRef
+    from spotguard.domain.capacity.decision import PlacementDecision
+    from spotguard.domain.checkpoints import CheckpointRecorded, CheckpointRef
     from spotguard.domain.interruption.notices import (
         ContainerInstanceUpdate,
         HostRecord,
         LifecycleRef,
         Notice,
     )
+    from spotguard.domain.jobs.effects import Cleanup, GiveBackSpare, RaiseSpare, Transition
     from spotguard.domain.jobs.model import Job, JobState, UnreadableJob
     from spotguard.domain.jobs.replies import HostFacts, Notification, RunResult, TaskDefinitionInfo
+    from spotguard.domain.jobs.task_events import PoolEvent
     from spotguard.domain.tasks import ContainerInstanceRef, TaskEvent, TaskInfo
 
 
+# ----------------------------------------------------------------------------------------- queues
+class DeadLetters(Protocol):
+    def send(self, body: str, reason: str, source_message_id: str) -> None: ...
+
+
+# ------------------------------------------------------------------------------------ interruption
 class Ecs(Protocol):
     def find_container_instance(
         self, instance_id: str, clusters: Sequence[str]
@@ -151,6 +166,125 @@ class Volumes(Protocol):
 
 class LaunchRetries(Protocol):
     def schedule(self, job_id: str, launch_try: int, delay_seconds: int) -> None: ...
+
+
+class SpareEffects(Protocol):
+    """The early replacement as the engine carries it out (usecases.jobs.spares.Spares)."""
+
+    def carry(self, job: Job, effect: RaiseSpare | GiveBackSpare) -> list[Transition]: ...
+    def unneeded(self, job: Job) -> Transition | None: ...
+
+
+class JobRunner(Protocol):
+    """The engine's one loop (usecases.jobs.engine.JobEngine.run), as the spares' warning path uses it."""
+
+    def run(
+        self, job_id: str, *transitions: Transition, current: Job | None = None, drive: bool = True
+    ) -> tuple[Job, str]: ...
+
+
+class VolumeEffects:
+    """EBS mode's effects (usecases.jobs.ebs): each returns the transitions its outcome leads to."""
+
+    def snapshot(self, job: Job, attempt: int) -> list[Transition]:
+        raise RuntimeError("EBS mode without an EBS adapter")
+
+    def cleanup(self, job: Job, cleanup: Cleanup) -> list[Transition]:
+        raise RuntimeError("EBS mode without an EBS adapter")
+
+
+class PoolMarks(NamedTuple):
+    """What a pool event did to the pools: the (cluster, pool) pairs that kept its fact, and those of
+    them whose state now is the one the event says (a launch failure: backed off now; a launch: available
+    with evidence now). An event older than the pool's newer facts, or whose backoff is over, is kept as
+    history only."""
+
+    kept: tuple[tuple[str, str], ...] = ()
+    in_effect: tuple[tuple[str, str], ...] = ()
+
+
+class PoolsRefreshed(NamedTuple):
+    """What a sweep's discovery found: how many pools the clusters have, and what failed (one line per
+    failure: a cluster whose discovery failed, a price that could not be read), the rest kept."""
+
+    pools: int = 0
+    errors: tuple[str, ...] = ()
+
+
+class LaunchPlacement:
+    """Where each launch goes: the engine's one question about capacity, and what a failed launch taught
+    (usecases.jobs.capacity.CapacityAdvisor). This default places every launch as its request says."""
+
+    def decide(self, job: Job, trigger: str) -> PlacementDecision | None:
+        return None
+
+    def launch_failed(self, job: Job, reason: str) -> None:
+        pass
+
+    def replacement(self, job: Job) -> tuple[PlacementDecision, str] | None:
+        """At a warning on the host of the job's live attempt: where the next attempt is to go (the
+        warned pool avoided, as the stop will avoid it) and that pool's Auto Scaling group (the early
+        replacement, usecases.jobs.spares). None: no decision for this job (no pools)."""
+        return None
+
+    def provider_refused(self, job: Job, reason: str) -> None:
+        """ECS refused the decision's capacity provider (`domain.run_errors.pool_refused`): mark its
+        pools unavailable."""
+
+
+class PoolObservations:
+    """What the jobs path learns about the pools, and their discovery (usecases.jobs.capacity.
+    CapacityAdvisor); JobService and Reconciler are given it. This default keeps nothing."""
+
+    def pool_event(self, ev: PoolEvent) -> PoolMarks:
+        """Record a pool event; the pools that kept it, and those it holds for now."""
+        return PoolMarks()
+
+    def still_running(self, job: Job) -> None:
+        """ECS says the job's attempt runs now (reconcile's DescribeTasks): spot is still in its pool."""
+
+    def provisioning_timed_out(self, job: Job) -> None:
+        """The live attempt's pool gave it no instance in time: mark the pool unavailable."""
+
+    def refresh(self, clusters: Sequence[str]) -> PoolsRefreshed:
+        """Discover the clusters' pools again (and their prices); how many pools there are, and what
+        failed."""
+        return PoolsRefreshed()
+
+
+# ------------------------------------------------------------------------------------ checkpoints
+class Manifests(Protocol):
+    def read(self, bucket: str, key: str) -> bytes: ...
+    def committed(self, prefix_uri: str) -> list[tuple[int, str]]: ...
+
+
+class CheckpointLedger(Protocol):
+    def record_checkpoint(self, ref: CheckpointRef, count: bool = True) -> CheckpointRecorded: ...
+    def newest_checkpoint(self, prefix_uri: str) -> CheckpointRef | None: ...
+
+
+# ----------------------------------------------------------------------------------- bucket check
+# The four settings of a bucket's public access block.
+PUBLIC_ACCESS_SETTINGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
+
+
+@dataclass(frozen=True)
+class BucketFacts:
+    """A bucket's settings as S3 reports them (None: not set at all)."""
+
+    versioning: str | None  # "Enabled" or "Suspended"; None when versioning was never turned on
+    encryption: str | None  # the default encryption's algorithm (AES256, aws:kms, aws:kms:dsse)
+    public_access_block: Mapping[str, bool] | None  # the bucket's own block, its four settings
+    eventbridge: bool  # Amazon EventBridge notifications on
+    unreadable: Mapping[str, str] = field(default_factory=dict)  # setting -> why it could not be read
+
+
+class BucketSettings(Protocol):
+    def facts(self, bucket: str) -> BucketFacts: ...
+
+
+class Alerts(Protocol):
+    def alert(self, subject: str, detail: Mapping[str, object]) -> None: ...
 
 
 # ------------------------------------------------------------------------------------------ pools

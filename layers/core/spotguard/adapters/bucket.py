@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from spotguard.usecases.bucket_check import PUBLIC_ACCESS_SETTINGS, BucketFacts
+from spotguard.ports import PUBLIC_ACCESS_SETTINGS, BucketFacts
 
 T = TypeVar("T")
 

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger
 
+    from spotguard.ports import DeadLetters
+
 
 class Record(Protocol):
     """What routing reads of an SQS record (Powertools' SQSRecord)."""
@@ -43,10 +45,6 @@ class Classified(Protocol):
 
     @property
     def event_id(self) -> str | None: ...
-
-
-class DeadLetters(Protocol):
-    def send(self, body: str, reason: str, source_message_id: str) -> None: ...
 
 
 C = TypeVar("C", bound=Classified)

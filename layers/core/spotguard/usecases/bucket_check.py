@@ -14,33 +14,12 @@ cannot be read is a finding too. The check never raises: the sweep goes on whate
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+
+from spotguard.ports import PUBLIC_ACCESS_SETTINGS, Alerts, BucketFacts, BucketSettings
 
 log = logging.getLogger(__name__)
-
-PUBLIC_ACCESS_SETTINGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
-
-
-@dataclass(frozen=True)
-class BucketFacts:
-    """A bucket's settings as S3 reports them (None: not set at all)."""
-
-    versioning: str | None  # "Enabled" or "Suspended"; None when versioning was never turned on
-    encryption: str | None  # the default encryption's algorithm (AES256, aws:kms, aws:kms:dsse)
-    public_access_block: Mapping[str, bool] | None  # the bucket's own block, its four settings
-    eventbridge: bool  # Amazon EventBridge notifications on
-    unreadable: Mapping[str, str] = field(default_factory=dict)  # setting -> why it could not be read
-
-
-class BucketSettings(Protocol):
-    def facts(self, bucket: str) -> BucketFacts: ...
-
-
-class Alerts(Protocol):
-    def alert(self, subject: str, detail: Mapping[str, object]) -> None: ...
 
 
 def missing(facts: BucketFacts) -> list[str]:

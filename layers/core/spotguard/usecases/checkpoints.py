@@ -3,8 +3,6 @@ when the record is missing (an event lost, or a checkpoint from before SpotGuard
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from pydantic import ValidationError
 
 from spotguard.domain.checkpoints import (
@@ -15,6 +13,7 @@ from spotguard.domain.checkpoints import (
     ManifestUnreadable,
     parse_manifest,
 )
+from spotguard.ports import CheckpointLedger, Manifests
 
 
 class BadManifest(ValueError):
@@ -25,16 +24,6 @@ class BadManifest(ValueError):
 class ManifestGone(ValueError):
     """The manifest an event names is not there (the agent's retention deleted it since, or the event
     was replayed): nothing to record, the event is ignored."""
-
-
-class Manifests(Protocol):
-    def read(self, bucket: str, key: str) -> bytes: ...
-    def committed(self, prefix_uri: str) -> list[tuple[int, str]]: ...
-
-
-class CheckpointLedger(Protocol):
-    def record_checkpoint(self, ref: CheckpointRef, count: bool = True) -> CheckpointRecorded: ...
-    def newest_checkpoint(self, prefix_uri: str) -> CheckpointRef | None: ...
 
 
 def _ref(prefix_uri: str, bucket: str, key: str, m: CheckpointManifest) -> CheckpointRef:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -125,3 +126,7 @@ class Step(BaseModel):
     job: Job | None = None
     effects: list[Effect] = Field(default_factory=list)
     note: str = ""
+
+
+# A transition: a job in, the new job and its effects out (transitions.py, ebs.py, gangs.py, spares.py).
+Transition = Callable[[Job], Step]

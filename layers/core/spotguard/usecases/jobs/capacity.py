@@ -48,8 +48,7 @@ from spotguard.domain.pools import (
 
 if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not at a cold start
     from spotguard.domain.capacity.planner import PoolOption
-from spotguard.ports import JobStore
-from spotguard.usecases.jobs.engine import LaunchPlacement, PoolMarks, PoolObservations, PoolsRefreshed
+from spotguard.ports import JobStore, LaunchPlacement, PoolMarks, PoolObservations, PoolsRefreshed
 from spotguard.usecases.pools import PoolService, failure_reason
 
 TICK_HOURS = 1 / 6  # the policy's tick: 10 minutes, the resolution of the traces it was built on

@@ -14,11 +14,10 @@ from datetime import datetime
 
 from spotguard.domain.jobs.commands import CommandError, Submit
 from spotguard.domain.jobs.ebs import snapshot_finished, snapshot_started, volumes_deleted
-from spotguard.domain.jobs.effects import Cleanup
+from spotguard.domain.jobs.effects import Cleanup, Transition
 from spotguard.domain.jobs.model import Job
 from spotguard.domain.jobs.replies import TaskDefinitionInfo
-from spotguard.ports import Volumes
-from spotguard.usecases.jobs.engine import Transition, VolumeEffects
+from spotguard.ports import VolumeEffects, Volumes
 
 
 def ebs_checkpointing(

@@ -21,11 +21,10 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.jobs import gangs
 from spotguard.domain.jobs.commands import CommandError
 from spotguard.domain.jobs.effects import (
@@ -42,6 +41,7 @@ from spotguard.domain.jobs.effects import (
     Snapshot,
     Step,
     Stop,
+    Transition,
 )
 from spotguard.domain.jobs.model import Job, JobError, JobState, OutboxItem, client_token, revised
 from spotguard.domain.jobs.replies import Notification
@@ -57,11 +57,20 @@ from spotguard.domain.jobs.transitions import (
 )
 from spotguard.domain.settings import Settings
 from spotguard.domain.tasks import ManageMode, TaskInfo
-from spotguard.ports import JobEcs, JobStore, LaunchRetries, NewestCheckpoint, Notifications, Signaller
+from spotguard.ports import (
+    JobEcs,
+    JobStore,
+    LaunchPlacement,
+    LaunchRetries,
+    NewestCheckpoint,
+    Notifications,
+    Signaller,
+    SpareEffects,
+    VolumeEffects,
+)
 
 if TYPE_CHECKING:
-    from spotguard.domain.jobs.task_events import PoolEvent
-    from spotguard.usecases.jobs.spares import Spares
+    pass
 
 log = logging.getLogger(__name__)
 MAX_WRITE_TRIES = 8  # compare-and-set conflicts (concurrent events for one job) before giving up
@@ -71,8 +80,6 @@ MAX_DRIVE_STEPS = 6  # launches begun in one run (each RunTask answer is applied
 # the send's few hundred milliseconds. A sender whose send fails lets go at once; one that dies is
 # outlived: its retry comes after the queue's visibility timeout (60 s or more), past the hold.
 OUTBOX_HOLD_SECONDS = 30
-
-Transition = Callable[[Job], Step]
 
 
 class JobsConfig(BaseModel):
@@ -96,75 +103,6 @@ class Conflict(RuntimeError):
     """The job kept changing under us: the record is retried (SQS) or the caller is told."""
 
 
-class VolumeEffects:
-    """EBS mode's effects (usecases.jobs.ebs): each returns the transitions its outcome leads to."""
-
-    def snapshot(self, job: Job, attempt: int) -> list[Transition]:
-        raise RuntimeError("EBS mode without an EBS adapter")
-
-    def cleanup(self, job: Job, cleanup: Cleanup) -> list[Transition]:
-        raise RuntimeError("EBS mode without an EBS adapter")
-
-
-class PoolMarks(NamedTuple):
-    """What a pool event did to the pools: the (cluster, pool) pairs that kept its fact, and those of
-    them whose state now is the one the event says (a launch failure: backed off now; a launch: available
-    with evidence now). An event older than the pool's newer facts, or whose backoff is over, is kept as
-    history only."""
-
-    kept: tuple[tuple[str, str], ...] = ()
-    in_effect: tuple[tuple[str, str], ...] = ()
-
-
-class PoolsRefreshed(NamedTuple):
-    """What a sweep's discovery found: how many pools the clusters have, and what failed (one line per
-    failure: a cluster whose discovery failed, a price that could not be read), the rest kept."""
-
-    pools: int = 0
-    errors: tuple[str, ...] = ()
-
-
-class LaunchPlacement:
-    """Where each launch goes: the engine's one question about capacity, and what a failed launch taught
-    (usecases.jobs.capacity.CapacityAdvisor). This default places every launch as its request says."""
-
-    def decide(self, job: Job, trigger: str) -> PlacementDecision | None:
-        return None
-
-    def launch_failed(self, job: Job, reason: str) -> None:
-        pass
-
-    def replacement(self, job: Job) -> tuple[PlacementDecision, str] | None:
-        """At a warning on the host of the job's live attempt: where the next attempt is to go (the
-        warned pool avoided, as the stop will avoid it) and that pool's Auto Scaling group (the early
-        replacement, usecases.jobs.spares). None: no decision for this job (no pools)."""
-        return None
-
-    def provider_refused(self, job: Job, reason: str) -> None:
-        """ECS refused the decision's capacity provider (`domain.run_errors.pool_refused`): mark its
-        pools unavailable."""
-
-
-class PoolObservations:
-    """What the jobs path learns about the pools, and their discovery (usecases.jobs.capacity.
-    CapacityAdvisor); JobService and Reconciler are given it. This default keeps nothing."""
-
-    def pool_event(self, ev: PoolEvent) -> PoolMarks:
-        """Record a pool event; the pools that kept it, and those it holds for now."""
-        return PoolMarks()
-
-    def still_running(self, job: Job) -> None:
-        """ECS says the job's attempt runs now (reconcile's DescribeTasks): spot is still in its pool."""
-
-    def provisioning_timed_out(self, job: Job) -> None:
-        """The live attempt's pool gave it no instance in time: mark the pool unavailable."""
-
-    def refresh(self, clusters: Sequence[str]) -> PoolsRefreshed:
-        """Discover the clusters' pools again (and their prices); how many pools there are, and what
-        failed."""
-        return PoolsRefreshed()
-
-
 class JobEngine:
     def __init__(
         self,
@@ -178,7 +116,7 @@ class JobEngine:
         volumes: VolumeEffects | None = None,
         placement: LaunchPlacement | None = None,
         signaller: Signaller | None = None,
-        spares: Spares | None = None,
+        spares: SpareEffects | None = None,
         on_written: Sequence[Callable[[Job, Job], None]] = (),
     ) -> None:
         self.config = config

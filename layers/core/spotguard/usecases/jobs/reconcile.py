@@ -49,7 +49,7 @@ from spotguard.domain.jobs.transitions import (
     move_stop_retried,
 )
 from spotguard.domain.tasks import TaskEvent
-from spotguard.usecases.jobs.engine import PoolObservations
+from spotguard.ports import PoolObservations
 from spotguard.usecases.jobs.service import JobService
 
 STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
@@ -60,6 +60,7 @@ MOVE_COMMIT_SECONDS = 900  # a move's checkpoint not committed this long after S
 # A moving task asked to stop this long ago and still running is asked again (its StopTask may have
 # failed): longer than ECS's longest stopTimeout (120 s) and a sweep, so one ask in two sweeps at most.
 MOVE_STOP_RETRY_SECONDS = 420
+
 log = logging.getLogger(__name__)
 # What a sweep reports, each a count (the reconcile function emits each as the metric Reconcile<Count>).
 COUNTS = (

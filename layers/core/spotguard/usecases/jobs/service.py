@@ -20,7 +20,7 @@ from typing import Any
 from spotguard.domain.interruption.notices import Notice
 from spotguard.domain.jobs.answers import JobStatus, JobSummary
 from spotguard.domain.jobs.commands import Cancel, CommandError, ListJobs, Resubmit, Status, Submit
-from spotguard.domain.jobs.effects import Launch, Step
+from spotguard.domain.jobs.effects import Launch, Step, Transition
 from spotguard.domain.jobs.gangs import NOTHING_TO_ABANDON
 from spotguard.domain.jobs.model import (
     MAX_PLACEMENT_CONSTRAINTS,
@@ -44,16 +44,19 @@ from spotguard.domain.jobs.transitions import (
 )
 from spotguard.domain.prices import task_share
 from spotguard.domain.tasks import TaskEvent
-from spotguard.ports import Hosts, JobEcs, JobStore, LaunchRetries, StopClaims, TaskIndex
+from spotguard.ports import (
+    Hosts,
+    JobEcs,
+    JobStore,
+    LaunchPlacement,
+    LaunchRetries,
+    PoolObservations,
+    StopClaims,
+    TaskIndex,
+)
 from spotguard.usecases.jobs.adoption import Adoption
 from spotguard.usecases.jobs.ebs import EbsVolumes, ebs_checkpointing
-from spotguard.usecases.jobs.engine import (
-    JobEngine,
-    JobsConfig,
-    LaunchPlacement,
-    PoolObservations,
-    Transition,
-)
+from spotguard.usecases.jobs.engine import JobEngine, JobsConfig
 
 log = logging.getLogger(__name__)
 

@@ -23,16 +23,13 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spotguard.domain.jobs.effects import GiveBackSpare, RaiseSpare, Step
+from spotguard.domain.jobs.effects import GiveBackSpare, RaiseSpare, Step, Transition
 from spotguard.domain.jobs.model import Job, JobState
 from spotguard.domain.jobs.spares import ask_spare, give_back, spare_given_back, spare_raised, spare_unneeded
-from spotguard.ports import JobStore, SpareCapacity, SpareGroupLeases
+from spotguard.ports import JobRunner, JobStore, LaunchPlacement, SpareCapacity, SpareGroupLeases
 
 if TYPE_CHECKING:
     from spotguard.domain.interruption.notices import Notice
-    from spotguard.usecases.jobs.engine import JobEngine, LaunchPlacement
-
-    Transition = Callable[[Job], Step]
 
 log = logging.getLogger(__name__)
 LIVE_STATES = (JobState.QUEUED, JobState.LAUNCHING, JobState.RUNNING, JobState.SNAPSHOTTING)
@@ -68,7 +65,7 @@ class Spares:
         return self.capacity is not None and bool(self.groups)
 
     # ------------------------------------------------------------------------------------ warnings
-    def on_warning(self, notice: Notice, engine: JobEngine, placement: LaunchPlacement) -> str:
+    def on_warning(self, notice: Notice, engine: JobRunner, placement: LaunchPlacement) -> str:
         """A spot warning or a terminate action for `notice.instance_id`: for each job whose live attempt
         runs there, decide the next attempt's pool and ask its spare. Safe to repeat (a job asks once
         per attempt)."""
