@@ -69,7 +69,8 @@ def documented() -> str:
 def write() -> None:
     text = LAYOUT.read_text()
     old = documented()
-    LAYOUT.write_text(text.replace(old, generated()) if old else text.rstrip("\n") + "\n\n" + generated() + "\n")
+    new = text.replace(old, generated()) if old else text.rstrip("\n") + "\n\n" + generated() + "\n"
+    LAYOUT.write_text(new)
 
 
 # ------------------------------------------------------------------------------------ the import graph

@@ -20,7 +20,8 @@ from aws_lambda_powertools.utilities.batch import EventType, process_partial_res
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from spotguard.adapters.metrics import count_decision, count_outcome, tracer
-from spotguard.domain.interruption.notices import Decision, classify, plan
+from spotguard.domain.interruption.classify import classify
+from spotguard.domain.interruption.notices import Decision, plan
 from spotguard.runtime.config import InterruptionEnv
 from spotguard.runtime.handling import Router
 from spotguard.runtime.interruption import InterruptionRuntime, ParallelBatchProcessor, ThreadLogger
@@ -53,7 +54,7 @@ def act(decision: Decision) -> None:
         outcome = runtime.handle_notice(notice=notice)
         with _metrics_lock:
             count_outcome(metrics, outcome)
-        logger.info("notice handled", extra={"outcome": outcome})
+        logger.info("notice handled", extra={"outcome": outcome.model_dump(mode="json")})
 
 
 @logger.inject_lambda_context(clear_state=True)

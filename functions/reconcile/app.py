@@ -36,17 +36,15 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, int]:
     if bucket is not None:
         bucket.run()  # never raises
     counts = runtime.reconciler.reconcile()
-    for name, value in counts.items():
-        if name != "checked" and value:
-            metrics.add_metric(
-                name=f"Reconcile{name.title().replace('_', '')}", unit=MetricUnit.Count, value=value
-            )
+    for name, value in counts.metrics():
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     try:  # the dashboard's jobs by state, once a sweep
         count_jobs_by_state({state: runtime.jobs.count(state) for state in LIVE_STATES})
     except Exception:  # a metric lost, never the sweep
         logger.exception("could not count the jobs by state")
-    logger.info("reconciled", extra=counts)
-    return counts
+    answer = counts.answer()
+    logger.info("reconciled", extra=answer)
+    return answer
 
 
 if _tracer is not None:

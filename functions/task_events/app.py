@@ -21,7 +21,15 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from spotguard.adapters.metrics import tracer
 from spotguard.domain.jobs.model import UnreadableJob
-from spotguard.domain.jobs.task_events import TaskMessage, classify_task_message
+from spotguard.domain.jobs.task_events import (
+    LaunchDueMessage,
+    PoolEventMessage,
+    SnapshotMessage,
+    TaskMessage,
+    TaskStateMessage,
+    WarningMessage,
+    classify_task_message,
+)
 from spotguard.runtime.config import JobsEnv
 from spotguard.runtime.handling import Router
 from spotguard.runtime.jobs import JobsRuntime
@@ -43,40 +51,32 @@ def record_handler(record: SQSRecord) -> None:
 
 
 def act(msg: TaskMessage) -> None:
-    if msg.outcome == "launch":
-        assert msg.job_id is not None and msg.launch_try is not None
+    if isinstance(msg, LaunchDueMessage):
         note = runtime.service.on_launch_due(msg.job_id, msg.launch_try)
         logger.info("launch due", extra={"job_id": msg.job_id, "note": note})
-        return
-    if msg.outcome == "snapshot":
-        assert msg.snapshot_id is not None
-        note = runtime.service.on_snapshot(msg.snapshot_id, bool(msg.snapshot_ok))
+    elif isinstance(msg, SnapshotMessage):
+        note = runtime.service.on_snapshot(msg.snapshot_id, msg.snapshot_ok)
         logger.info("snapshot", extra={"snapshot": msg.snapshot_id, "ok": msg.snapshot_ok, "note": note})
-        return
-    if msg.outcome == "pool":
-        assert msg.pool_event is not None
+    elif isinstance(msg, PoolEventMessage):
         note = runtime.service.on_pool_event(msg.pool_event)
         if not msg.pool_event.available:  # a launch that succeeded is no failure to count
             metrics.add_metric(name="PoolLaunchFailures", unit=MetricUnit.Count, value=1)
         logger.info("pool event", extra={"group": msg.pool_event.group, "note": note})
-        return
-    if msg.outcome == "warning":
-        assert msg.notice is not None
+    elif isinstance(msg, WarningMessage):
         note = runtime.service.on_warning(msg.notice)
         logger.info("warning", extra={"instance": msg.notice.instance_id, "note": note})
-        return
-    assert msg.task is not None
-    note = runtime.service.on_task_event(msg.task)
-    metrics.add_metric(name="TaskEvents", unit=MetricUnit.Count, value=1)
-    logger.info(
-        "task event",
-        extra={
-            "task": msg.task.task_arn,
-            "status": msg.task.last_status,
-            "version": msg.task.version,
-            "note": note,
-        },
-    )
+    elif isinstance(msg, TaskStateMessage):
+        note = runtime.service.on_task_event(msg.task)
+        metrics.add_metric(name="TaskEvents", unit=MetricUnit.Count, value=1)
+        logger.info(
+            "task event",
+            extra={
+                "task": msg.task.task_arn,
+                "status": msg.task.last_status,
+                "version": msg.task.version,
+                "note": note,
+            },
+        )
 
 
 @logger.inject_lambda_context(clear_state=True)

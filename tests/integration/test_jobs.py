@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 from spotguard.adapters import clients
-from spotguard.usecases.jobs.reconcile import COUNTS
+from spotguard.usecases.jobs.reconcile import SweepCounts
 from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
 
 from .conftest import fresh_aws
@@ -381,9 +381,9 @@ def test_reconcile_applies_a_stop_whose_event_was_lost(jobs: JobsWorld):
     status = jobs.status(job["job_id"])
     assert status["state"] == "running" and len(status["attempts"]) == 2
     # attempt 2 runs in ECS and its RUNNING event was never sent here: taken from ECS, once
-    assert jobs.reconcile() == {**dict.fromkeys(COUNTS, 0), "checked": 1, "runs_applied": 1}
+    assert jobs.reconcile() == {**SweepCounts().answer(), "checked": 1, "runs_applied": 1}
     # the cluster has no capacity providers: no pools, and jobs are placed as requested
-    assert jobs.reconcile() == {**dict.fromkeys(COUNTS, 0), "checked": 1}
+    assert jobs.reconcile() == {**SweepCounts().answer(), "checked": 1}
 
 
 def test_reconcile_resumes_a_job_whose_task_vanished_from_ecs(jobs: JobsWorld):

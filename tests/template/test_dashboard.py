@@ -86,21 +86,17 @@ def _call_name(call: ast.Call) -> str | None:
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
 
 
-def _reconcile_counts() -> list[str]:
-    """The counts reconcile returns (the reconcile function makes a metric of each)."""
-    from spotguard.usecases.jobs.reconcile import COUNTS
-
-    return list(COUNTS)
-
-
 def _names(call: ast.Call, path: Path) -> list[str]:
     name = _kw(call, "name")
     if _const(name):
         return [_const(name)]  # type: ignore[list-item]
-    # The one computed name: functions/reconcile/app.py, f"Reconcile{name.title().replace('_', '')}"
+    # The one name from a table: functions/reconcile/app.py emits the sweep's counts by the metric names
+    # SweepCounts gives them (`for name, value in counts.metrics()`)
     assert path == REPO / "functions" / "reconcile" / "app.py", f"{path}: a metric name the test cannot read"
-    assert isinstance(name, ast.JoinedStr) and "Reconcile{name.title().replace('_', '')}" in ast.unparse(name)
-    return [f"Reconcile{k.title().replace('_', '')}" for k in _reconcile_counts() if k != "checked"]
+    assert isinstance(name, ast.Name) and name.id == "name", ast.unparse(name)
+    from spotguard.usecases.jobs.reconcile import SweepCounts
+
+    return SweepCounts.metric_names()
 
 
 def emitted_metrics() -> dict[str, set[frozenset[str]]]:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from spotguard.domain.jobs.commands import parse_command
-from spotguard.usecases.jobs.reconcile import COUNTS
+from spotguard.usecases.jobs.reconcile import SweepCounts
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.local import demo as localcmd
 from spotguard_cli.local import shared, up
@@ -237,7 +237,7 @@ def test_jobs_refusals_name_every_field_as_the_user_gave_it(argv, line, capsys):
 
 
 # ---------------------------------------------------------------------------- what the demos print
-RECONCILE_QUIET = {**dict.fromkeys(COUNTS, 0), "checked": 1, "pools": 4}
+RECONCILE_QUIET = {**SweepCounts().answer(), "checked": 1, "pools": 4}
 
 
 def test_a_reconcile_that_only_looked_says_nothing_and_one_that_acted_says_what_in_words():
@@ -386,7 +386,7 @@ def test_an_attempts_duration_is_never_zero_minutes(seconds, said):
     from datetime import UTC, datetime, timedelta
 
     from spotguard_cli.answers import AttemptView
-    from spotguard_cli.jobs.logs import between_line, duration_text
+    from spotguard_cli.jobs.log_lines import between_line, duration_text
 
     assert duration_text(seconds) == said
     start = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)

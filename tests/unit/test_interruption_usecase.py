@@ -555,8 +555,8 @@ def test_a_notice_delivered_again_is_not_counted_again():
     svc, *_ = service([task(1), task(2)])
     first, again = svc.handle(notice()), svc.handle(notice())
     counted = EphemeralMetrics(namespace="SpotGuard")
-    count_outcome(counted, first.model_dump(mode="json"))
+    count_outcome(counted, first)
     assert {"HostsDrained", "TasksSignalled", "SecondsToSignal"} <= set(counted.metric_set)
     not_again = EphemeralMetrics(namespace="SpotGuard")
-    count_outcome(not_again, again.model_dump(mode="json"))
+    count_outcome(not_again, again)
     assert not_again.metric_set == {}

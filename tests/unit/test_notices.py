@@ -8,14 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotguard.domain.interruption.notices import (
-    Action,
-    NoticeKind,
-    RebalanceMode,
-    Settings,
-    classify,
-    plan,
-)
+from spotguard.domain.interruption.classify import classify
+from spotguard.domain.interruption.notices import Action, NoticeKind, RebalanceMode, Settings, plan
 
 WATCH = Settings(clusters=("gpu-spot",))
 

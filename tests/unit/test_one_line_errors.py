@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from spotguard.domain.errors import one_line
-from spotguard.domain.interruption.notices import classify
+from spotguard.domain.interruption.classify import classify
 from spotguard.domain.jobs.commands import CommandError, parse_command
 from spotguard.domain.settings import Settings
 

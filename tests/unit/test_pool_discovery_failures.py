@@ -114,4 +114,4 @@ def test_reconcile_counts_every_discovery_failure_and_no_job_failure():
         engine, None, None, placement=advisor, pool_observations=advisor, retries=engine.retries
     )  # type: ignore[arg-type]
     counts = Reconciler(jobs, pool_observations=advisor).reconcile()
-    assert (counts["pools"], counts["discovery_errors"], counts["failed"]) == (7, 2, 0)
+    assert (counts.pools, counts.discovery_errors, counts.failed) == (7, 2, 0)

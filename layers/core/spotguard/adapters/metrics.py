@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from spotguard.domain.interruption.notices import Decision
+from spotguard.domain.interruption.notices import Decision, NoticeOutcome
 
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "SpotGuard")
 
@@ -20,20 +20,21 @@ def count_decision(metrics: Metrics, decision: Decision) -> None:
         m.add_dimension(name="outcome", value=decision.outcome)
 
 
-def count_outcome(metrics: Metrics, outcome: dict[str, Any]) -> None:
-    if outcome.get("repeat"):  # a notice delivered again: counted when it was handled
+def count_outcome(metrics: Metrics, outcome: NoticeOutcome) -> None:
+    if outcome.repeat:  # a notice delivered again: counted when it was handled
         return
-    signalled = len(outcome.get("signalled") or [])
-    if signalled and outcome.get("signal"):
+    signalled = len(outcome.signalled)
+    if signalled and outcome.signal:
         metrics.add_metric(name="TasksSignalled", unit=MetricUnit.Count, value=signalled)
-    latency = outcome.get("signal_latency_seconds")
-    if latency is not None:
-        metrics.add_metric(name="SecondsToSignal", unit=MetricUnit.Seconds, value=float(latency))
-    if outcome.get("drained"):
+    if outcome.signal_latency_seconds is not None:
+        metrics.add_metric(
+            name="SecondsToSignal", unit=MetricUnit.Seconds, value=outcome.signal_latency_seconds
+        )
+    if outcome.drained:
         metrics.add_metric(name="HostsDrained", unit=MetricUnit.Count, value=1)
-    if outcome.get("pool_facts"):  # a rebalance recommendation kept on the host's pool
-        metrics.add_metric(name="PoolRebalances", unit=MetricUnit.Count, value=len(outcome["pool_facts"]))
-    if outcome.get("pool_fact_error"):  # ... or not kept: the notice was handled all the same
+    if outcome.pool_facts:  # a rebalance recommendation kept on the host's pool
+        metrics.add_metric(name="PoolRebalances", unit=MetricUnit.Count, value=len(outcome.pool_facts))
+    if outcome.pool_fact_error:  # ... or not kept: the notice was handled all the same
         metrics.add_metric(name="PoolFactsNotKept", unit=MetricUnit.Count, value=1)
 
 

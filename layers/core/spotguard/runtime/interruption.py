@@ -24,7 +24,7 @@ from spotguard.adapters.ecs import EcsAdapter
 from spotguard.adapters.ledger import DynamoLedger
 from spotguard.adapters.queues import DeadLetters, FollowUpQueue
 from spotguard.adapters.ssm import SsmSignaller
-from spotguard.domain.interruption.notices import Notice
+from spotguard.domain.interruption.notices import Notice, NoticeOutcome
 from spotguard.domain.tasks import ContainerInstanceRef
 from spotguard.runtime import utcnow
 from spotguard.runtime.config import InterruptionEnv
@@ -64,8 +64,8 @@ class InterruptionRuntime:
         self.dead_letters = DeadLetters(sqs, env.dead_letter_url)
         self._context: Any = None
 
-    def handle_notice(self, notice: Notice) -> dict[str, Any]:
-        return self.service.handle(notice, lease_seconds=self._lease_seconds()).model_dump(mode="json")
+    def handle_notice(self, notice: Notice) -> NoticeOutcome:
+        return self.service.handle(notice, lease_seconds=self._lease_seconds())
 
     def register_context(self, context: Any) -> None:
         self._context = context

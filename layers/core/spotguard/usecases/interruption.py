@@ -27,11 +27,19 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from spotguard.domain.interruption.notices import Action, ContainerInstanceUpdate, Notice, actions
+from spotguard.domain.interruption.notices import (
+    Action,
+    ContainerInstanceUpdate,
+    HostRecord,
+    LifecycleRef,
+    Notice,
+    NoticeOutcome,
+    actions,
+)
 from spotguard.domain.settings import Settings
 from spotguard.domain.tasks import ContainerInstanceRef, ManageMode, TaskInfo, managed_tasks
 from spotguard.ports import Ecs, FollowUps, InterruptionLedger, Lifecycle, RebalanceFacts, Signaller
@@ -54,27 +62,6 @@ class InterruptionConfig(BaseModel):
     # a try that died is taken over once it has run out.
     lease_seconds: float = Field(default=30, gt=0, le=900)
     max_parallel_calls: int = Field(default=MAX_PARALLEL_CALLS, ge=1, le=256)
-
-
-class NoticeOutcome(BaseModel):
-    """What was done for one notice: logged, counted, stored in the ledger, printed by the demo."""
-
-    notice_key: str
-    kind: str
-    instance_id: str
-    cluster_arn: str | None = None
-    container_instance_arn: str | None = None
-    drained: bool = False
-    signal: Literal["stop", "SIGUSR1"] | None = None
-    signalled: list[str] = Field(default_factory=list)
-    skipped: str | None = None
-    lifecycle: Literal["completed", "waiting"] | None = None
-    signal_latency_seconds: float | None = None
-    pool_facts: list[str] = Field(default_factory=list)  # the pools a rebalance fact was kept on
-    pool_fact_error: str | None = None  # why it could not be kept (the notice is handled all the same)
-    # a notice handled already (delivered again): the outcome stored then, nothing done now, and so
-    # nothing counted again in the metrics (observability.count_outcome)
-    repeat: bool = False
 
 
 def stop_reason(notice: Notice) -> str:
@@ -112,8 +99,8 @@ class InterruptionService:
 
     # ----------------------------------------------------------------------------------------- notice
     def handle(self, notice: Notice, lease_seconds: float | None = None) -> NoticeOutcome:
-        """Carry out the notice's actions (`domain.notices.actions`: what `explain` prints, too).
-        `lease_seconds`: how long this try may hold the notice (the invocation's remaining time)."""
+        """Carry out the notice's actions (`domain.interruption.notices.actions`: what `explain` prints,
+        too). `lease_seconds`: how long this try may hold the notice (the invocation's remaining time)."""
         steps = actions(notice.kind, self.config.settings)
         if Action.RECORD not in steps:  # the follow-up of a held lifecycle action
             return self._lifecycle_check(notice)
@@ -134,78 +121,93 @@ class InterruptionService:
             return out
         out.cluster_arn, out.container_instance_arn = ref.cluster_arn, ref.container_instance_arn
         drain = Action.DRAIN in steps and ref.status != "DRAINING"
-
         if Action.CHECKPOINT_TASKS in steps:
             self.ledger.lease_notice(notice, owner, received, lease_until)
-            tasks = self._managed(ref)
-            if tasks:
-                self.signaller.signal(notice.instance_id, tasks, "SIGUSR1")
-                out.signal, out.signalled = "SIGUSR1", [t.task_arn for t in tasks]
-                out.signal_latency_seconds = self._latency(notice)
-            else:
-                out.skipped = "no managed task on this instance"
-
+            self._checkpoint(notice, ref, out)
         holder: str = notice.key
         waiting_for: list[str] = []
-        tasks: list[TaskInfo] = []
         if Action.STOP_TASKS in steps:
-            claimed: str | None
-            if host.claim is not None and host.claim.notice_key != notice.key:
-                # Another notice holds the host (the query said so): nothing to list, nothing to stop.
-                claimed, stopping = host.claim.notice_key, list(host.claim.task_arns)
-            else:
-                # The tasks go into the claim itself (one write, before the stops), so that a redelivery
-                # after a partial failure knows every task this notice stopped, not only the ones it stops.
-                tasks = self._managed(ref)
-                claimed, stopping = self.ledger.claim_host(
-                    notice.instance_id,
-                    notice.key,
-                    received,
-                    ref.cluster_arn,
-                    [t.task_arn for t in tasks],
-                    owner,
-                    lease_until,
-                )
-            if claimed is None:
-                self._stop_all(tasks, stop_reason(notice), ref if drain else None)
-                out.drained = drain
-                drain = False
-                out.signal, out.signalled = "stop", stopping
-                if tasks:
-                    out.signal_latency_seconds = self._latency(notice)
-                elif not stopping:
-                    out.skipped = "no managed task on this instance"
-            else:
-                holder = claimed
-                out.skipped = f"managed tasks were already stopped for notice {holder}"
-            waiting_for = stopping  # ours, or what the holding notice stops: written before its stops
-
+            lease = (received, owner, lease_until)
+            holder, waiting_for, drain = self._stop(notice, host, ref, drain, lease, out)
         if drain:
             self.ecs.drain(ref)
             out.drained = True
-
         if Action.POOL_FACT in steps:
             self._record_pool_fact(notice, ref, out)
-
         if Action.COMPLETE_LIFECYCLE in steps and notice.lifecycle is not None:
-            if not waiting_for:
-                self.lifecycle.complete(notice.lifecycle, notice.instance_id)
-                out.lifecycle = "completed"
-            else:
-                deadline = notice.event_time + timedelta(seconds=self.config.lifecycle_wait_seconds)
-                self.lifecycle.heartbeat(notice.lifecycle, notice.instance_id)
-                self.follow_ups.lifecycle_check(
-                    notice.instance_id,
-                    notice.lifecycle,
-                    deadline,
-                    holder,
-                    self.config.lifecycle_check_seconds,
-                )
-                out.lifecycle = "waiting"
+            self._hold_or_complete(notice, notice.lifecycle, holder, waiting_for, out)
         self.ledger.finish_notice(notice, received, out.model_dump(mode="json"))
         return out
 
-    # ------------------------------------------------------------------------------------- internals
+    def _checkpoint(self, notice: Notice, ref: ContainerInstanceRef, out: NoticeOutcome) -> None:
+        """SIGUSR1 to the managed tasks on the host: a checkpoint now, no stop."""
+        tasks = self._managed(ref)
+        if tasks:
+            self.signaller.signal(notice.instance_id, tasks, "SIGUSR1")
+            out.signal, out.signalled = "SIGUSR1", [t.task_arn for t in tasks]
+            out.signal_latency_seconds = self._latency(notice)
+        else:
+            out.skipped = "no managed task on this instance"
+
+    def _stop(
+        self,
+        notice: Notice,
+        host: HostRecord,
+        ref: ContainerInstanceRef,
+        drain: bool,
+        lease: tuple[datetime, str, datetime],
+        out: NoticeOutcome,
+    ) -> tuple[str, list[str], bool]:
+        """Claim the host and stop its managed tasks (and drain it beside them), unless another notice
+        holds it. Returns the notice that holds the host, the tasks it stops (written before its stops),
+        and whether the drain is still to be done."""
+        received, owner, lease_until = lease
+        tasks: list[TaskInfo] = []
+        claimed: str | None
+        if host.claim is not None and host.claim.notice_key != notice.key:
+            # Another notice holds the host (the query said so): nothing to list, nothing to stop.
+            claimed, stopping = host.claim.notice_key, list(host.claim.task_arns)
+        else:
+            # The tasks go into the claim itself (one write, before the stops), so that a redelivery
+            # after a partial failure knows every task this notice stopped, not only the ones it stops.
+            tasks = self._managed(ref)
+            claimed, stopping = self.ledger.claim_host(
+                notice.instance_id,
+                notice.key,
+                received,
+                ref.cluster_arn,
+                [t.task_arn for t in tasks],
+                owner,
+                lease_until,
+            )
+        if claimed is not None:
+            out.skipped = f"managed tasks were already stopped for notice {claimed}"
+            return claimed, stopping, drain
+        self._stop_all(tasks, stop_reason(notice), ref if drain else None)
+        out.drained = drain
+        out.signal, out.signalled = "stop", stopping
+        if tasks:
+            out.signal_latency_seconds = self._latency(notice)
+        elif not stopping:
+            out.skipped = "no managed task on this instance"
+        return notice.key, stopping, False
+
+    def _hold_or_complete(
+        self, notice: Notice, ref: LifecycleRef, holder: str, waiting_for: list[str], out: NoticeOutcome
+    ) -> None:
+        """The lifecycle action: completed when no task is left to stop, else held (a heartbeat) and
+        checked again by a follow-up until the tasks have stopped or the wait is over."""
+        if not waiting_for:
+            self.lifecycle.complete(ref, notice.instance_id)
+            out.lifecycle = "completed"
+            return
+        deadline = notice.event_time + timedelta(seconds=self.config.lifecycle_wait_seconds)
+        self.lifecycle.heartbeat(ref, notice.instance_id)
+        self.follow_ups.lifecycle_check(
+            notice.instance_id, ref, deadline, holder, self.config.lifecycle_check_seconds
+        )
+        out.lifecycle = "waiting"
+
     def _locate(self, instance_id: str, indexed: ContainerInstanceRef | None) -> ContainerInstanceRef | None:
         if indexed is not None and self.config.settings.watches(indexed.cluster_arn):
             return indexed

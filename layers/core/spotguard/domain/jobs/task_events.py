@@ -19,14 +19,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from spotguard.domain.envelope import MAX_VERSION, EventTime, Refused, envelope
 from spotguard.domain.errors import one_line
-from spotguard.domain.interruption.notices import WARNINGS, Notice, classify_event
+from spotguard.domain.interruption.classify import WARNINGS, classify_event
+from spotguard.domain.interruption.notices import Notice
 from spotguard.domain.own_events import LAUNCH_DUE, SOURCE
 from spotguard.domain.pools import ahead_of_clock
 from spotguard.domain.settings import Settings
@@ -130,18 +131,73 @@ class PoolEvent(BaseModel):
     available: bool = False
 
 
-class TaskMessage(BaseModel):
+class _Message(BaseModel):
     model_config = ConfigDict(frozen=True)
-    outcome: Literal["act", "launch", "snapshot", "pool", "warning", "ignore", "reject"]
     reason: str
     event_id: str | None = None
-    task: TaskEvent | None = None
-    job_id: str | None = None
-    launch_try: int | None = None
-    snapshot_id: str | None = None
-    snapshot_ok: bool | None = None
-    pool_event: PoolEvent | None = None
-    notice: Notice | None = None  # a warning: the instance going (the early replacement)
+
+
+class RejectMessage(_Message):
+    """Bad input no retry can fix: to the dead-letter queue with its reason."""
+
+    outcome: Literal["reject"] = "reject"
+
+
+class IgnoreMessage(_Message):
+    """Not the task-events function's to act on: logged, nothing else."""
+
+    outcome: Literal["ignore"] = "ignore"
+
+
+class TaskStateMessage(_Message):
+    """An ECS task's state changed: the job state machine's event."""
+
+    outcome: Literal["act"] = "act"
+    task: TaskEvent
+
+
+class LaunchDueMessage(_Message):
+    """SpotGuard's own retry: a job waiting for capacity is due to be launched again."""
+
+    outcome: Literal["launch"] = "launch"
+    job_id: str
+    launch_try: int
+
+
+class SnapshotMessage(_Message):
+    """EBS mode: an attempt's snapshot finished (`snapshot_ok`) or failed."""
+
+    outcome: Literal["snapshot"] = "snapshot"
+    snapshot_id: str
+    snapshot_ok: bool
+
+
+class PoolEventMessage(_Message):
+    """Auto Scaling launched an instance, or failed to: a fact of the group's pool."""
+
+    outcome: Literal["pool"] = "pool"
+    pool_event: PoolEvent
+
+
+class WarningMessage(_Message):
+    """A spot warning or a terminate action: the instance going (the early replacement)."""
+
+    outcome: Literal["warning"] = "warning"
+    notice: Notice
+
+
+# One record's classification, a message of one kind each: the handler acts by its type, and each carries
+# exactly the fields its action needs. `outcome` names the kind for the router (reject, ignore, or act).
+TaskMessage = Annotated[
+    RejectMessage
+    | IgnoreMessage
+    | TaskStateMessage
+    | LaunchDueMessage
+    | SnapshotMessage
+    | PoolEventMessage
+    | WarningMessage,
+    Field(discriminator="outcome"),
+]
 
 
 def classify_task_message(
@@ -151,7 +207,7 @@ def classify_task_message(
     it, only a time with no UTC value is refused; the use case bounds the rest, `pool_event_refused`)."""
     event = envelope(raw)
     if isinstance(event, Refused):
-        return TaskMessage(outcome="reject", reason=event.reason, event_id=event.event_id)
+        return RejectMessage(reason=event.reason, event_id=event.event_id)
     if event.source == SOURCE and event.detail_type == LAUNCH_DUE:
         return _launch_due(event)
     if event.source == "aws.ec2" and event.detail_type == EBS_SNAPSHOT:
@@ -163,21 +219,18 @@ def classify_task_message(
     if (event.source, event.detail_type) in WARNINGS:
         return _warning(event, settings)
     if event.source != "aws.ecs" or event.detail_type != TASK_STATE_CHANGE:
-        return TaskMessage(
-            outcome="ignore",
+        return IgnoreMessage(
             reason=f"the task-events function does not act on {event.source} '{event.detail_type}'",
             event_id=event.id,
         )
     try:
         d = TaskDetail.model_validate(event.detail)
     except ValidationError as exc:
-        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+        return RejectMessage(reason=f"detail.{one_line(exc)}", event_id=event.id)
     if not settings.watches(d.clusterArn):
-        return TaskMessage(
-            outcome="ignore", reason=f"cluster {d.clusterArn} is not watched", event_id=event.id
-        )
+        return IgnoreMessage(reason=f"cluster {d.clusterArn} is not watched", event_id=event.id)
     task = _task_event(d, event.id, event.time)
-    return TaskMessage(outcome="act", reason=f"task {d.lastStatus}", event_id=event.id, task=task)
+    return TaskStateMessage(reason=f"task {d.lastStatus}", event_id=event.id, task=task)
 
 
 def _warning(event: EventBridgeModel, settings: Settings) -> TaskMessage:
@@ -185,12 +238,10 @@ def _warning(event: EventBridgeModel, settings: Settings) -> TaskMessage:
     replacement of the jobs on its host."""
     decision = classify_event(event, settings)
     if decision.outcome == "reject":
-        return TaskMessage(outcome="reject", reason=decision.reason, event_id=event.id)
+        return RejectMessage(reason=decision.reason, event_id=event.id)
     if decision.outcome != "act" or not decision.notices:
-        return TaskMessage(outcome="ignore", reason=decision.reason, event_id=event.id)
-    return TaskMessage(
-        outcome="warning", reason=decision.reason, event_id=event.id, notice=decision.notices[0]
-    )
+        return IgnoreMessage(reason=decision.reason, event_id=event.id)
+    return WarningMessage(reason=decision.reason, event_id=event.id, notice=decision.notices[0])
 
 
 def described_task(task: Mapping[str, Any]) -> TaskEvent:
@@ -243,9 +294,8 @@ def _launch_due(event: EventBridgeModel) -> TaskMessage:
     try:
         d = LaunchDueDetail.model_validate(event.detail)
     except ValidationError as exc:
-        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
-    return TaskMessage(
-        outcome="launch",
+        return RejectMessage(reason=f"detail.{one_line(exc)}", event_id=event.id)
+    return LaunchDueMessage(
         reason="a job waiting for capacity is due",
         event_id=event.id,
         job_id=d.job_id,
@@ -258,19 +308,14 @@ def _snapshot(event: EventBridgeModel) -> TaskMessage:
     try:
         d = SnapshotDetail.model_validate(event.detail)
     except ValidationError as exc:
-        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+        return RejectMessage(reason=f"detail.{one_line(exc)}", event_id=event.id)
     if d.event not in ("createSnapshot", "createSnapshots"):
-        return TaskMessage(
-            outcome="ignore", reason=f"EBS {d.event} events are not SpotGuard's", event_id=event.id
-        )
+        return IgnoreMessage(reason=f"EBS {d.event} events are not SpotGuard's", event_id=event.id)
     m = _SNAPSHOT_ID.search(d.snapshot_id)
     if not m:
-        return TaskMessage(
-            outcome="reject", reason="detail.snapshot_id: names no snapshot", event_id=event.id
-        )
+        return RejectMessage(reason="detail.snapshot_id: names no snapshot", event_id=event.id)
     ok = d.result == "succeeded"
-    return TaskMessage(
-        outcome="snapshot",
+    return SnapshotMessage(
         reason=f"snapshot {m.group(1)} {d.result}" + (f": {d.cause}" if d.cause else ""),
         event_id=event.id,
         snapshot_id=m.group(1),
@@ -297,9 +342,9 @@ def pool_event_refused(ev: PoolEvent, now: datetime) -> str | None:
 def _timed(msg: TaskMessage, now: datetime | None) -> TaskMessage:
     """A pool event's message, rejected when its time cannot be a fact (see `pool_event_refused`); its
     time in UTC otherwise."""
-    ev = msg.pool_event
-    if ev is None:
+    if not isinstance(msg, PoolEventMessage):
         return msg
+    ev = msg.pool_event
     try:
         at = ev.at.astimezone(UTC)
     except OverflowError:
@@ -307,7 +352,7 @@ def _timed(msg: TaskMessage, now: datetime | None) -> TaskMessage:
     else:
         problem = pool_event_refused(ev, now) if now is not None else None
     if problem:
-        return TaskMessage(outcome="reject", reason=problem, event_id=msg.event_id)
+        return RejectMessage(reason=problem, event_id=msg.event_id)
     return msg.model_copy(update={"pool_event": ev.model_copy(update={"at": at})})
 
 
@@ -315,11 +360,10 @@ def _launch_unsuccessful(event: EventBridgeModel) -> TaskMessage:
     try:
         d = LaunchUnsuccessfulDetail.model_validate(event.detail)
     except ValidationError as exc:
-        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+        return RejectMessage(reason=f"detail.{one_line(exc)}", event_id=event.id)
     message = (d.status_message or d.cause or "no reason given")[:500]
     pool = PoolEvent(group=d.group, zone=d.zone, message=message, at=event.time)
-    return TaskMessage(
-        outcome="pool",
+    return PoolEventMessage(
         reason=f"Auto Scaling group {d.group}: launch failed",
         event_id=event.id,
         pool_event=pool,
@@ -332,11 +376,10 @@ def _launch_successful(event: EventBridgeModel) -> TaskMessage:
     try:
         d = LaunchSuccessfulDetail.model_validate(event.detail)
     except ValidationError as exc:
-        return TaskMessage(outcome="reject", reason=f"detail.{one_line(exc)}", event_id=event.id)
+        return RejectMessage(reason=f"detail.{one_line(exc)}", event_id=event.id)
     message = f"launched {d.instance_id}" if d.instance_id else "launched an instance"
     pool = PoolEvent(group=d.group, zone=d.zone, message=message, at=event.time, available=True)
-    return TaskMessage(
-        outcome="pool",
+    return PoolEventMessage(
         reason=f"Auto Scaling group {d.group}: instance launched",
         event_id=event.id,
         pool_event=pool,

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
+from typing import Any
 
 from spotguard.domain.jobs import gangs
 from spotguard.domain.jobs.effects import Cleanup
@@ -62,30 +64,53 @@ MOVE_COMMIT_SECONDS = 900  # a move's checkpoint not committed this long after S
 MOVE_STOP_RETRY_SECONDS = 420
 
 log = logging.getLogger(__name__)
-# What a sweep reports, each a count (the reconcile function emits each as the metric Reconcile<Count>).
-COUNTS = (
-    "checked",
-    "relaunched",
-    "stops_applied",
-    "vanished",
-    "snapshots_settled",
-    "unreadable",
-    "failed",
-    "pools",
-    "discovery_errors",
-    "provisioning_abandoned",
-    "moves_started",
-    "moves_stopped",
-    "moves_stop_retried",
-    "moves_abandoned",
-    "spares_given_back",
-    "gangs_abandoned",
-    "gang_nodes_launched",
-    "gang_stragglers_stopped",
-    "gang_stops_retried",
-    "cancel_stops_retried",
-    "runs_applied",
-)
+
+
+def _count(metric: str | None) -> Any:
+    return field(default=0, metadata={"metric": metric})
+
+
+@dataclass
+class SweepCounts:
+    """What a sweep did, each a count. The reconcile function answers them all (`answer`) and emits each
+    one that is not zero as the metric named beside it (`metrics`; `checked` is none); the dashboard reads
+    the same names (tests/template/test_dashboard.py)."""
+
+    checked: int = _count(None)
+    relaunched: int = _count("ReconcileRelaunched")
+    stops_applied: int = _count("ReconcileStopsApplied")
+    vanished: int = _count("ReconcileVanished")
+    snapshots_settled: int = _count("ReconcileSnapshotsSettled")
+    unreadable: int = _count("ReconcileUnreadable")
+    failed: int = _count("ReconcileFailed")
+    pools: int = _count("ReconcilePools")
+    discovery_errors: int = _count("ReconcileDiscoveryErrors")
+    provisioning_abandoned: int = _count("ReconcileProvisioningAbandoned")
+    moves_started: int = _count("ReconcileMovesStarted")
+    moves_stopped: int = _count("ReconcileMovesStopped")
+    moves_stop_retried: int = _count("ReconcileMovesStopRetried")
+    moves_abandoned: int = _count("ReconcileMovesAbandoned")
+    spares_given_back: int = _count("ReconcileSparesGivenBack")
+    gangs_abandoned: int = _count("ReconcileGangsAbandoned")
+    gang_nodes_launched: int = _count("ReconcileGangNodesLaunched")
+    gang_stragglers_stopped: int = _count("ReconcileGangStragglersStopped")
+    gang_stops_retried: int = _count("ReconcileGangStopsRetried")
+    cancel_stops_retried: int = _count("ReconcileCancelStopsRetried")
+    runs_applied: int = _count("ReconcileRunsApplied")
+
+    def answer(self) -> dict[str, int]:
+        return asdict(self)
+
+    def metrics(self) -> list[tuple[str, int]]:
+        """(metric name, count) for each count that is a metric and not zero."""
+        return [(m, v) for m, v in zip(self.metric_names(), self._metric_values(), strict=True) if v]
+
+    @classmethod
+    def metric_names(cls) -> list[str]:
+        return [f.metadata["metric"] for f in fields(cls) if f.metadata["metric"]]
+
+    def _metric_values(self) -> list[int]:
+        return [getattr(self, f.name) for f in fields(self) if f.metadata["metric"]]
 
 
 class Reconciler:
@@ -96,24 +121,24 @@ class Reconciler:
         # the pools' discovery and what the jobs taught of them (the capacity advisor)
         self.pool_observations = pool_observations or PoolObservations()
 
-    def reconcile(self, limit: int = 500) -> dict[str, int]:
+    def reconcile(self, limit: int = 500) -> SweepCounts:
         now = self.jobs.clock()
-        counts = dict.fromkeys(COUNTS, 0)
+        counts = SweepCounts()
         pool_observations = self.pool_observations
         try:
             refreshed = pool_observations.refresh(self.jobs.config.settings.clusters)
-            counts["pools"], counts["discovery_errors"] = refreshed.pools, len(refreshed.errors)
+            counts.pools, counts.discovery_errors = refreshed.pools, len(refreshed.errors)
         except Exception:  # discovery failing stops no sweep: jobs are placed on the pools known
             log.exception("reconcile could not refresh the pools; the sweep goes on")
-            counts["discovery_errors"] += 1
+            counts.discovery_errors += 1
 
         def unreadable(exc: UnreadableJob) -> None:
-            counts["unreadable"] += 1
+            counts.unreadable += 1
 
         def each(state: JobState) -> list[Job]:
             # oldest first: the jobs most likely to be stuck are the ones that waited longest
             jobs = self.store.list(state, limit, on_unreadable=unreadable, oldest_first=True)
-            counts["checked"] += len(jobs)
+            counts.checked += len(jobs)
             return jobs
 
         def isolated(job: Job, work: Callable[[], object]) -> object:
@@ -121,7 +146,7 @@ class Reconciler:
                 return work()
             except Exception:
                 log.exception("reconcile could not handle job %s; the sweep goes on", job.job_id)
-                counts["failed"] += 1
+                counts.failed += 1
 
         waiting = each(JobState.LAUNCHING) + each(JobState.QUEUED)
         for job in waiting:
@@ -129,13 +154,13 @@ class Reconciler:
             overdue = job.retry_at is None or (now - job.retry_at).total_seconds() > STUCK_SECONDS
             if stale and (job.state is JobState.LAUNCHING or overdue):
                 isolated(job, lambda job=job: self.engine.drive(job.job_id, job))
-                counts["relaunched"] += 1
+                counts.relaunched += 1
         volumes = self.jobs.volumes
         snapshotting = each(JobState.SNAPSHOTTING)
         for job in snapshotting:
             if _age(job, now) > STUCK_SECONDS and volumes is not None:
                 isolated(job, lambda job=job: self.engine.run(job.job_id, *volumes.stuck(job), current=job))
-                counts["snapshots_settled"] += 1
+                counts.snapshots_settled += 1
         live: dict[str, list[tuple[Job, Attempt, NodeTask]]] = {}
         running = each(JobState.RUNNING)
         # and the jobs that ended lately: a spare whose give-back may not have finished, notifications
@@ -176,7 +201,7 @@ class Reconciler:
                 log.exception(
                     "reconcile could not describe the tasks of cluster %s; the sweep goes on", cluster
                 )
-                counts["failed"] += len(pairs)
+                counts.failed += len(pairs)
                 continue
             seen_running: set[str] = set()
             for job, attempt, node in pairs:
@@ -191,14 +216,14 @@ class Reconciler:
                 elif task is not None and task.last_status == "STOPPED":
                     event = _as_event(task, now, node.ecs_version + 1)
                     isolated(job, lambda event=event: self.jobs.on_task_event(event))
-                    counts["stops_applied"] += 1
+                    counts.stops_applied += 1
                 elif node.task_arn in missing:
                     event = _vanished(job, attempt, node, now)
                     isolated(job, lambda event=event: self.jobs.on_task_event(event))
-                    counts["vanished"] += 1
+                    counts.vanished += 1
         return counts
 
-    def _runs_seen(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> Job:
+    def _runs_seen(self, job: Job, attempt: Attempt, now: datetime, counts: SweepCounts) -> Job:
         """The attempt's tasks (a gang's nodes) that ECS says run while the ledger has them not yet running
         (their RUNNING event lost): each one's description applied as its event (a gang's node 0's
         launches the other nodes). The job as it stands after; as listed when nothing was applied."""
@@ -212,11 +237,11 @@ class Reconciler:
             if task is not None and task.last_status == "RUNNING" and task.desired_status == "RUNNING":
                 self.jobs.on_task_event(_as_event(task, now, node.ecs_version + 1))
                 applied += 1
-        counts["runs_applied"] += applied
+        counts.runs_applied += applied
         return (self.store.get(job.job_id) or job) if applied else job
 
     def _spares(
-        self, jobs: list[Job], isolated: Callable[[Job, Callable[[], object]], object], counts: dict[str, int]
+        self, jobs: list[Job], isolated: Callable[[Job, Callable[[], object]], object], counts: SweepCounts
     ) -> None:
         """Give back the spares no event ended (usecases.jobs.spares: none of the job's attempts took it
         within its bound, or a give-back whose call failed)."""
@@ -230,9 +255,9 @@ class Reconciler:
                     job,
                     lambda job=job, t=give_back: self.engine.run(job.job_id, t, current=job, drive=False),
                 )
-                counts["spares_given_back"] += 1
+                counts.spares_given_back += 1
 
-    def _capacity(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> bool:
+    def _capacity(self, job: Job, attempt: Attempt, now: datetime, counts: SweepCounts) -> bool:
         """A running job's capacity: a task stuck waiting for an instance, a move under way, or a move
         its plan now asks for. True when it stopped the job's task."""
         options = job.options
@@ -253,16 +278,16 @@ class Reconciler:
                 if since <= MOVE_STOP_RETRY_SECONDS:
                     return False
                 self.engine.run(job.job_id, lambda j: move_stop_retried(j, now), current=job, drive=False)
-                counts["moves_stop_retried"] += 1
+                counts.moves_stop_retried += 1
                 return True
             if self._committed_since(job, job.move.attempt, job.move.requested_at):
                 self.engine.run(job.job_id, lambda j: move_checkpointed(j, now), current=job, drive=False)
-                counts["moves_stopped"] += 1
+                counts.moves_stopped += 1
                 return True
             elif (now - job.move.requested_at).total_seconds() > MOVE_COMMIT_SECONDS:
                 why = f"no checkpoint committed within {MOVE_COMMIT_SECONDS} s of the request"
                 self.engine.run(job.job_id, lambda j: move_abandoned(j, now, why), current=job, drive=False)
-                counts["moves_abandoned"] += 1
+                counts.moves_abandoned += 1
             return False
         if attempt.gang:
             gang = self._gang(job, attempt, now, counts)
@@ -273,14 +298,14 @@ class Reconciler:
             if attempt.pool is not None and waited > options.provisioning_timeout_seconds:
                 why = f"still {attempt.last_status.lower()} after {int(waited)} s"
                 if self._abandon(job, attempt, why, now):
-                    counts["provisioning_abandoned"] += 1
+                    counts.provisioning_abandoned += 1
                     return True
             return False
         if self.jobs.consider_move(job, "reconcile"):
-            counts["moves_started"] += 1
+            counts.moves_started += 1
         return False
 
-    def _gang(self, job: Job, attempt: Attempt, now: datetime, counts: dict[str, int]) -> bool | None:
+    def _gang(self, job: Job, attempt: Attempt, now: datetime, counts: SweepCounts) -> bool | None:
         """A gang's sweep (domain.jobs.gangs): one that did not form within the provisioning bound is
         given up, its pool marked unavailable; one whose other nodes were not all launched gets them;
         nodes still running well after another stopped on a checkpoint are stopped. True when it
@@ -290,18 +315,18 @@ class Reconciler:
             ran = sum(t.last_status == "RUNNING" for t in attempt.tasks)
             why = f"{ran} of {attempt.nodes} nodes running after {int(waited)} s"
             if self._abandon(job, attempt, why, now):
-                counts["gangs_abandoned"] += 1
+                counts.gangs_abandoned += 1
                 return True
             return False
         if gangs.peers_wanted(job) is not None:
             self.engine.run(job.job_id, gangs.launch_peers_again, current=job, drive=False)
-            counts["gang_nodes_launched"] += 1
+            counts.gang_nodes_launched += 1
             return False
         if any(t.stopped for t in attempt.tasks):
             step = gangs.stragglers(job, now)
             if step.effects:
                 self.engine.run(job.job_id, lambda j: gangs.stragglers(j, now), current=job, drive=False)
-                counts["gang_stragglers_stopped"] += 1
+                counts.gang_stragglers_stopped += 1
                 return True
             return False
         return None if attempt.formed else False
