@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.domain.checkpoints import classify_object_created
-from spotguard.domain.interruption.notices import Decision, plan
 from spotguard.domain.interruption.classify import classify, reject
+from spotguard.domain.interruption.notices import Decision, plan
 from spotguard.domain.settings import RebalanceMode, Settings
 from spotguard.domain.tasks import ManageMode
 

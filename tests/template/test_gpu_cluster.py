@@ -113,14 +113,18 @@ def test_the_gpu_user_data_configures_the_ecs_agent(cluster):
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_the_user_data_is_valid_bash(cluster):
     stack = Stack(cluster, **NETWORK)
-    for name in _of_type(cluster, "AWS::EC2::LaunchTemplate"):
+    templates = _of_type(cluster, "AWS::EC2::LaunchTemplate")
+    assert sorted(templates) == ["CpuLaunchTemplate", "GpuLaunchTemplate"]  # none would check nothing
+    for name in templates:
         script = stack.resource(name)["LaunchTemplateData"]["UserData"]
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
 def test_instances_require_imdsv2_encrypt_their_root_volume_and_can_be_signalled_over_ssm(cluster):
     stack = Stack(cluster, **NETWORK)
-    for name in _of_type(cluster, "AWS::EC2::LaunchTemplate"):
+    templates = _of_type(cluster, "AWS::EC2::LaunchTemplate")
+    assert sorted(templates) == ["CpuLaunchTemplate", "GpuLaunchTemplate"]  # none would check nothing
+    for name in templates:
         data = stack.resource(name)["LaunchTemplateData"]
         assert data["MetadataOptions"]["HttpTokens"] == "required", name
         assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 2, name  # the agent in a container

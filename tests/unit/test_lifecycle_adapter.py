@@ -42,6 +42,7 @@ def test_an_action_that_is_gone_is_fine(asg):
             service_message=f"No active Lifecycle Action found with token {REF.token}",
         )
         LifecycleAdapter(asg).complete(REF, "i-0b662ef9931388ba0")
+        stub.assert_no_pending_responses()  # the call was made: its error, not silence, was taken
 
 
 def test_other_errors_are_raised(asg):
@@ -49,3 +50,4 @@ def test_other_errors_are_raised(asg):
         stub.add_client_error("record_lifecycle_action_heartbeat", service_error_code="Throttling")
         with pytest.raises(ClientError):
             LifecycleAdapter(asg).heartbeat(REF, "i-0b662ef9931388ba0")
+        stub.assert_no_pending_responses()
