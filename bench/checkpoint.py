@@ -43,7 +43,7 @@ import torch
 from spotguard_agent import Agent, AgentEnv, CheckpointStore
 from spotguard_agent.ranks import Ranks
 from spotguard_agent.snapshot import HostBuffers
-from spotguard_agent.store import transfer_for
+from spotguard_agent.store_s3 import transfer_for
 from spotguard_agent.torch_state import HashingFileSystem, _threads, save
 from torch import nn
 

@@ -4,13 +4,8 @@ layout, exit codes."""
 
 from spotguard_agent.agent import RESUME_ME, Agent, AgentEnv, NotUnderSpotGuard, RestoreFailed
 from spotguard_agent.manifest import Manifest
-from spotguard_agent.store import (
-    CheckpointDamaged,
-    CheckpointStore,
-    CheckpointUnavailable,
-    Committed,
-    StoreError,
-)
+from spotguard_agent.store import CheckpointStore, Committed
+from spotguard_agent.store_errors import CheckpointDamaged, CheckpointUnavailable, StoreError
 
 __all__ = [
     "RESUME_ME",

@@ -46,7 +46,8 @@ from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
 from spotguard_agent.agent import Agent
 from spotguard_agent.manifest import FileEntry
 from spotguard_agent.snapshot import HostBuffers
-from spotguard_agent.store import OtherRankFailed, Parts
+from spotguard_agent.store import Parts
+from spotguard_agent.store_errors import OtherRankFailed
 
 STATE_FILE = "state.pt"  # the earlier single-file format, still loaded
 TENSOR = "t:"  # DCP keys: t:<path of the tensor in the state>

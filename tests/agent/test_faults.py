@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import spotguard_agent.store as store_module
+import spotguard_agent.store_file as store_file
 from spotguard_agent import CheckpointStore, CheckpointUnavailable
 from spotguard_agent.manifest import MANIFEST
 
@@ -273,9 +273,9 @@ def test_a_full_disk_during_commit_leaves_the_newest_committed_checkpoint(
 ):
     copy, write_all = _full_after(3)
     if where == "a file":
-        monkeypatch.setattr(store_module, "_copy", copy)
+        monkeypatch.setattr(store_file, "_copy", copy)
     else:
-        monkeypatch.setattr(store_module, "_write_all", write_all)
+        monkeypatch.setattr(store_file, "_write_all", write_all)
     with pytest.raises(OSError) as failed:
         volume_store.commit(write(tmp_path / "c", {"w": b"third", "x": b"3"}), step=3, progress=0.3)
     assert failed.value.errno == errno.ENOSPC
@@ -287,7 +287,7 @@ def test_a_full_disk_during_commit_leaves_the_newest_committed_checkpoint(
 
 def test_a_full_disk_during_restore_fails_loudly_rather_than_start_fresh(volume_store, tmp_path, monkeypatch):
     copy, _ = _full_after(2)
-    monkeypatch.setattr(store_module, "_copy", copy)  # the restore's staging copy finds no room
+    monkeypatch.setattr(store_file, "_copy", copy)  # the restore's staging copy finds no room
     write(tmp_path / "r", {"mine": b"keep"})
     with pytest.raises(CheckpointUnavailable, match=r"checkpoint 1 .*cannot be read now .*No space left"):
         volume_store.restore(tmp_path / "r")
@@ -297,7 +297,7 @@ def test_a_full_disk_during_restore_fails_loudly_rather_than_start_fresh(volume_
 
 
 def test_a_passing_io_error_on_the_volume_is_retried(volume_store, tmp_path, monkeypatch):
-    real, failures = store_module._copy, []
+    real, failures = store_file._copy, []
 
     def flaky(src: int, dst: int) -> None:
         if len(failures) < 2:
@@ -305,7 +305,7 @@ def test_a_passing_io_error_on_the_volume_is_retried(volume_store, tmp_path, mon
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         real(src, dst)
 
-    monkeypatch.setattr(store_module, "_copy", flaky)
+    monkeypatch.setattr(store_file, "_copy", flaky)
     m = volume_store.restore(tmp_path / "r")
     assert len(failures) == 2 and m is not None and m.sequence == 1 and read(tmp_path / "r") == SECOND
     monkeypatch.undo()

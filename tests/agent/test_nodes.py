@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from spotguard_agent import CheckpointStore  # noqa: E402
 
 from bench.torchrun_jobs import EXIT_RE, STEPS, job_env, same_weights, wrapped  # noqa: E402
-from spotguard_cli.local.gang import NODES, ddp_torchrun  # noqa: E402
+from spotguard_cli.local.gang_nodes import NODES, ddp_torchrun  # noqa: E402
 
 pytestmark = pytest.mark.slow  # every test runs two torchruns and their ranks as processes
 

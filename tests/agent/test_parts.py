@@ -21,7 +21,7 @@ from spotguard_agent import Agent, AgentEnv, CheckpointStore  # noqa: E402
 from spotguard_agent.imds import _unix_time  # noqa: E402
 from spotguard_agent.ranks import ControlDir, Ranks  # noqa: E402
 from spotguard_agent.snapshot import HostBuffers, state_bytes  # noqa: E402
-from spotguard_agent.store import StoreError  # noqa: E402
+from spotguard_agent.store_errors import StoreError  # noqa: E402
 from spotguard_agent.torch_state import STATE_FILE, load, save  # noqa: E402
 
 
@@ -372,7 +372,7 @@ def test_ranks_come_from_torchrun_environment():
 
 
 def test_s3_requests_in_flight_are_the_machines_64_shared_among_its_processes_at_least_8_each():
-    from spotguard_agent.store import transfer_for
+    from spotguard_agent.store_s3 import transfer_for
 
     assert transfer_for(0, 1).max_concurrency == 64  # one process of a one-GPU job: its whole share
     assert transfer_for(0, 4).max_concurrency == 16
@@ -471,7 +471,7 @@ def test_a_late_sigusr1_after_close_does_not_turn_a_finished_job_into_a_failure(
 
 
 def test_dcp_s_exception_becomes_this_rank_s_own_error_or_names_the_rank_that_failed():
-    from spotguard_agent.store import OtherRankFailed
+    from spotguard_agent.store_errors import OtherRankFailed
     from spotguard_agent.torch_state import _first_failure
     from torch.distributed.checkpoint.api import CheckpointException
 

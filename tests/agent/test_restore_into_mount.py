@@ -8,7 +8,7 @@ import errno
 from pathlib import Path
 
 import pytest
-from spotguard_agent.store import _put_in_place
+from spotguard_agent.restore_target import _put_in_place
 
 
 def _staged(parent: Path) -> Path:

@@ -17,7 +17,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from spotguard_agent import Agent, AgentEnv, CheckpointStore
 from spotguard_agent.ranks import Ranks
-from spotguard_agent.store import transfer_for
+from spotguard_agent.store_s3 import transfer_for
 
 MIB = 1024 * 1024
 # S3's smallest part (moto enforces it too): files of a few MiB go up in several parts
