@@ -35,7 +35,7 @@ from pathlib import Path
 
 import traces as trace_files  # bench/traces.py: the fetcher and its lock
 
-from spotguard.domain.capacity.planner import SpotGuardPolicy
+from spotguard.domain.capacity.simulated import SpotGuardPolicy
 from spotguard_cli.progress import echo, progress
 from spotguard_cli.simulate import draw_starts, summarise
 from spotguard_cli.simulate import hours_cell as hours

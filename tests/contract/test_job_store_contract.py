@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.jobs.model import Attempt, Job, JobState, RunTaskRequest, UnreadableJob, bump
+from spotguard.domain.jobs.model import Attempt, Job, JobState, UnreadableJob, bump
+from spotguard.domain.jobs.submission import RunTaskRequest
 from tests.contract.conftest import Side
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

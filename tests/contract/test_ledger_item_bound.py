@@ -13,18 +13,11 @@ from datetime import timedelta
 import pytest
 
 from spotguard.domain.jobs import gangs
-from spotguard.domain.jobs.model import (
-    KEEP_ATTEMPTS,
-    MAX_NODES,
-    Job,
-    JobState,
-    RunTaskRequest,
-    client_token,
-    revised,
-    started_by,
-)
+from spotguard.domain.jobs.launches import begin_launch, launch_succeeded
+from spotguard.domain.jobs.model import KEEP_ATTEMPTS, Job, JobState, client_token, revised, started_by
 from spotguard.domain.jobs.spend import spend
-from spotguard.domain.jobs.transitions import begin_launch, launch_succeeded, on_task_event, request_resubmit
+from spotguard.domain.jobs.submission import MAX_NODES, RunTaskRequest
+from spotguard.domain.jobs.transitions import on_task_event, request_resubmit
 from spotguard.domain.tasks import TaskEvent
 from tests.unit.test_gangs import CLUSTER, T0, _arn, _job
 

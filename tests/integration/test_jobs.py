@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 from spotguard.adapters import clients
-from spotguard.usecases.jobs.reconcile import SweepCounts
+from spotguard.usecases.jobs.sweep import SweepCounts
 from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
 
 from .conftest import fresh_aws

@@ -26,9 +26,11 @@ from spotguard.adapters.job_metrics import (
 )
 from spotguard.adapters.notify import DETAIL_TYPES
 from spotguard.domain.checkpoints import CheckpointRef
-from spotguard.domain.jobs.model import Attempt, Job, JobState, RunTaskRequest
+from spotguard.domain.jobs.model import Attempt, Job, JobState
 from spotguard.domain.jobs.replies import Notification
+from spotguard.domain.jobs.submission import RunTaskRequest
 from spotguard_cli.emulator.template import REPO, load, translate
+from tests.fakes import FakeNotifier
 
 PARAMS = {"ClusterNames": "gpu-spot,train-a100"}
 REGION = "eu-west-1"
@@ -94,7 +96,7 @@ def _names(call: ast.Call, path: Path) -> list[str]:
     # SweepCounts gives them (`for name, value in counts.metrics()`)
     assert path == REPO / "functions" / "reconcile" / "app.py", f"{path}: a metric name the test cannot read"
     assert isinstance(name, ast.Name) and name.id == "name", ast.unparse(name)
-    from spotguard.usecases.jobs.reconcile import SweepCounts
+    from spotguard.usecases.jobs.sweep import SweepCounts
 
     return SweepCounts.metric_names()
 
@@ -377,14 +379,6 @@ class _Store:
         return self.refs
 
 
-class _Sent:
-    def __init__(self) -> None:
-        self.sent: list[Notification] = []
-
-    def send_all(self, notifications: list[Notification]) -> None:
-        self.sent.extend(notifications)
-
-
 def _attempt(n: int, **kw: Any) -> Attempt:
     return Attempt(
         number=n, task_arn=f"arn:aws:ecs:us-east-1:123456789012:task/gpu-spot/t{n}", launched_at=T0, **kw
@@ -393,7 +387,7 @@ def _attempt(n: int, **kw: Any) -> Attempt:
 
 def test_the_jobs_meters_emit_what_the_walk_found(capsys, emitted, powertools):
     namespace, _ = powertools
-    inner = _Sent()
+    inner = FakeNotifier()
     decision = Notification(
         id="j:1:0", kind="decision", job_id="j", message="wait", detail={"placement": "none"}
     )
@@ -439,7 +433,7 @@ def test_the_jobs_meters_emit_what_the_walk_found(capsys, emitted, powertools):
     meter(after, after)  # the same stop again (a repeated event): counted once
     assert _emf(capsys.readouterr().out) == set() and store.reads == 1
 
-    MeteredNotifications(_Sent()).send_all([decision])
+    MeteredNotifications(FakeNotifier()).send_all([decision])
     count_jobs_by_state({JobState.RUNNING: 1})
     meter(running, after)
     for ns, name, dims in _emf(capsys.readouterr().out):

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotguard.domain.capacity import planner
+from spotguard.domain.capacity import rules
 from spotguard.domain.capacity.planner import JobNeeds, PoolOption, choose_capacity
 from spotguard.domain.capacity.plans import (
     FAR_BUDGET,
@@ -24,6 +24,7 @@ from spotguard.domain.capacity.plans import (
     collapse,
     plan_grid,
 )
+from spotguard.domain.capacity.simulated import SpotGuardPolicy
 from spotguard.domain.jobs.model import MAX_DEADLINE_HOURS
 from spotguard.domain.jobs.placement import job_needs
 from spotguard.domain.jobs.request import deadline_refused
@@ -57,8 +58,8 @@ def _plans_of(monkeypatch: pytest.MonkeyPatch) -> list[Plan | JointPlan]:
             super().__init__(*a, **kw)
             made.append(self)
 
-    monkeypatch.setattr(planner, "JointPlan", SpyJoint)
-    monkeypatch.setattr(planner, "Plan", SpyPlan)
+    monkeypatch.setattr(rules, "JointPlan", SpyJoint)
+    monkeypatch.setattr(rules, "Plan", SpyPlan)
     return made
 
 
@@ -149,7 +150,7 @@ def test_the_simulator_follows_a_collapsed_plan_to_its_deadline():
     bits = tuple(bool(b) for b in ([1] * 30 + [0] * 40) * 200)
     for pools in (1, 2):
         traces = [Trace(f"t{i}", TICK, bits[i * 7 :]) for i in range(pools)]
-        policy = planner.SpotGuardPolicy(1.0, 3.0)
+        policy = SpotGuardPolicy(1.0, 3.0)
         policy.remember([t.available[:120] for t in traces])
         r = simulate(policy, traces, 120, Job(4.0, 1000.0, 0.2), Prices(1.0, 3.0))
         assert not r.missed and r.spot_hours > 3.0

@@ -16,9 +16,10 @@ from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.jobs.answers import JobStatus, JobSummary
 from spotguard.domain.jobs.commands import Answer, ErrorBody
-from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, NodeTask, RunTaskRequest
+from spotguard.domain.jobs.model import Attempt, JobState, NodeTask
 from spotguard.domain.jobs.placement import Move
 from spotguard.domain.jobs.spend import Spend
+from spotguard.domain.jobs.submission import JobOptions, RunTaskRequest
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.answers import (
     AnswerError,

@@ -10,8 +10,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from spotguard.domain.jobs.model import MAX_DEADLINE_HOURS, Job, JobOptions
+from spotguard.domain.jobs.model import MAX_DEADLINE_HOURS, Job
 from spotguard.domain.jobs.request import deadline_refused
+from spotguard.domain.jobs.submission import JobOptions
 
 NOW = datetime(2026, 11, 26, 12, tzinfo=UTC)
 DOOR = NOW + timedelta(hours=MAX_DEADLINE_HOURS)

@@ -11,24 +11,12 @@ import pytest
 
 from spotguard.domain.jobs import gangs
 from spotguard.domain.jobs.effects import Launch, LaunchLater, LaunchPeers, Stop
-from spotguard.domain.jobs.model import (
-    Job,
-    JobOptions,
-    JobState,
-    RunTaskRequest,
-    client_token,
-    revised,
-    started_by,
-)
+from spotguard.domain.jobs.launches import begin_launch, launch_succeeded
+from spotguard.domain.jobs.model import Job, JobState, client_token, revised, started_by
 from spotguard.domain.jobs.request import run_task_params
 from spotguard.domain.jobs.spend import spend
-from spotguard.domain.jobs.transitions import (
-    abandon_provisioning,
-    begin_launch,
-    launch_succeeded,
-    on_task_event,
-    request_cancel,
-)
+from spotguard.domain.jobs.submission import JobOptions, RunTaskRequest
+from spotguard.domain.jobs.transitions import abandon_provisioning, on_task_event, request_cancel
 from spotguard.domain.tasks import TaskEvent
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -423,8 +411,8 @@ def test_torchrun_waits_at_the_rendezvous_longer_than_spotguard_gives_the_gang_a
 def test_gangs_that_did_not_form_are_counted_in_a_row_across_the_folded_attempts():
     """The oldest attempts are folded to bound the ledger item (KEEP_ATTEMPTS): a gang that keeps not
     forming must still reach max_attempts in a row and give up, not be tried for ever."""
+    from spotguard.domain.jobs.endings import fold_old
     from spotguard.domain.jobs.model import KEEP_ATTEMPTS, FoldedAttempts
-    from spotguard.domain.jobs.transitions import fold_old
 
     one = _formed(2).attempts[-1]
     attempts = [revised(one, number=n, outcome="resubmit", abandoned="did not form") for n in range(1, 26)]

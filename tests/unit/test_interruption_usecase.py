@@ -3,7 +3,6 @@ does, and that it is safe to repeat."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,7 +18,7 @@ from spotguard.domain.interruption.notices import (
 )
 from spotguard.domain.tasks import ContainerInstanceRef, ManageMode, TaskInfo
 from spotguard.usecases.interruption import InterruptionConfig, InterruptionService, stop_reason
-from tests.fakes import FakeLedger
+from tests.fakes import FakeEcs, FakeFollowUps, FakeLedger, FakeLifecycle, FakeSignaller
 
 T0 = datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
 CLUSTER = "arn:aws:ecs:us-west-2:123456789012:cluster/gpu-spot"
@@ -41,68 +40,14 @@ def task(n: int, **kw) -> TaskInfo:
     return TaskInfo(**{**base, **kw})
 
 
-class FakeEcs:
-    def __init__(self, tasks: list[TaskInfo], status: str = "ACTIVE", indexed: bool = True) -> None:
-        self.tasks = {t.task_arn: t for t in tasks}
-        self.status = status
-        self.calls: list[str] = []
-        self.fail_stop: set[str] = set()
-        self.stopped_arns: set[str] = set()
-        self.reasons: list[str] = []
-
-    def find_container_instance(self, instance_id: str, clusters: Sequence[str]):
-        self.calls.append("find")
-        if instance_id != HOST:
-            return None
-        return ContainerInstanceRef(
-            cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST, status=self.status
-        )
-
-    def drain(self, ref):
-        self.calls.append("drain")
-        self.status = "DRAINING"
-
-    def running_task_arns(self, ref):
-        self.calls.append("list")
-        return [t.task_arn for t in self.tasks.values() if t.desired_status == "RUNNING"]
-
-    def describe_tasks(self, cluster_arn, arns):
-        self.calls.append("describe-tasks")
-        return [self.tasks[a] for a in arns]
-
-    def stopped(self, cluster_arn, task_arns):
-        self.calls.append("describe")
-        return [a for a in task_arns if a in self.stopped_arns]
-
-    def definition_has_gpu(self, arn):
-        self.calls.append("definition")
-        return arn == "gpu-td"
-
-    def stop_task(self, cluster_arn, task_arn, reason):
-        self.calls.append("stop")
-        if task_arn in self.fail_stop:
-            self.fail_stop.discard(task_arn)
-            raise RuntimeError("throttled")
-        self.tasks[task_arn] = self.tasks[task_arn].model_copy(update={"desired_status": "STOPPED"})
-        self.reasons.append(reason)
-
-
 class Recorder:
+    """The signaller's, the lifecycle's and the follow-ups' fakes (tests/fakes.py), in one log of calls."""
+
     def __init__(self) -> None:
         self.calls: list[tuple] = []
-
-    def signal(self, instance_id, tasks, signal):
-        self.calls.append(("signal", instance_id, tuple(t.task_arn for t in tasks), signal))
-        return "cmd-1"
-
-    def heartbeat(self, ref, instance_id):
-        self.calls.append(("heartbeat", instance_id))
-
-    def complete(self, ref, instance_id):
-        self.calls.append(("complete", instance_id))
-
-    def lifecycle_check(self, instance_id, ref, deadline, notice_key, delay_seconds):
-        self.calls.append(("check", instance_id, deadline, notice_key, delay_seconds))
+        self.signaller = FakeSignaller(self.calls)
+        self.lifecycle = FakeLifecycle(self.calls)
+        self.follow_ups = FakeFollowUps(self.calls)
 
 
 def notice(kind=NoticeKind.SPOT_INTERRUPTION, event_id="e-1", **kw) -> Notice:
@@ -126,7 +71,9 @@ def service(
     now=T0,
 ):
     here = ContainerInstanceRef(cluster_arn=CLUSTER, container_instance_arn=CI, instance_id=HOST)
-    ecs, ledger, rec = FakeEcs(tasks, status=status), FakeLedger([here] if indexed else []), Recorder()
+    host = here.model_copy(update={"status": status})
+    ecs = FakeEcs(tasks, hosts=[host], definitions={"gpu-td": True, "cpu-td": False})
+    ledger, rec = FakeLedger([here] if indexed else []), Recorder()
     clock = {"now": now + timedelta(seconds=1)}
     svc = InterruptionService(
         InterruptionConfig(
@@ -135,9 +82,9 @@ def service(
             lifecycle_wait_seconds=600,
         ),
         ecs=ecs,
-        signaller=rec,
-        lifecycle=rec,
-        follow_ups=rec,
+        signaller=rec.signaller,
+        lifecycle=rec.lifecycle,
+        follow_ups=rec.follow_ups,
         ledger=ledger,
         clock=lambda: clock["now"],
     )

@@ -9,74 +9,23 @@ import pytest
 
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.jobs.effects import Step
-from spotguard.domain.jobs.model import Job, JobState, RunTaskRequest, revised
+from spotguard.domain.jobs.model import Job, JobState, revised
 from spotguard.domain.jobs.replies import RunResult
+from spotguard.domain.jobs.submission import RunTaskRequest
 from spotguard.domain.jobs.transitions import on_task_event, request_cancel
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.ebs import EbsVolumes
 from spotguard.usecases.jobs.engine import Conflict, JobEngine, JobsConfig
-from tests.fakes import FakeJobs
+from tests.fakes import FakeJobEcs, FakeJobs, FakeNotifier, FakeRetries, FakeVolumes
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 CLUSTER = "arn:aws:ecs:us-east-1:123456789012:cluster/gpu-spot"
 TASK = "arn:aws:ecs:us-east-1:123456789012:task/gpu-spot/"
 
 
-class FakeEcs:
-    def __init__(self, *results: RunResult) -> None:
-        self.results = list(results)
-        self.runs: list[dict] = []
-        self.stops: list[tuple[str, str]] = []
-
-    def run_task(self, params):
-        self.runs.append(params)
-        return self.results.pop(0)
-
-    def stop_task(self, cluster, task_arn, reason):
-        self.stops.append((task_arn, reason))
-
-
 class FakeCheckpoints:
     def newest(self, prefix_uri):
         return CheckpointRef(prefix_uri=prefix_uri, sequence=7, manifest_uri=f"{prefix_uri}checkpoints/7/M")
-
-
-class FakeNotifier:
-    def __init__(self) -> None:
-        self.sent: list = []
-
-    def send_all(self, notifications):
-        self.sent += notifications
-
-
-class FakeRetries:
-    def __init__(self) -> None:
-        self.scheduled: list[tuple[str, int, int]] = []
-
-    def schedule(self, job_id, launch_try, delay_seconds):
-        self.scheduled.append((job_id, launch_try, delay_seconds))
-
-
-class FakeVolumes:
-    def __init__(self, snapshot_state: str = "completed") -> None:
-        self.state = snapshot_state
-        self.snapshots: list[str] = []
-
-    def find(self, job_id, attempt):
-        return f"vol-{attempt:04d}"
-
-    def snapshot(self, volume_id, job_id, attempt):
-        self.snapshots.append(volume_id)
-        return f"snap-{attempt:08d}"
-
-    def snapshot_state(self, snapshot_id):
-        return self.state
-
-    def delete_volume(self, volume_id):
-        return True
-
-    def delete_snapshot(self, snapshot_id):
-        pass
 
 
 def _job(**kw) -> Job:
@@ -93,7 +42,7 @@ def _job(**kw) -> Job:
     return Job(**{**base, **kw})
 
 
-def _engine(store: FakeJobs, ecs: FakeEcs, volumes: FakeVolumes | None = None):
+def _engine(store: FakeJobs, ecs: FakeJobEcs, volumes: FakeVolumes | None = None):
     notifier, retries = FakeNotifier(), FakeRetries()
     engine = JobEngine(
         config=JobsConfig(checkpoint_bucket="bucket", ebs_role_arn="arn:aws:iam::123456789012:role/ebs"),
@@ -111,7 +60,7 @@ def _engine(store: FakeJobs, ecs: FakeEcs, volumes: FakeVolumes | None = None):
 def test_a_queued_job_is_launched_once_and_runs():
     store = FakeJobs()
     store.jobs["j1"] = _job()
-    engine, notifier, retries = _engine(store, FakeEcs(RunResult(task_arn=TASK + "a" * 32)))
+    engine, notifier, retries = _engine(store, FakeJobEcs(RunResult(task_arn=TASK + "a" * 32)))
     job = engine.drive("j1")
     assert job.state is JobState.RUNNING and job.attempts[0].task_arn == TASK + "a" * 32
     (params,) = engine.ecs.runs
@@ -123,7 +72,9 @@ def test_a_queued_job_is_launched_once_and_runs():
 def test_no_capacity_schedules_one_retry_and_says_so_once():
     store = FakeJobs()
     store.jobs["j1"] = _job()
-    engine, notifier, retries = _engine(store, FakeEcs(RunResult(failure="capacity", reason="RESOURCE:GPU")))
+    engine, notifier, retries = _engine(
+        store, FakeJobEcs(RunResult(failure="capacity", reason="RESOURCE:GPU"))
+    )
     job = engine.drive("j1")
     assert job.state is JobState.QUEUED and (job.retry_at - T0).total_seconds() == 30
     assert retries.scheduled == [("j1", 1, 30)]
@@ -136,7 +87,7 @@ def test_a_refused_request_fails_the_job_without_a_retry():
     store = FakeJobs()
     store.jobs["j1"] = _job()
     engine, notifier, retries = _engine(
-        store, FakeEcs(RunResult(failure="request", reason="ClientException: bad family"))
+        store, FakeJobEcs(RunResult(failure="request", reason="ClientException: bad family"))
     )
     job = engine.drive("j1")
     assert job.state is JobState.FAILED and "bad family" in job.last_reason
@@ -147,7 +98,7 @@ def test_a_throttled_run_task_waits_and_retries_without_asking_for_capacity():
     store = FakeJobs()
     store.jobs["j1"] = _job()
     throttled = RunResult(failure="transient", reason="ThrottlingException: Rate exceeded")
-    engine, notifier, retries = _engine(store, FakeEcs(throttled))
+    engine, notifier, retries = _engine(store, FakeJobEcs(throttled))
     job = engine.drive("j1")
     assert job.state is JobState.QUEUED and retries.scheduled == [("j1", 1, 30)]
     assert [n.kind for n in notifier.sent] == ["waiting"] and "Rate exceeded" in job.last_reason
@@ -159,7 +110,7 @@ def test_access_denied_fails_the_job_and_says_why():
     denied = RunResult(
         failure="access", reason="AccessDeniedException: not authorized to perform iam:PassRole"
     )
-    engine, _, retries = _engine(store, FakeEcs(denied))
+    engine, _, retries = _engine(store, FakeJobEcs(denied))
     job = engine.drive("j1")
     assert job.state is JobState.FAILED and "iam:PassRole" in job.last_reason and retries.scheduled == []
 
@@ -167,7 +118,7 @@ def test_access_denied_fails_the_job_and_says_why():
 def test_a_write_that_loses_the_race_is_computed_again_on_the_job_as_it_now_stands():
     store = FakeJobs(conflicts=2)
     store.jobs["j1"] = _job()
-    engine, _, _ = _engine(store, FakeEcs(RunResult(task_arn=TASK + "b" * 32)))
+    engine, _, _ = _engine(store, FakeJobEcs(RunResult(task_arn=TASK + "b" * 32)))
     job = engine.drive("j1")
     assert job.state is JobState.RUNNING and len(engine.ecs.runs) == 1
 
@@ -175,7 +126,7 @@ def test_a_write_that_loses_the_race_is_computed_again_on_the_job_as_it_now_stan
 def test_a_job_that_never_stops_changing_is_a_conflict_not_a_loop():
     store = FakeJobs(conflicts=100)
     store.jobs["j1"] = _job()
-    engine, _, _ = _engine(store, FakeEcs())
+    engine, _, _ = _engine(store, FakeJobEcs())
     with pytest.raises(Conflict):
         engine.drive("j1")
     assert engine.ecs.runs == []
@@ -187,8 +138,9 @@ def test_effects_hand_back_transitions_in_the_same_run_ebs_stop_to_the_next_laun
     launched from it: one call of run, no call back into it."""
     store = FakeJobs()
     arn1, arn2 = TASK + "1" * 32, TASK + "2" * 32
-    ecs = FakeEcs(RunResult(task_arn=arn1), RunResult(task_arn=arn2))
+    ecs = FakeJobEcs(RunResult(task_arn=arn1), RunResult(task_arn=arn2))
     volumes = FakeVolumes()
+    volumes.add_volume("j1", 1)  # the volume ECS makes at the first launch: vol-0001
     store.jobs["j1"] = _job(ebs_volume="checkpoints", checkpoint_uri="file:///ckpt/")
     engine, notifier, _ = _engine(store, ecs, volumes)
     engine.drive("j1")
@@ -217,7 +169,9 @@ def test_a_pending_snapshot_leaves_the_job_snapshotting_until_its_event():
     store = FakeJobs()
     arn1 = TASK + "1" * 32
     store.jobs["j1"] = _job(ebs_volume="checkpoints", checkpoint_uri="file:///ckpt/")
-    engine, _, _ = _engine(store, FakeEcs(RunResult(task_arn=arn1)), FakeVolumes("pending"))
+    volumes = FakeVolumes("pending")
+    volumes.add_volume("j1", 1)
+    engine, _, _ = _engine(store, FakeJobEcs(RunResult(task_arn=arn1)), volumes)
     engine.drive("j1")
     stopped = TaskEvent(
         task_arn=arn1, cluster_arn=CLUSTER, version=3, last_status="STOPPED", containers=({"exitCode": 75},)
@@ -230,7 +184,7 @@ def test_cancel_does_not_drive_and_stops_the_live_task():
     store = FakeJobs()
     arn1 = TASK + "1" * 32
     store.jobs["j1"] = _job()
-    engine, _, _ = _engine(store, FakeEcs(RunResult(task_arn=arn1)))
+    engine, _, _ = _engine(store, FakeJobEcs(RunResult(task_arn=arn1)))
     engine.drive("j1")
     job, _ = engine.run("j1", lambda j: request_cancel(j, T0, "no longer needed"), drive=False)
     assert job.cancel_requested and engine.ecs.stops[0][0] == arn1
@@ -239,7 +193,7 @@ def test_cancel_does_not_drive_and_stops_the_live_task():
 def test_a_transition_that_changes_nothing_writes_nothing():
     store = FakeJobs()
     store.jobs["j1"] = _job(state=JobState.SUCCEEDED)
-    engine, _, _ = _engine(store, FakeEcs())
+    engine, _, _ = _engine(store, FakeJobEcs())
     job, note = engine.run("j1", lambda j: Step(note="nothing to do"))
     assert note == "nothing to do" and store.writes == 0 and job.state is JobState.SUCCEEDED
 
@@ -269,7 +223,7 @@ def test_an_attempt_stopped_by_two_lambdas_at_once_is_spent_once(capsys):
     store = _LateReader()
     arn = TASK + "1" * 32
     store.jobs["j1"] = _job()
-    engine, _, retries = _engine(store, FakeEcs(RunResult(task_arn=arn)))
+    engine, _, retries = _engine(store, FakeJobEcs(RunResult(task_arn=arn)))
     engine.on_written = [SpendMeter(store)]
     service = JobService(engine, None, None, retries=retries)  # type: ignore[arg-type]
     engine.drive("j1")
@@ -314,7 +268,7 @@ def test_a_notification_goes_out_once_though_another_lambda_reads_the_job_while_
     another event of the job) leaves it alone, and it is sent once, then taken out of the outbox."""
     store = FakeJobs()
     store.jobs["j1"] = _job(state=JobState.RUNNING)
-    engine, notifier, _ = _engine(store, FakeEcs())
+    engine, notifier, _ = _engine(store, FakeJobEcs())
     seen_meanwhile: list[int] = []
     send = notifier.send_all
 
@@ -333,7 +287,7 @@ def test_a_notification_goes_out_once_though_another_lambda_reads_the_job_while_
 def test_a_failed_send_lets_go_of_its_notifications_and_the_retry_sends_them_at_once():
     store = FakeJobs()
     store.jobs["j1"] = _job(state=JobState.RUNNING)
-    engine, notifier, _ = _engine(store, FakeEcs())
+    engine, notifier, _ = _engine(store, FakeJobEcs())
     send = notifier.send_all
     notifier.send_all = lambda notifications: (_ for _ in ()).throw(RuntimeError("SNS: throttled"))
     with pytest.raises(RuntimeError):
@@ -350,7 +304,7 @@ def test_a_leftover_of_a_sender_that_died_is_sent_once_its_hold_runs_out_by_one_
 
     store = FakeJobs()
     store.jobs["j1"] = _job(state=JobState.RUNNING)
-    engine, notifier, _ = _engine(store, FakeEcs())
+    engine, notifier, _ = _engine(store, FakeJobEcs())
     notifier.send_all = lambda notifications: (_ for _ in ()).throw(SystemExit("the function timed out"))
     with pytest.raises(SystemExit):  # died in its send: it could not let go
         engine.run("j1", _notifying(), drive=False)
@@ -394,7 +348,7 @@ class _LostAnswer(FakeJobs):
 def test_a_write_whose_answer_was_lost_sends_its_own_notifications_at_once():
     store = _LostAnswer()
     store.jobs["j1"] = _job(state=JobState.RUNNING)
-    engine, notifier, _ = _engine(store, FakeEcs())
+    engine, notifier, _ = _engine(store, FakeJobEcs())
     engine.run("j1", _notifying(), drive=False)
     assert [n.kind for n in notifier.sent] == ["interrupted"] and store.jobs["j1"].outbox == []
 
@@ -406,7 +360,7 @@ def test_a_write_whose_answer_was_lost_carries_out_its_effects_and_is_watched_on
 
     store = _LostAnswer()
     store.jobs["j1"] = _job(state=JobState.RUNNING)
-    engine, _, _ = _engine(store, FakeEcs())
+    engine, _, _ = _engine(store, FakeJobEcs())
     watched: list[tuple[int, int]] = []
     engine.on_written = [lambda old, new: watched.append((old.rev, new.rev))]
     stop = Stop(cluster=CLUSTER, task_arn=TASK + "9" * 32, reason="SpotGuard: moving job j1")
@@ -420,7 +374,7 @@ def test_legacy_outbox_items_without_a_holder_are_sent_by_the_next_reader():
     store = FakeJobs()
     legacy = OutboxItem(id="j1:4:0", kind="succeeded", message="m", at=T0)  # written before holds
     store.jobs["j1"] = _job(state=JobState.SUCCEEDED, outbox=[legacy])
-    engine, notifier, _ = _engine(store, FakeEcs())
+    engine, notifier, _ = _engine(store, FakeJobEcs())
     engine.drive("j1")
     assert [n.id for n in notifier.sent] == ["j1:4:0"] and store.jobs["j1"].outbox == []
 
@@ -434,7 +388,7 @@ def test_a_claim_that_keeps_losing_still_sends_the_writers_own_notifications():
     own = OutboxItem(id="j1:5:0", kind="interrupted", message="m", at=T0, held_by="mine", sending_until=T0)
     left = OutboxItem(id="j1:3:0", kind="waiting", message="m", at=T0, held_by="dead", sending_until=T0)
     store.jobs["j1"] = _job(state=JobState.RUNNING, outbox=[left, own])
-    engine, notifier, _ = _engine(store, FakeEcs())
+    engine, notifier, _ = _engine(store, FakeJobEcs())
     engine.flush(store.get("j1"), held_by="mine")
     assert [n.id for n in notifier.sent] == ["j1:5:0"]
 
@@ -447,7 +401,7 @@ def test_a_failed_send_lets_go_only_of_what_it_held():
     store = FakeJobs()
     item = OutboxItem(id="j1:5:0", kind="interrupted", message="m", at=T0, held_by="slow", sending_until=T0)
     store.jobs["j1"] = _job(state=JobState.RUNNING, outbox=[item])
-    engine, notifier, _ = _engine(store, FakeEcs())
+    engine, notifier, _ = _engine(store, FakeJobEcs())
     later = T0 + timedelta(seconds=31)
 
     def slow_then_fails(notifications):

@@ -227,7 +227,7 @@ def test_nodes_from_a_flag_and_one_node_specs_as_before():
 
 @pytest.mark.parametrize("name", ["nodes", "rendezvous_port"])
 def test_a_spec_bounds_nodes_and_the_port_as_the_jobs_function_does(name):
-    from spotguard.domain.jobs.model import JobOptions
+    from spotguard.domain.jobs.submission import JobOptions
     from spotguard_cli.jobs.payload import option_bounds
     from spotguard_cli.jobs.spec import JobSpec
 

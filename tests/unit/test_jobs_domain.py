@@ -9,29 +9,13 @@ from pydantic import ValidationError
 
 from spotguard.domain.jobs.adoption import checkpoint_uri_of, rebuild_request
 from spotguard.domain.jobs.effects import Launch, Notify, Stop
-from spotguard.domain.jobs.model import (
-    Attempt,
-    Job,
-    JobError,
-    JobOptions,
-    JobState,
-    Pool,
-    RunTaskRequest,
-    client_token,
-    started_by,
-)
+from spotguard.domain.jobs.launches import begin_launch, launch_failed, launch_succeeded, retry_delay
+from spotguard.domain.jobs.model import Attempt, Job, JobError, JobState, Pool, client_token, started_by
 from spotguard.domain.jobs.request import avoid_constraints, run_task_params
 from spotguard.domain.jobs.spend import spend
+from spotguard.domain.jobs.submission import JobOptions, RunTaskRequest
 from spotguard.domain.jobs.task_events import described_task
-from spotguard.domain.jobs.transitions import (
-    begin_launch,
-    launch_failed,
-    launch_succeeded,
-    on_task_event,
-    request_cancel,
-    request_resubmit,
-    retry_delay,
-)
+from spotguard.domain.jobs.transitions import on_task_event, request_cancel, request_resubmit
 from spotguard.domain.tasks import TaskEvent
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

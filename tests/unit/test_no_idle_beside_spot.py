@@ -13,17 +13,16 @@ import pytest
 
 from spotguard.domain.capacity.availability import AvailabilityHistory, coarse_hazards
 from spotguard.domain.capacity.model import JobNeeds, Market, Situation
-from spotguard.domain.capacity.planner import (
+from spotguard.domain.capacity.planner import PoolOption, choose_capacity
+from spotguard.domain.capacity.plans import JointPlan, split_horizon
+from spotguard.domain.capacity.rules import (
     WAIT_MARGIN,
     Grid,
-    PoolOption,
-    SpotGuardPolicy,
     beside_spot,
-    choose_capacity,
     default_time_value,
     spot_cost_per_work_hour,
 )
-from spotguard.domain.capacity.plans import JointPlan, split_horizon
+from spotguard.domain.capacity.simulated import SpotGuardPolicy
 from spotguard_cli.simulator import Job, Prices, Trace, simulate
 
 TICK = 1 / 6

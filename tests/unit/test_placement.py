@@ -12,19 +12,14 @@ from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.jobs.effects import Checkpoint, Launch, Notify, Stop
 from spotguard.domain.jobs.gangs import NOTHING_TO_ABANDON
-from spotguard.domain.jobs.model import Attempt, Job, JobOptions, JobState, RunTaskRequest, revised
-from spotguard.domain.jobs.placement import (
-    DEFAULT_RESTART_HOURS,
-    job_needs,
-    placement_params,
-    progress_rate,
-)
+from spotguard.domain.jobs.launches import begin_launch, launch_succeeded
+from spotguard.domain.jobs.model import Attempt, Job, JobState, revised
+from spotguard.domain.jobs.placement import DEFAULT_RESTART_HOURS, job_needs, placement_params, progress_rate
 from spotguard.domain.jobs.replies import RunResult
 from spotguard.domain.jobs.request import run_task_params
+from spotguard.domain.jobs.submission import JobOptions, RunTaskRequest
 from spotguard.domain.jobs.transitions import (
     abandon_provisioning,
-    begin_launch,
-    launch_succeeded,
     move_abandoned,
     move_checkpointed,
     on_task_event,
@@ -34,8 +29,8 @@ from spotguard.domain.pools import Observation, PoolRecord, Refreshed, fold
 from spotguard.domain.tasks import TaskEvent
 from spotguard.ports import LaunchPlacement
 from spotguard.usecases.jobs.capacity import CapacityAdvisor
-from tests.fakes import FakeJobs
-from tests.unit.test_job_engine import TASK, FakeEcs, _engine, _job
+from tests.fakes import FakeJobEcs, FakeJobs, FakeSignaller
+from tests.unit.test_job_engine import TASK, _engine, _job
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 URI = "s3://bucket/jobs/j1/"
@@ -259,7 +254,7 @@ class ScriptedPlacement(LaunchPlacement):
 def test_the_engine_waits_as_the_placement_says_with_its_retry_scheduled_first():
     store = FakeJobs()
     store.jobs["j1"] = _job()
-    engine, _, retries = _engine(store, FakeEcs())
+    engine, _, retries = _engine(store, FakeJobEcs())
     engine.placement = ScriptedPlacement(spot_decision(placement="none", pool=None, recheck_seconds=420))
     job = engine.drive("j1")
     assert job.state is JobState.QUEUED and retries.scheduled == [("j1", 1, 420)]
@@ -269,7 +264,9 @@ def test_a_pool_without_capacity_is_marked_and_the_job_decided_again_at_once():
     store = FakeJobs()
     store.jobs["j1"] = _job()
     other = spot_decision(pool="gpu-spot/g5.xlarge/us-east-1b", availability_zone="us-east-1b")
-    ecs = FakeEcs(RunResult(reason="RESOURCE:GPU", failure="capacity"), RunResult(task_arn=TASK + "b" * 32))
+    ecs = FakeJobEcs(
+        RunResult(reason="RESOURCE:GPU", failure="capacity"), RunResult(task_arn=TASK + "b" * 32)
+    )
     engine, _, _ = _engine(store, ecs)
     engine.placement = placement = ScriptedPlacement(spot_decision(), other)
     job = engine.drive("j1")
@@ -291,7 +288,7 @@ def test_a_pool_whose_provider_was_detached_is_marked_and_the_job_goes_elsewhere
     store = FakeJobs()
     store.jobs["j1"] = _job()
     od = spot_decision(placement="on-demand", pool="gpu-od/g5.xlarge/us-east-1a", capacity_provider="gpu-od")
-    ecs = FakeEcs(RunResult(failure="request", reason=NOT_ASSOCIATED), RunResult(task_arn=TASK + "b" * 32))
+    ecs = FakeJobEcs(RunResult(failure="request", reason=NOT_ASSOCIATED), RunResult(task_arn=TASK + "b" * 32))
     engine, _, retries = _engine(store, ecs)
     engine.placement = placement = ScriptedPlacement(spot_decision(), od)
     job = engine.drive("j1")
@@ -304,7 +301,7 @@ def test_a_pool_whose_provider_was_detached_is_marked_and_the_job_goes_elsewhere
 def test_a_request_that_names_a_detached_provider_itself_still_fails_the_job():
     store = FakeJobs()
     store.jobs["j1"] = _job()
-    engine, _, _ = _engine(store, FakeEcs(RunResult(failure="request", reason=NOT_ASSOCIATED)))
+    engine, _, _ = _engine(store, FakeJobEcs(RunResult(failure="request", reason=NOT_ASSOCIATED)))
     engine.placement = placement = ScriptedPlacement(None)  # placed as the request says (capacity fixed)
     job = engine.drive("j1")
     assert job.state is JobState.FAILED and "not associated with the cluster" in (job.last_reason or "")
@@ -453,21 +450,12 @@ def test_a_refused_provider_backs_off_every_pool_of_it_but_is_no_spot_history():
     assert marked.history_facts == () and marked.capacity_facts == (book.facts[0][1],)
 
 
-class FakeSignaller:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, list, str]] = []
-
-    def signal(self, instance_id, tasks, signal):
-        self.sent.append((instance_id, list(tasks), signal))
-        return "sent"
-
-
 def test_a_move_asks_for_its_checkpoint_through_the_engine_s_signaller():
     """The move's SIGUSR1 is an effect the engine carries out through the Signaller port (SSM), not a
     call into the capacity advisor."""
     store = FakeJobs()
     store.jobs["j1"] = _running()
-    engine, _, _ = _engine(store, FakeEcs())
+    engine, _, _ = _engine(store, FakeJobEcs())
     engine.signaller = signaller = FakeSignaller()
     to = spot_decision(placement="on-demand", pool="gpu-od/g5.xlarge/us-east-1a", trigger="reconcile")
     job, _ = engine.run("j1", lambda j: request_move(j, j.live_attempt.number, to, T0), drive=False)

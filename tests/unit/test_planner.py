@@ -17,9 +17,7 @@ from spotguard.domain.capacity.planner import (
     RECHECK_MIN_SECONDS,
     JobNeeds,
     PoolOption,
-    SpotGuardPolicy,
     choose_capacity,
-    pick_two,
 )
 from spotguard.domain.capacity.plans import (
     FAR_BUDGET,
@@ -29,6 +27,8 @@ from spotguard.domain.capacity.plans import (
     Plan,
     plan_grid,
 )
+from spotguard.domain.capacity.rules import pick_two
+from spotguard.domain.capacity.simulated import SpotGuardPolicy
 from spotguard_cli.simulator import Job, Prices, Trace, simulate
 
 PRICES = Prices(spot=1.0, on_demand=3.0)

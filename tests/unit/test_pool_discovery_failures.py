@@ -15,8 +15,8 @@ from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.reconcile import Reconciler
 from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService
-from tests.fakes import FakeJobs, FakePools
-from tests.unit.test_job_engine import FakeEcs, _engine
+from tests.fakes import FakeJobEcs, FakeJobs, FakePools
+from tests.unit.test_job_engine import _engine
 from tests.unit.test_pools import NOW, described
 
 REFUSED = "InvalidParameterValue: The following supplied instance types do not exist: [g6.xlarge]"
@@ -107,7 +107,7 @@ def test_a_cluster_whose_discovery_fails_is_logged_and_counted_and_stops_no_othe
 
 
 def test_reconcile_counts_every_discovery_failure_and_no_job_failure():
-    engine, _, _ = _engine(FakeJobs(), FakeEcs())
+    engine, _, _ = _engine(FakeJobs(), FakeJobEcs())
     advisor = CapacityAdvisor(Book(), FakeJobs(), lambda: NOW, clusters=("broken", "gpu-spot"))
     engine.placement = advisor
     jobs = JobService(

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, revised
+from spotguard.domain.jobs.model import Attempt, JobState, revised
+from spotguard.domain.jobs.submission import JobOptions
 from spotguard.domain.jobs.task_events import PoolEvent, classify_task_message
 from spotguard.domain.pools import MAX_AHEAD, Observation, fold, fold_all, merge_discovered
 from spotguard.domain.settings import Settings
@@ -19,8 +20,8 @@ from spotguard.usecases.jobs.capacity import CapacityAdvisor
 from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService
 from tests.conftest import EVENTS
-from tests.fakes import FakeJobs, FakePools
-from tests.unit.test_job_engine import CLUSTER, TASK, FakeEcs, _engine, _job
+from tests.fakes import FakeJobEcs, FakeJobs, FakePools
+from tests.unit.test_job_engine import CLUSTER, TASK, _engine, _job
 from tests.unit.test_placement import T0, _job_on, _running, advisor, pool
 from tests.unit.test_pool_facts import record
 
@@ -212,7 +213,7 @@ def _service(*jobs):
     ledger = FakePools(record("gpu-spot-a", "spot"), record("gpu-od", "on-demand"))
     store = FakeJobs()
     store.jobs.update({j.job_id: j for j in jobs})
-    ecs = FakeEcs()
+    ecs = FakeJobEcs()
     engine, _, _ = _engine(store, ecs)
     engine.clock = lambda: NOW
     book = PoolService(None, ledger, "us-east-1")  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from datetime import timedelta
 from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.capacity.model import Market
 from spotguard.domain.jobs.effects import GiveBackSpare, RaiseSpare
+from spotguard.domain.jobs.launches import begin_launch, launch_succeeded
 from spotguard.domain.jobs.model import JobState
 from spotguard.domain.jobs.spares import (
     GIVE_BACK_LIMIT_SECONDS,
@@ -19,7 +20,7 @@ from spotguard.domain.jobs.spares import (
     spare_raised,
     spare_unneeded,
 )
-from spotguard.domain.jobs.transitions import begin_launch, launch_succeeded, on_task_event, request_cancel
+from spotguard.domain.jobs.transitions import on_task_event, request_cancel
 
 from .test_jobs_domain import T0, TASK, _ev, _running
 

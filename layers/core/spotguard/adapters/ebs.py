@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from spotguard.domain.jobs.model import ATTEMPT_TAG
+from spotguard.domain.jobs.submission import ATTEMPT_TAG
 from spotguard.domain.tasks import JOB_TAG
 
 _GONE = {"InvalidVolume.NotFound", "InvalidSnapshot.NotFound"}

@@ -1,15 +1,15 @@
 """The plans: the cheapest way to the deadline for the capacity model
 (spotguard.domain.capacity.availability), by dynamic programming over (ticks left, slack left, what the job
-holds, each pool's availability and run age). `Plan` is for one pool, `JointPlan` for two at once. About 670
-lines: the two programmes and the grids they share (the horizon split, the far grid's junction), whose private
-helpers would otherwise cross modules.
+holds, each pool's availability and run age). `Plan` is for one pool, `JointPlan` for two at once.
+Over 400 lines: the two programmes and the grids they share (the horizon split, the far grid's junction),
+whose private helpers would otherwise cross modules.
 
 Slack (time left minus work left) is counted in units of u = tick / K, chosen so that the restart
 overhead is a whole number D of units (`plan_grid`). An idle tick spends K units of slack; a launch
 spends D (at most K per tick).
 
 The cost of a plan is money plus time: every hour the job is still unfinished is charged
-`time_value_per_hour` (spotguard.domain.capacity.planner sets its default). Without it, idle time is
+`time_value_per_hour` (spotguard.domain.capacity.rules sets its default). Without it, idle time is
 free and a loose deadline makes waiting as good as running; with it, equal money is broken toward
 finishing sooner.
 
@@ -357,6 +357,14 @@ def _single_dp(
     return _padded(value, off, size), actions
 
 
+def _joint_expect(pa: np.ndarray, pb: np.ndarray, n: int, x: np.ndarray) -> np.ndarray:
+    """`x` (m, n, n, S) expected over the next joint state: pool a's transitions `pa`, then pool b's `pb`."""
+    m, size = x.shape[0], x.shape[-1]
+    y = np.matmul(pa, x.reshape(m, n, n * size)).reshape(m, n, n, size).transpose(0, 2, 1, 3)
+    y = np.matmul(pb, y.reshape(m, n, n * size)).reshape(m, n, n, size)
+    return y.transpose(0, 2, 1, 3)
+
+
 def _joint_dp(
     hazards: Sequence[np.ndarray],
     ticks: tuple[int, int],
@@ -387,13 +395,6 @@ def _joint_dp(
     v = prices.time_value
     od = prices.on_demand + v
     spot = [p + v for p in prices.spot]
-
-    def expect(x: np.ndarray) -> np.ndarray:  # (m, n, n, S): expected over the next joint state
-        m, size = x.shape[0], x.shape[-1]
-        y = np.matmul(pa, x.reshape(m, n, n * size)).reshape(m, n, n, size).transpose(0, 2, 1, 3)
-        y = np.matmul(pb, y.reshape(m, n, n * size)).reshape(m, n, n, size)
-        return y.transpose(0, 2, 1, 3)
-
     start, end = ticks
     off = 0
     for t in range(start + 1, end + 1):
@@ -403,7 +404,7 @@ def _joint_dp(
         spot_values = [
             np.where(available[p], value[1 + nr + p * nr + i], value[0]) for p in (0, 1) for i in range(nr)
         ]
-        ev = expect(np.concatenate([value[: 1 + nr], np.stack(spot_values)]))
+        ev = _joint_expect(pa, pb, n, np.concatenate([value[: 1 + nr], np.stack(spot_values)]))
         idle = v * k * u + _shift(ev[0], k)
         q_od: dict[int, np.ndarray] = {}
         q_spot: dict[tuple[int, int], np.ndarray] = {}

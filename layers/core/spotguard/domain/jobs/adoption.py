@@ -13,19 +13,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from spotguard.domain.jobs.model import (
-    ATTEMPT_TAG,
-    SPOTGUARD_ENV,
-    Attempt,
-    Job,
-    JobOptions,
-    JobState,
-    RunTaskRequest,
-    adopted_job_id,
-    revised,
-)
+from spotguard.domain.jobs.model import SPOTGUARD_ENV, Attempt, Job, JobState, adopted_job_id, revised
 from spotguard.domain.jobs.replies import TaskDefinitionInfo
 from spotguard.domain.jobs.stops import classify_stop
+from spotguard.domain.jobs.submission import ATTEMPT_TAG, JobOptions, RunTaskRequest
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG, TaskEvent
 
 # Container override fields a description gives back that RunTask takes again.

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
 from spotguard.domain.jobs.answers import JobStatus, JobSummary
-from spotguard.domain.jobs.model import JobOptions, JobState, RunTaskRequest
+from spotguard.domain.jobs.model import JobState
+from spotguard.domain.jobs.submission import JobOptions, RunTaskRequest
 from spotguard.domain.tasks import JOB_ID
 
 _JOB_ID = Field(pattern=JOB_ID.pattern, description="a job id")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from spotguard.domain.jobs.effects import Cleanup, Effect, Notify, Step
-from spotguard.domain.jobs.model import EbsOptions, Job, JobState, bump, replace_attempt, revised
+from spotguard.domain.jobs.model import Job, JobState, bump, replace_attempt, revised
+from spotguard.domain.jobs.submission import EbsOptions
 
 
 def snapshot_started(

@@ -128,5 +128,6 @@ class Step(BaseModel):
     note: str = ""
 
 
-# A transition: a job in, the new job and its effects out (transitions.py, ebs.py, gangs.py, spares.py).
+# A transition: a job in, the new job and its effects out (transitions.py, launches.py, endings.py, ebs.py,
+# gangs.py, spares.py).
 Transition = Callable[[Job], Step]

@@ -1,5 +1,6 @@
 """Multi-node jobs (a gang: `options.nodes` tasks of one request, one per instance, docs/jobs.md
-"Multi-node jobs"): the gang's own steps, pure. The state machine (transitions.py) calls them.
+"Multi-node jobs"): the gang's own steps, pure. The state machine (transitions.py, endings.py,
+launches.py) calls them.
 
 - Forming: node 0 is launched first (the job's launch, as for every job); once it runs, its address is
   known and the other nodes are launched with it (`LaunchPeers`, `peer_launched`). The attempt has
@@ -155,7 +156,7 @@ def peer_launched(job: Job, number: int, node: int, task_arn: str, token: str, n
 
 def peer_refused(job: Job, number: int, why: str, now: datetime) -> Step:
     """RunTask refused a node's request itself (access, a bad parameter): no retry can help, as for
-    node 0's launch (`transitions.launch_refused`). The gang's tasks are stopped and the job fails."""
+    node 0's launch (`launches.launch_refused`). The gang's tasks are stopped and the job fails."""
     live = job.live_attempt
     if job.state is not JobState.RUNNING or live is None or live.number != number:
         return Step(note="no gang of that attempt running")

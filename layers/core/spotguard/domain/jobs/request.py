@@ -10,7 +10,6 @@ from typing import Any
 
 from spotguard.domain.jobs.effects import Launch
 from spotguard.domain.jobs.model import (
-    ATTEMPT_TAG,
     ENV_ATTEMPT,
     ENV_CHECKPOINT_URI,
     ENV_JOB_ID,
@@ -20,18 +19,15 @@ from spotguard.domain.jobs.model import (
     ENV_RESUME_FROM,
     MAX_DEADLINE_HOURS,
     MAX_PLACEMENT_CONSTRAINTS,
-    NODE_TAG,
     SPOTGUARD_ENV,
-    EbsOptions,
     Job,
     JobError,
-    JobOptions,
     Pool,
-    RunTaskRequest,
     started_by,
 )
 from spotguard.domain.jobs.placement import placement_params
 from spotguard.domain.jobs.replies import TaskDefinitionInfo
+from spotguard.domain.jobs.submission import ATTEMPT_TAG, NODE_TAG, EbsOptions, JobOptions, RunTaskRequest
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, JOB_TAG
 
 

@@ -1,42 +1,29 @@
-"""The job's state machine: launches and their outcomes, task events, cancel and resubmit. Each function
-takes a job and returns a `Step` (the new job, or None when nothing changes, and the effects to carry out).
-About 470 lines: every transition of the machine, each short and pure, in one module so the machine reads
-whole (EBS mode's are in ebs.py)."""
+"""The job's state machine for its tasks: task events, cancel and resubmit, moves to other capacity, and
+the stop of an attempt that waits for an instance. Each function takes a job and returns a `Step` (the new
+job, or None when nothing changes, and the effects to carry out). The launches are in launches.py, the end
+of an attempt in endings.py, EBS mode's transitions in ebs.py."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.jobs import gangs
-from spotguard.domain.jobs.effects import (
-    CapacityWanted,
-    Checkpoint,
-    Effect,
-    Launch,
-    LaunchLater,
-    Notify,
-    Snapshot,
-    Step,
-    Stop,
-)
+from spotguard.domain.jobs.effects import Checkpoint, Effect, Notify, Step, Stop
+from spotguard.domain.jobs.endings import attempt_ended, fold_old
+from spotguard.domain.jobs.launches import decision_notice, launch_succeeded, stray_reason
 from spotguard.domain.jobs.model import (
     ENV_RESUME_FROM,
     EXIT_CODE_NAME,
-    KEEP_ATTEMPTS,
     MAX_EXIT_CODES,
-    RETRY_BASE_SECONDS,
-    RETRY_MAX_SECONDS,
     SPOTGUARD_ENV,
     Attempt,
-    FoldedAttempts,
     Job,
     JobError,
     JobState,
     NodeTask,
-    Pool,
     bump,
     cancel_reason,
     client_token,
@@ -44,173 +31,11 @@ from spotguard.domain.jobs.model import (
     revised,
 )
 from spotguard.domain.jobs.placement import Move, remember
-from spotguard.domain.jobs.spares import carried_spare
-from spotguard.domain.jobs.spend import attempt_spend
-from spotguard.domain.jobs.stops import OwnRecord, StopVerdict, classify_stop
+from spotguard.domain.jobs.stops import OwnRecord, classify_stop
 from spotguard.domain.tasks import TaskEvent
 
 
 # ------------------------------------------------------------------------------------ transitions
-def due(job: Job, now: datetime) -> bool:
-    """A queued job whose wait (retry or capacity) is over."""
-    return job.state is JobState.QUEUED and (job.retry_at is None or now >= job.retry_at)
-
-
-def begin_launch(job: Job, now: datetime, decision: PlacementDecision | None = None) -> Step:
-    """queued (and due) -> launching, placed as `decision` says (None: the request as submitted). A
-    decision to wait keeps the job queued until its recheck instead. A job already launching gets its
-    launch again (the Lambda that began it may have died before RunTask answered; the same client token
-    returns the same task)."""
-    if job.state is JobState.LAUNCHING:
-        return Step(job=None, effects=[_launch_effect(job)], note="launch in progress: repeat it")
-    if job.state is not JobState.QUEUED:
-        return Step(note=f"job is {job.state}, not queued")
-    if job.cancel_requested:
-        return Step(
-            job=bump(job, now, state=JobState.CANCELLED, last_reason="cancelled before it started"),
-            effects=[Notify(kind="cancelled", message="cancelled before it started")],
-        )
-    if job.retry_at is not None and now < job.retry_at:
-        return Step(note=f"not due until {job.retry_at.isoformat()}")
-    if decision is not None and decision.placement == "none":
-        return capacity_wait(job, decision, now)
-    changes: dict[str, Any] = {}
-    effects: list[Effect] = []
-    if decision is not None:
-        changes = {"placement": decision, "decisions": remember(job.decisions, decision)}
-        effects.append(decision_notice(decision))
-    new = bump(
-        job, now, state=JobState.LAUNCHING, launch_tries=job.launch_tries + 1, retry_at=None, **changes
-    )
-    return Step(job=new, effects=[*effects, _launch_effect(new)])
-
-
-def capacity_wait(job: Job, decision: PlacementDecision, now: datetime) -> Step:
-    """The policy says wait (spot is expected back in time, or no pool can serve the job): queued until
-    the recheck it asked for, when the retry message the use case scheduled (try `launch_tries + 1`)
-    brings it back. Said once per reason, not at every recheck."""
-    seconds = max(1, decision.recheck_seconds)
-    last = job.decisions[-1] if job.decisions else None
-    repeated = last is not None and last.placement == "none" and last.reason == decision.reason
-    new = bump(
-        job,
-        now,
-        launch_tries=job.launch_tries + 1,  # a retry message of an earlier wait is now stale
-        retry_at=now + timedelta(seconds=seconds),
-        placement=None,
-        decisions=remember(job.decisions, decision) if not repeated else job.decisions,
-        last_reason=f"waiting: {decision.reason}; next decision in {seconds} s",
-    )
-    effects: list[Effect] = []
-    if not repeated:
-        effects = [decision_notice(decision), Notify(kind="waiting", message=decision.reason)]
-    return Step(job=new, effects=effects)
-
-
-def decision_notice(decision: PlacementDecision) -> Notify:
-    """The decision on the bus (`SpotGuard Job Capacity PlacementDecision`)."""
-    return Notify(
-        kind="decision",
-        message=decision.summary(),
-        detail=decision.model_dump(mode="json", exclude={"at"}),
-    )
-
-
-def _launch_effect(job: Job) -> Launch:
-    return Launch(
-        attempt=job.next_attempt,
-        client_token=client_token(job.job_id, job.next_attempt, job.launch_tries),
-        resume_from_hint=job.resume_override,
-    )
-
-
-def launch_succeeded(
-    job: Job, task_arn: str, token: str, resume_from: str, now: datetime, resubmitted: bool
-) -> Step:
-    if job.attempt_for(task_arn) is not None:
-        return Step(note="this task is already the job's attempt")
-    if job.state is not JobState.LAUNCHING:
-        # The job moved on (cancelled meanwhile): the task must not run.
-        return Step(
-            effects=[Stop(cluster=job.request.cluster, task_arn=task_arn, reason=stray_reason(job))],
-            note=f"job is {job.state}: stopping the task just started",
-        )
-    placed = job.placement
-    attempt = Attempt(
-        number=job.next_attempt,
-        task_arn=task_arn,
-        client_token=token,
-        resume_from=resume_from,
-        launched_at=now,
-        pool=placed.pool if placed else None,
-        market=placed.placement if placed and placed.placement != "none" else None,
-        nodes=job.options.nodes,
-    )
-    new = bump(
-        job,
-        now,
-        state=JobState.RUNNING,
-        # the ended gangs' other nodes but the newest's are folded (gangs.compact): two gangs whole at most
-        attempts=[*gangs.compact(job.attempts, keep=1), attempt],
-        launch_tries=0,
-        resume_override=None,
-        last_reason=f"attempt {attempt.number} started"
-        + (f" (node 0 of {attempt.nodes}; the others once it runs)" if attempt.gang else ""),
-    )
-    effects: list[Effect] = []
-    if resubmitted:
-        where = f" from {resume_from}" if resume_from else " from scratch"
-        effects.append(Notify(kind="resubmitted", message=f"attempt {attempt.number} started{where}"))
-    return Step(job=new, effects=effects)
-
-
-def retry_delay(launch_tries: int, base: int = RETRY_BASE_SECONDS) -> int:
-    """30 s, 60 s, 120 s ... up to 15 min (SQS's longest delay) between RunTask tries."""
-    return int(min(RETRY_MAX_SECONDS, base * 2 ** max(0, launch_tries - 1)))
-
-
-def launch_failed(
-    job: Job, reason: str, now: datetime, delay_seconds: int | None = None, capacity: bool = True
-) -> Step:
-    """RunTask placed nothing: back to queued, due again after `delay_seconds` (the retry message the
-    use case scheduled; by default `retry_delay`'s growing delay). When the reason is capacity (not a
-    throttled or conflicting call), SpotGuard also asks for capacity."""
-    if job.state is not JobState.LAUNCHING:
-        return Step(note=f"job is {job.state}, not launching")
-    delay = retry_delay(job.launch_tries) if delay_seconds is None else delay_seconds
-    what = "RunTask placed no task" if capacity else "RunTask failed for now"
-    new = bump(
-        job,
-        now,
-        state=JobState.QUEUED,
-        retry_at=now + timedelta(seconds=delay),
-        last_reason=f"{what}: {reason}; next try in {delay} s",
-    )
-    effects: list[Effect] = []
-    if capacity:
-        pools = tuple((p.instance_type, p.availability_zone) for p in job.avoid_pools if p.until > now)
-        effects.append(
-            CapacityWanted(
-                gpus=job.gpus, reason=reason, avoid_instances=tuple(job.avoid_instances), avoid_pools=pools
-            )
-        )
-    waiting = f"no capacity ({reason})" if capacity else f"RunTask failed for now ({reason})"
-    effects.append(Notify(kind="waiting", message=f"{waiting}; next try in {delay} s"))
-    return Step(job=new, effects=effects)
-
-
-def launch_refused(job: Job, reason: str, now: datetime) -> Step:
-    """RunTask said the request itself is wrong (a deregistered task definition, a bad subnet): no
-    retry can help, so the job fails and says why."""
-    if job.state is not JobState.LAUNCHING:
-        return Step(note=f"job is {job.state}, not launching")
-    why = f"RunTask refused the request: {reason}"
-    return Step(
-        job=bump(job, now, state=JobState.FAILED, last_reason=why),
-        effects=[Notify(kind="failed", message=why)],
-    )
-
-
 def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: datetime) -> Step:
     """Apply one task event. Stale and repeated events (version not above the last applied) change
     nothing; a task that is not one of the job's attempts and still runs is stopped. A gang's task
@@ -291,92 +116,6 @@ def on_task_event(job: Job, ev: TaskEvent, own_stop_notice: str | None, now: dat
     return attempt_ended(job, updated, verdict, now)
 
 
-def attempt_ended(job: Job, updated: Attempt, verdict: StopVerdict, now: datetime) -> Step:
-    """The job's running attempt ended (its task stopped; a gang: its last node), `verdict` what that
-    means: the job succeeds, fails, is cancelled, or is queued to be launched again."""
-    updated = revised(updated, outcome=verdict.outcome, outcome_reason=verdict.reason)
-    n = updated.number
-    effects: list[Effect] = []
-    changes: dict[str, Any] = {}
-    if verdict.outcome == "succeeded":
-        return Step(
-            job=replace_attempt(job, updated, now, state=JobState.SUCCEEDED, last_reason=verdict.reason),
-            effects=[Notify(kind="succeeded", message=f"attempt {n}: {verdict.reason}")],
-        )
-    if verdict.outcome == "cancelled":
-        return Step(
-            job=replace_attempt(job, updated, now, state=JobState.CANCELLED, last_reason=verdict.reason),
-            effects=[Notify(kind="cancelled", message=f"attempt {n}: {verdict.reason}")],
-        )
-    moved = job.move is not None and job.move.attempt == n and job.move.stop_requested_at is not None
-    if updated.abandoned:
-        # A gang that did not form: launched again after a wait that grows with each gang in a row that
-        # did not form (30 s up to 15 min), where the policy then says (its pool was marked), an attempt
-        # that does not count against max_attempts.
-        in_a_row = gangs.unformed_in_a_row([*job.attempts[:-1], updated], job.folded.unformed_tail)
-        if in_a_row >= job.options.max_attempts:  # bounded, as attempts are: its ledger item too
-            why = f"the gang of {updated.nodes} nodes did not form in {in_a_row} tries in a row"
-            why += f"; last: {verdict.reason}"
-            return Step(
-                job=replace_attempt(job, updated, now, state=JobState.GAVE_UP, last_reason=why[:500]),
-                effects=[Notify(kind="gave-up", message=why[:500])],
-            )
-        delay = retry_delay(in_a_row)
-        changes = {"move": None, "placement": None, "budget_base": job.budget_base + 1}
-        changes |= {
-            "retry_at": now + timedelta(seconds=delay),
-            "avoid_pools": gangs.unformed_pool(job, updated, now),
-        }
-        effects = [LaunchLater(launch_try=0, delay_seconds=delay)]
-    elif verdict.outcome == "resubmit" and moved and job.move is not None:
-        # SpotGuard's own move: not an interruption; the next launch follows the move's decision, marked
-        # as the move's (trigger "move") so that the capacity advisor carries it out rather than decide
-        # again: a fresh decision a few minutes on, with the stop's minutes spent, could send the job
-        # back where it came from, two restarts for nothing.
-        updated = revised(updated, outcome_reason=f"moved: {job.move.to.summary()}"[:500])
-        carried = job.move.to.model_copy(update={"trigger": "move"})
-        changes = {"moves_made": job.moves_made + 1, "move": None, "placement": carried}
-    elif verdict.outcome == "resubmit":
-        updated = revised(updated, interrupted_by=updated.interrupted_by or verdict.reason)
-        effects = [Notify(kind="interrupted", message=f"attempt {n}: {verdict.reason}")]
-        # The early replacement decided at the warning where the next attempt goes, and asked an
-        # instance of that pool for it: the launch carries that decision out (domain.jobs.spares).
-        changes = {**avoidance(job, updated, now), "move": None, "placement": carried_spare(job, n)}
-    else:  # failed
-        if job.error_retries_used >= job.options.max_error_retries:
-            return Step(
-                job=replace_attempt(job, updated, now, state=JobState.FAILED, last_reason=verdict.reason),
-                effects=[Notify(kind="failed", message=f"attempt {n}: {verdict.reason}")],
-            )
-        changes = {"error_retries_used": job.error_retries_used + 1, "move": None, "placement": None}
-    if job.attempts_used >= job.options.max_attempts and not updated.abandoned:
-        used, most = job.attempts_used, job.options.max_attempts
-        why = f"{used} attempts used (max_attempts {most}); last: {verdict.reason}"
-        return Step(
-            job=replace_attempt(job, updated, now, state=JobState.GAVE_UP, last_reason=why),
-            effects=[*effects, Notify(kind="gave-up", message=why)],
-        )
-    next_state = JobState.SNAPSHOTTING if job.ebs_volume else JobState.QUEUED
-    # the ledger item stays small however many times the job (a big gang) comes back
-    attempts = [updated if a.number == n else a for a in job.attempts]
-    changes["attempts"], changes["folded"] = fold_old(
-        gangs.compact(attempts, keep=1), job.folded, job.gpus, now
-    )
-    updated = next(a for a in changes["attempts"] if a.number == n)  # as compacted (the newest is kept)
-    requeued = replace_attempt(
-        job,
-        updated,
-        now,
-        state=next_state,
-        launch_tries=0,
-        last_reason=verdict.reason,
-        **{"retry_at": None, **changes},
-    )
-    if job.ebs_volume:
-        effects.append(Snapshot(attempt=n))
-    return Step(job=requeued, effects=effects)
-
-
 def _bind(job: Job, ev: TaskEvent, now: datetime) -> Step | None:
     """A task of the job's own launch seen before RunTask's answer was written (or after the Lambda that
     called it died): node 0 of the launch in flight, or another node of the running gang. None: not one."""
@@ -439,30 +178,6 @@ def _observe(task: NodeTask, ev: TaskEvent, own_stop_notice: str | None, first: 
     return revised(task, **changes)
 
 
-def avoidance(job: Job, attempt: Attempt, now: datetime) -> dict[str, Any]:
-    """Remember the interrupted instance for good and its spot pool for `avoid_pool_seconds` (the job's
-    changes; the early replacement decides at the warning with them, as the launch after the stop will).
-    A gang: the instances of the nodes that were lost (domain.jobs.gangs.lost_nodes), and their pool."""
-    lost: list[NodeTask] = gangs.lost_nodes(attempt) if attempt.gang else [attempt]
-    instances = list(job.avoid_instances)
-    for task in lost:
-        if task.instance_id and task.instance_id not in instances:
-            instances = [*instances, task.instance_id][-20:]
-    pools = [p for p in job.avoid_pools if p.until > now]
-    for task in lost:
-        if task.instance_type and task.availability_zone and job.options.avoid_pool_seconds > 0:
-            key = (task.instance_type, task.availability_zone)
-            pools = [p for p in pools if (p.instance_type, p.availability_zone) != key]
-            pools.append(
-                Pool(
-                    instance_type=task.instance_type,
-                    availability_zone=task.availability_zone,
-                    until=now + timedelta(seconds=job.options.avoid_pool_seconds),
-                )
-            )
-    return {"avoid_instances": instances, "avoid_pools": pools}
-
-
 def request_cancel(job: Job, now: datetime, reason: str) -> Step:
     if job.state.terminal:
         raise JobError(f"job {job.job_id} is already {job.state}")
@@ -509,10 +224,6 @@ def request_resubmit(job: Job, now: datetime, checkpoint: str | None) -> Step:
         last_reason="resubmitted by hand",
     )
     return Step(job=new)
-
-
-def stray_reason(job: Job) -> str:
-    return f"SpotGuard: job {job.job_id} has another live attempt (or none)"[:255]
 
 
 # ------------------------------------------------------------------------------------------ moves
@@ -601,23 +312,3 @@ def abandon_provisioning(job: Job, number: int, why: str, now: datetime) -> Step
         return Step(note=gangs.NOTHING_TO_ABANDON)
     reason = f"SpotGuard: no instance in {live.pool or 'its capacity'} ({why}); launching elsewhere"
     return Step(effects=[Stop(cluster=job.request.cluster, task_arn=live.task_arn, reason=reason[:255])])
-
-
-def fold_old(
-    attempts: list[Attempt], folded: FoldedAttempts, gpus: int, now: datetime
-) -> tuple[list[Attempt], FoldedAttempts]:
-    """The newest KEEP_ATTEMPTS attempts, and the older ones folded into what they spent (the ledger
-    item's bound; domain.jobs.model). Only ended attempts are folded."""
-    old = [a for a in attempts[: max(0, len(attempts) - KEEP_ATTEMPTS)] if a.outcome is not None]
-    if not old:
-        return attempts, folded
-    hours, dollars, tail = folded.gpu_hours, folded.dollars, folded.unformed_tail
-    for a in old:
-        tail = tail + 1 if a.abandoned else 0
-        spent = attempt_spend(a, gpus, {}, now)
-        hours += spent.gpu_hours
-        dollars = None if dollars is None or spent.dollars is None else dollars + spent.dollars
-    gone = {a.number for a in old}
-    kept = [a for a in attempts if a.number not in gone]
-    count = folded.count + len(old)
-    return kept, FoldedAttempts(count=count, gpu_hours=round(hours, 4), dollars=dollars, unformed_tail=tail)

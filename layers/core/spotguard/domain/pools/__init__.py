@@ -2,6 +2,7 @@
 
 - `records`: the pool's record (`PoolRecord`), its facts (`Observation`), and their bounds;
 - `discovery`: the pools of a cluster from its capacity providers, as the AWS APIs describe them;
+- `shapes`: the parts of the AWS answers discovery reads, by their API names;
 - `facts`: facts folded into a record (observations, backoffs, spot prices, placement scores);
 - `options`: which pools (the one an instance is in, those an Auto Scaling event names) and the
   planner's candidates (`pool_options`).
@@ -16,26 +17,10 @@ from spotguard.domain.pools.discovery import (
     IGNORE_TAG,
     NOT_POOLS,
     PRICE_TAG,
-    AsgProvider,
-    AutoScalingGroup,
-    CapacityProvider,
     ClusterDescription,
     Discovery,
-    Distribution,
-    EcsTag,
-    Gpu,
-    GpuInfo,
-    InstanceTypeInfo,
-    LaunchTemplateSpec,
-    MarketOptions,
-    MixedPolicy,
-    MixedTemplate,
-    Override,
     Refreshed,
     Skipped,
-    Subnet,
-    TemplateData,
-    TemplateVersion,
     discover_pools,
     group_market,
     mark_gone,
@@ -87,6 +72,24 @@ from spotguard.domain.pools.records import (
     as_utc,
     pool_key,
     pool_name,
+)
+from spotguard.domain.pools.shapes import (
+    AsgProvider,
+    AutoScalingGroup,
+    CapacityProvider,
+    Distribution,
+    EcsTag,
+    Gpu,
+    GpuInfo,
+    InstanceTypeInfo,
+    LaunchTemplateSpec,
+    MarketOptions,
+    MixedPolicy,
+    MixedTemplate,
+    Override,
+    Subnet,
+    TemplateData,
+    TemplateVersion,
 )
 
 __all__ = [

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from spotguard.domain.capacity.decision import PlacementDecision
 from spotguard.domain.capacity.model import Market
+from spotguard.domain.jobs.endings import avoidance
 from spotguard.domain.jobs.model import Attempt, Job, JobState, revised
 from spotguard.domain.jobs.placement import job_needs
 from spotguard.domain.jobs.task_events import PoolEvent
-from spotguard.domain.jobs.transitions import avoidance
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
-from typing import Any
 
 from spotguard.domain.jobs import gangs
 from spotguard.domain.jobs.effects import Cleanup
@@ -39,7 +37,6 @@ from spotguard.domain.jobs.model import (
     Job,
     JobState,
     NodeTask,
-    UnreadableJob,
     revised,
     started_by,
 )
@@ -53,6 +50,7 @@ from spotguard.domain.jobs.transitions import (
 from spotguard.domain.tasks import TaskEvent
 from spotguard.ports import PoolObservations
 from spotguard.usecases.jobs.service import JobService
+from spotguard.usecases.jobs.sweep import Sweep, SweepCounts
 
 STUCK_SECONDS = 180  # a launch or a due retry untouched this long is taken up by reconcile
 # Ended jobs looked at per state by each sweep (newest first), for a spare whose give-back did not finish
@@ -66,51 +64,8 @@ MOVE_STOP_RETRY_SECONDS = 420
 log = logging.getLogger(__name__)
 
 
-def _count(metric: str | None) -> Any:
-    return field(default=0, metadata={"metric": metric})
-
-
-@dataclass
-class SweepCounts:
-    """What a sweep did, each a count. The reconcile function answers them all (`answer`) and emits each
-    one that is not zero as the metric named beside it (`metrics`; `checked` is none); the dashboard reads
-    the same names (tests/template/test_dashboard.py)."""
-
-    checked: int = _count(None)
-    relaunched: int = _count("ReconcileRelaunched")
-    stops_applied: int = _count("ReconcileStopsApplied")
-    vanished: int = _count("ReconcileVanished")
-    snapshots_settled: int = _count("ReconcileSnapshotsSettled")
-    unreadable: int = _count("ReconcileUnreadable")
-    failed: int = _count("ReconcileFailed")
-    pools: int = _count("ReconcilePools")
-    discovery_errors: int = _count("ReconcileDiscoveryErrors")
-    provisioning_abandoned: int = _count("ReconcileProvisioningAbandoned")
-    moves_started: int = _count("ReconcileMovesStarted")
-    moves_stopped: int = _count("ReconcileMovesStopped")
-    moves_stop_retried: int = _count("ReconcileMovesStopRetried")
-    moves_abandoned: int = _count("ReconcileMovesAbandoned")
-    spares_given_back: int = _count("ReconcileSparesGivenBack")
-    gangs_abandoned: int = _count("ReconcileGangsAbandoned")
-    gang_nodes_launched: int = _count("ReconcileGangNodesLaunched")
-    gang_stragglers_stopped: int = _count("ReconcileGangStragglersStopped")
-    gang_stops_retried: int = _count("ReconcileGangStopsRetried")
-    cancel_stops_retried: int = _count("ReconcileCancelStopsRetried")
-    runs_applied: int = _count("ReconcileRunsApplied")
-
-    def answer(self) -> dict[str, int]:
-        return asdict(self)
-
-    def metrics(self) -> list[tuple[str, int]]:
-        """(metric name, count) for each count that is a metric and not zero."""
-        return [(m, v) for m, v in zip(self.metric_names(), self._metric_values(), strict=True) if v]
-
-    @classmethod
-    def metric_names(cls) -> list[str]:
-        return [f.metadata["metric"] for f in fields(cls) if f.metadata["metric"]]
-
-    def _metric_values(self) -> list[int]:
-        return [getattr(self, f.name) for f in fields(self) if f.metadata["metric"]]
+# A running task of a job as the sweep found it: the job, its attempt, the node's task.
+_LiveTask = tuple[Job, Attempt, NodeTask]
 
 
 class Reconciler:
@@ -123,70 +78,68 @@ class Reconciler:
 
     def reconcile(self, limit: int = 500) -> SweepCounts:
         now = self.jobs.clock()
-        counts = SweepCounts()
-        pool_observations = self.pool_observations
+        sweep = Sweep(self.store, limit)
+        self._refresh_pools(sweep.counts)
+        waiting = sweep.each(JobState.LAUNCHING) + sweep.each(JobState.QUEUED)
+        for job in waiting:
+            stale = _age(job, now) > STUCK_SECONDS
+            overdue = job.retry_at is None or (now - job.retry_at).total_seconds() > STUCK_SECONDS
+            if stale and (job.state is JobState.LAUNCHING or overdue):
+                sweep.isolated(job, lambda job=job: self.engine.drive(job.job_id, job))
+                sweep.counts.relaunched += 1
+        volumes = self.jobs.volumes
+        snapshotting = sweep.each(JobState.SNAPSHOTTING)
+        for job in snapshotting:
+            if _age(job, now) > STUCK_SECONDS and volumes is not None:
+                sweep.isolated(
+                    job, lambda job=job: self.engine.run(job.job_id, *volumes.stuck(job), current=job)
+                )
+                sweep.counts.snapshots_settled += 1
+        running = sweep.each(JobState.RUNNING)
+        # and the jobs that ended lately: a spare whose give-back may not have finished, notifications
+        # left in the outbox by the write that ended the job
+        ended = [
+            j for s in TERMINAL for j in self.store.list(s, RECENTLY_ENDED, on_unreadable=sweep.unreadable)
+        ]
+        if self.engine.spares is not None:
+            self._spares(waiting + snapshotting + running + ended, sweep.isolated, sweep.counts)
+        for job in waiting + snapshotting + running + ended:
+            if job.outbox:
+                # notifications whose sender died (or failed) before it sent them, and nobody handled
+                # the job since: sent now, once (engine.flush claims those nobody holds; no call else)
+                sweep.isolated(job, lambda job=job: self.engine.flush(job))
+        live = self._running(running, now, sweep)
+        for cluster, pairs in live.items():
+            self._described(cluster, pairs, now, sweep)
+        return sweep.counts
+
+    def _refresh_pools(self, counts: SweepCounts) -> None:
         try:
-            refreshed = pool_observations.refresh(self.jobs.config.settings.clusters)
+            refreshed = self.pool_observations.refresh(self.jobs.config.settings.clusters)
             counts.pools, counts.discovery_errors = refreshed.pools, len(refreshed.errors)
         except Exception:  # discovery failing stops no sweep: jobs are placed on the pools known
             log.exception("reconcile could not refresh the pools; the sweep goes on")
             counts.discovery_errors += 1
 
-        def unreadable(exc: UnreadableJob) -> None:
-            counts.unreadable += 1
-
-        def each(state: JobState) -> list[Job]:
-            # oldest first: the jobs most likely to be stuck are the ones that waited longest
-            jobs = self.store.list(state, limit, on_unreadable=unreadable, oldest_first=True)
-            counts.checked += len(jobs)
-            return jobs
-
-        def isolated(job: Job, work: Callable[[], object]) -> object:
-            try:
-                return work()
-            except Exception:
-                log.exception("reconcile could not handle job %s; the sweep goes on", job.job_id)
-                counts.failed += 1
-
-        waiting = each(JobState.LAUNCHING) + each(JobState.QUEUED)
-        for job in waiting:
-            stale = _age(job, now) > STUCK_SECONDS
-            overdue = job.retry_at is None or (now - job.retry_at).total_seconds() > STUCK_SECONDS
-            if stale and (job.state is JobState.LAUNCHING or overdue):
-                isolated(job, lambda job=job: self.engine.drive(job.job_id, job))
-                counts.relaunched += 1
-        volumes = self.jobs.volumes
-        snapshotting = each(JobState.SNAPSHOTTING)
-        for job in snapshotting:
-            if _age(job, now) > STUCK_SECONDS and volumes is not None:
-                isolated(job, lambda job=job: self.engine.run(job.job_id, *volumes.stuck(job), current=job))
-                counts.snapshots_settled += 1
-        live: dict[str, list[tuple[Job, Attempt, NodeTask]]] = {}
-        running = each(JobState.RUNNING)
-        # and the jobs that ended lately: a spare whose give-back may not have finished, notifications
-        # left in the outbox by the write that ended the job
-        ended = [j for s in TERMINAL for j in self.store.list(s, RECENTLY_ENDED, on_unreadable=unreadable)]
-        if self.engine.spares is not None:
-            self._spares(waiting + snapshotting + running + ended, isolated, counts)
-        for job in waiting + snapshotting + running + ended:
-            if job.outbox:
-                # notifications whose sender died (or failed) before it sent them, and nobody handled
-                # the job since: sent now, once (engine.flush claims those nobody holds; no call else)
-                isolated(job, lambda job=job: self.engine.flush(job))
+    def _running(self, running: list[Job], now: datetime, sweep: Sweep) -> dict[str, list[_LiveTask]]:
+        """The running jobs' own checks (volumes to delete, runs whose event was lost, capacity: moves,
+        gangs, provisioning); the tasks still running, by cluster, for one DescribeTasks each."""
+        live: dict[str, list[_LiveTask]] = {}
+        counts, volumes = sweep.counts, self.jobs.volumes
         for listed in running:
             job = listed
             if job.doomed_volumes and volumes is not None:  # still attached last time: try again
-                isolated(job, lambda job=job: self._delete_volumes(job))
+                sweep.isolated(job, lambda job=job: self._delete_volumes(job))
             pending = job.live_attempt
             if pending is not None and _not_seen_running(pending):
                 # ECS's word first: a task running whose RUNNING event was lost must not look like one that
                 # never started (it would be given up at the provisioning bound; a gang's other nodes
                 # would never be launched)
-                seen = isolated(job, lambda job=job, a=pending: self._runs_seen(job, a, now, counts))
+                seen = sweep.isolated(job, lambda job=job, a=pending: self._runs_seen(job, a, now, counts))
                 job = seen if isinstance(seen, Job) else job
             attempt = job.live_attempt
             if attempt is not None:
-                stopped = isolated(
+                stopped = sweep.isolated(
                     job, lambda job=job, attempt=attempt: self._capacity(job, attempt, now, counts)
                 )
                 # a task this sweep just stopped is left to its STOPPED event: described now, it may
@@ -194,34 +147,35 @@ class Reconciler:
                 if not stopped:  # every task of the attempt still running (a gang: each node's)
                     tasks = [t for t in attempt.tasks if not t.stopped]
                     live.setdefault(job.request.cluster, []).extend((job, attempt, t) for t in tasks)
-        for cluster, pairs in live.items():
-            try:
-                found, missing = self.jobs.ecs.describe_many(cluster, [t.task_arn for _, _, t in pairs])
-            except Exception:  # a cluster gone or no longer ours stops no sweep of the others
-                log.exception(
-                    "reconcile could not describe the tasks of cluster %s; the sweep goes on", cluster
-                )
-                counts.failed += len(pairs)
-                continue
-            seen_running: set[str] = set()
-            for job, attempt, node in pairs:
-                task = found.get(node.task_arn)
-                if task is not None and task.last_status == "RUNNING" and task.desired_status == "RUNNING":
-                    # ECS's word, now, that the attempt runs: a fact of its pool. Not the job as this sweep
-                    # listed it: its task may have been interrupted since, and a later "run" fact would
-                    # hide that interruption from the policy.
-                    if job.job_id not in seen_running:
-                        seen_running.add(job.job_id)
-                        isolated(job, lambda job=job: pool_observations.still_running(job))
-                elif task is not None and task.last_status == "STOPPED":
-                    event = _as_event(task, now, node.ecs_version + 1)
-                    isolated(job, lambda event=event: self.jobs.on_task_event(event))
-                    counts.stops_applied += 1
-                elif node.task_arn in missing:
-                    event = _vanished(job, attempt, node, now)
-                    isolated(job, lambda event=event: self.jobs.on_task_event(event))
-                    counts.vanished += 1
-        return counts
+        return live
+
+    def _described(self, cluster: str, pairs: list[_LiveTask], now: datetime, sweep: Sweep) -> None:
+        """ECS's word on the cluster's running tasks: still running (a fact of the pool), stopped (its
+        event applied), or gone (vanished)."""
+        try:
+            found, missing = self.jobs.ecs.describe_many(cluster, [t.task_arn for _, _, t in pairs])
+        except Exception:  # a cluster gone or no longer ours stops no sweep of the others
+            log.exception("reconcile could not describe the tasks of cluster %s; the sweep goes on", cluster)
+            sweep.counts.failed += len(pairs)
+            return
+        seen_running: set[str] = set()
+        for job, attempt, node in pairs:
+            task = found.get(node.task_arn)
+            if task is not None and task.last_status == "RUNNING" and task.desired_status == "RUNNING":
+                # ECS's word, now, that the attempt runs: a fact of its pool. Not the job as this sweep
+                # listed it: its task may have been interrupted since, and a later "run" fact would
+                # hide that interruption from the policy.
+                if job.job_id not in seen_running:
+                    seen_running.add(job.job_id)
+                    sweep.isolated(job, lambda job=job: self.pool_observations.still_running(job))
+            elif task is not None and task.last_status == "STOPPED":
+                event = _as_event(task, now, node.ecs_version + 1)
+                sweep.isolated(job, lambda event=event: self.jobs.on_task_event(event))
+                sweep.counts.stops_applied += 1
+            elif node.task_arn in missing:
+                event = _vanished(job, attempt, node, now)
+                sweep.isolated(job, lambda event=event: self.jobs.on_task_event(event))
+                sweep.counts.vanished += 1
 
     def _runs_seen(self, job: Job, attempt: Attempt, now: datetime, counts: SweepCounts) -> Job:
         """The attempt's tasks (a gang's nodes) that ECS says run while the ledger has them not yet running
@@ -267,7 +221,10 @@ class Reconciler:
             if not gangs.stop_again(job, now).effects:
                 return False
             self.engine.run(job.job_id, lambda j: gangs.stop_again(j, now), current=job, drive=False)
-            counts["gang_stops_retried" if attempt.gang else "cancel_stops_retried"] += 1
+            if attempt.gang:
+                counts.gang_stops_retried += 1
+            else:
+                counts.cancel_stops_retried += 1
             return True
         if job.move is not None:
             if job.move.stop_requested_at is not None:

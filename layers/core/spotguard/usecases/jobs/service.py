@@ -2,11 +2,11 @@
 
 Each entry point here turns one request or event into a transition of domain.jobs and hands it to the
 engine (engine.py), which writes it and carries out what follows, down to the next RunTask. Adoption,
-EBS mode and reconcile have modules of their own beside this one. About 350 lines: one short method per
-entry point of the jobs function, each a door to the engine.
+EBS mode, reconcile and the submit's own checks (submit_checks.py) have modules of their own beside this
+one: here, one short method per entry point of the jobs function, each a door to the engine.
 
 A STOPPED task event, for instance: `on_task_event` -> engine.run(transitions.on_task_event) ->
-compare-and-set write -> engine.drive -> transitions.begin_launch -> RunTask (request.run_task_params).
+compare-and-set write -> engine.drive -> launches.begin_launch -> RunTask (request.run_task_params).
 """
 
 from __future__ import annotations
@@ -23,16 +23,13 @@ from spotguard.domain.jobs.commands import Cancel, CommandError, ListJobs, Resub
 from spotguard.domain.jobs.effects import Launch, Step, Transition
 from spotguard.domain.jobs.gangs import NOTHING_TO_ABANDON
 from spotguard.domain.jobs.model import (
-    MAX_PLACEMENT_CONSTRAINTS,
     Job,
     JobState,
     adopted_job_id,
     client_token,
     revised,
 )
-from spotguard.domain.jobs.replies import TaskDefinitionInfo
-from spotguard.domain.jobs.request import GANG_CONSTRAINTS, deadline_refused, not_permitted, run_task_params
-from spotguard.domain.jobs.run_errors import classify_run_error
+from spotguard.domain.jobs.request import deadline_refused, not_permitted, run_task_params
 from spotguard.domain.jobs.task_events import PoolEvent, indexed_info, pool_event_refused
 from spotguard.domain.jobs.transitions import (
     NO_MOVE,
@@ -57,6 +54,7 @@ from spotguard.ports import (
 from spotguard.usecases.jobs.adoption import Adoption
 from spotguard.usecases.jobs.ebs import EbsVolumes, ebs_checkpointing
 from spotguard.usecases.jobs.engine import JobEngine, JobsConfig
+from spotguard.usecases.jobs.submit_checks import aws_message, aws_refused, gang_refusal, same_submit
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +101,7 @@ class JobService:
         job_id = cmd.job_id or f"job-{self.clock():%Y%m%d}-{secrets.token_hex(4)}"
         existing = self.store.get(job_id)
         if existing is not None:
-            return _same_submit(existing, cmd)
+            return same_submit(existing, cmd)
         # The request's own shape, by ECS's API model, before anything reads it: overrides that are not
         # ECS's TaskOverride must be refused as such, not break the reading of the task definition.
         wrong = self.ecs.check_run_task(cmd.request.model_dump(exclude_none=True))
@@ -112,10 +110,10 @@ class JobService:
         try:
             td = self.ecs.task_definition(cmd.request.taskDefinition, cmd.request.overrides)
         except Exception as exc:
-            if not _refused(exc):  # throttled, a server error, a timeout: the submit is to be tried again
+            if not aws_refused(exc):  # throttled, a server error, a timeout: the submit is to be tried again
                 raise
             # the ECS error says what is wrong with the name
-            raise CommandError("BadRequest", f"request.taskDefinition: {_aws_message(exc)}") from None
+            raise CommandError("BadRequest", f"request.taskDefinition: {aws_message(exc)}") from None
         if cmd.options.checkpoint_container and cmd.options.checkpoint_container not in td.containers:
             raise CommandError(
                 "BadRequest",
@@ -129,7 +127,7 @@ class JobService:
         if refused:
             raise CommandError("BadRequest", refused)
         ebs = ebs_checkpointing(cmd, td, self.config.ebs_role_arn)
-        gang_refused = _gang_refused(cmd, td, ebs is not None)
+        gang_refused = gang_refusal(cmd, td, ebs is not None)
         if gang_refused:
             raise CommandError("BadRequest", gang_refused)
         now = self.clock()
@@ -154,7 +152,7 @@ class JobService:
         if not self.store.create(job):  # the same id, submitted at the same moment
             again = self.store.get(job_id)
             assert again is not None
-            return _same_submit(again, cmd)
+            return same_submit(again, cmd)
         return self.engine.drive(job_id, job)
 
     def resubmit(self, cmd: Resubmit) -> Job:
@@ -382,63 +380,3 @@ class JobService:
         )
         changed = attempt.with_node(updated)
         return revised(job, attempts=[changed if a.number == attempt.number else a for a in job.attempts])
-
-
-def _gang_refused(cmd: Submit, td: TaskDefinitionInfo, ebs: bool) -> str | None:
-    """Why a multi-node job cannot run as submitted (None: it can, or it is one node): its nodes are
-    instances (no Fargate) that reach each other at their addresses (host or awsvpc networking: bridge
-    publishes neither the rendezvous port nor NCCL's), each with its own disk (no EBS mode: one volume a
-    job), and each node's RunTask needs room for SpotGuard's own placement constraints."""
-    if cmd.options.nodes <= 1:
-        return None
-    if cmd.request.fargate:
-        return "options.nodes: a multi-node job runs one node an EC2 instance; Fargate has none"
-    mode = td.network_mode or "bridge"
-    if mode not in ("host", "awsvpc"):
-        return (
-            f"options.nodes: the nodes of a multi-node job reach each other at their addresses, and "
-            f"{td.arn} has networkMode {mode}: use host (or awsvpc with a security group that lets them "
-            "talk)"
-        )
-    most = MAX_PLACEMENT_CONSTRAINTS - GANG_CONSTRAINTS
-    if len(cmd.request.placementConstraints or []) > most:
-        return (
-            f"request.placementConstraints: a multi-node job may give at most {most} (ECS takes "
-            f"{MAX_PLACEMENT_CONSTRAINTS}; SpotGuard keeps each node in one pool and off the others' "
-            "instances)"
-        )
-    if ebs:
-        return (
-            "options.nodes: a multi-node job checkpoints to S3; EBS mode gives a job one volume "
-            "(set options.checkpoint_mode to s3)"
-        )
-    return None
-
-
-def _same_submit(job: Job, cmd: Submit) -> Job:
-    if job.request == cmd.request and job.options == cmd.options:
-        return job  # a repeated submit: the job it made the first time
-    again = f"; `spotguard jobs resubmit {job.job_id}` runs it again as it was" if job.state.terminal else ""
-    raise CommandError(
-        "Conflict",
-        f"job {job.job_id} exists already ({job.state}) with another request or options: "
-        f"give the job another name{again}",
-    )
-
-
-def _refused(exc: Exception) -> bool:
-    """Whether an AWS error refuses the request itself (a name unknown, a parameter wrong, not allowed),
-    as opposed to a throttle, a server error or a timeout, which say nothing of the request."""
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return False  # no answer at all (a timeout, a connection lost)
-    err = response.get("Error", {})
-    return classify_run_error(str(err.get("Code", "")), str(err.get("Message", ""))) in ("request", "access")
-
-
-def _aws_message(exc: Exception) -> str:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        err = response.get("Error", {})
-        return f"{err.get('Code', 'Error')}: {err.get('Message', '')}".strip()
-    return str(exc)
