@@ -59,9 +59,10 @@ from cold_start import function_cold_import  # bench/cold_start.py
 
 from spotguard.adapters import clients
 from spotguard_cli.emulator.inject import make_event, put_entry
-from spotguard_cli.emulator.lambdas import FunctionHost, Invocation, Scaling
+from spotguard_cli.emulator.lambdas import FunctionHost
 from spotguard_cli.emulator.latency import LatencyModel, Served
 from spotguard_cli.emulator.motoserver import MotoServer
+from spotguard_cli.emulator.scaling import Invocation, Scaling
 from spotguard_cli.emulator.system import LocalSystem
 from spotguard_cli.progress import Bar, NoBar, progress
 

@@ -47,7 +47,7 @@ def make_policy(name: str, prices: Prices) -> CapacityPolicy:
     if name == "uniform-progress":
         return UniformProgressPolicy()
     if name == "spotguard":
-        from spotguard.domain.capacity.planner import SpotGuardPolicy  # numpy: loaded only when asked for
+        from spotguard.domain.capacity.simulated import SpotGuardPolicy  # numpy: loaded only when asked for
 
         return SpotGuardPolicy(spot_price=prices.spot, on_demand_price=prices.on_demand)
     raise ValueError(f"unknown policy {name!r}")

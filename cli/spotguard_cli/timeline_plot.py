@@ -122,11 +122,8 @@ def plot_job(
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib import dates as mdates
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     job = read_status(status)
     bars = bars_of(job, now)
@@ -135,6 +132,21 @@ def plot_job(
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     drawn = Timeline(figure=fig, bars=bars)
+
+    _draw_attempts(ax, job, bars, rows, drawn)
+    _draw_checkpoints(ax, job, rows, drawn)
+    deadline = _draw_deadline(ax, job, bars, drawn)
+    _label_axes(ax, job, bars, prices_note)
+    handles = _legend_handles(bars, drawn, deadline)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=len(handles), fontsize=8,
+              frameon=False)  # fmt: skip
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return drawn
+
+
+def _draw_attempts(ax: Any, job: StatusView, bars: list[Bar], rows: dict[int, int], drawn: Timeline) -> None:
+    """A bar per attempt, the wait for its instance before it, and how it stopped (moved, interrupted)."""
+    from matplotlib import dates as mdates
 
     for b in bars:
         y = rows[b.attempt]
@@ -160,6 +172,12 @@ def plot_job(
         elif a.interrupted_by:
             drawn.interruptions.append(stopped)
             ax.plot(mdates.date2num(stopped), y, marker="X", color="#d7191c", ms=11, mec="black", zorder=3)
+
+
+def _draw_checkpoints(ax: Any, job: StatusView, rows: dict[int, int], drawn: Timeline) -> None:
+    """A tick per committed checkpoint on its attempt's bar, and a move under way."""
+    from matplotlib import dates as mdates
+
     for c in job.checkpoints:
         at = c.created_at
         if at is None or c.attempt not in rows:
@@ -171,6 +189,13 @@ def plot_job(
         drawn.moves.append(move.requested_at)
         at, y = mdates.date2num(move.requested_at), rows[move.attempt]
         ax.plot(at, y, marker=">", color="black", mfc="white", ms=10)
+
+
+def _draw_deadline(ax: Any, job: StatusView, bars: list[Bar], drawn: Timeline) -> datetime | None:
+    """The deadline as a dashed line, or said at the axis's edge when it is far beyond the activity; the
+    deadline drawn (None: none, or said only)."""
+    from matplotlib import dates as mdates
+
     deadline = job.options.deadline
     if deadline is not None and bars:
         first, last = min(b.start for b in bars), max(b.end for b in bars)
@@ -186,6 +211,12 @@ def plot_job(
             deadline = None  # said, not drawn
     if deadline is not None:
         ax.axvline(mdates.date2num(deadline), color="black", ls="--", lw=1)
+    return deadline
+
+
+def _label_axes(ax: Any, job: StatusView, bars: list[Bar], prices_note: str | None) -> None:
+    """The attempts' labels, the time axis, the title and the grid."""
+    from matplotlib import dates as mdates
 
     ax.set_yticks(range(len(bars)), [b.label for b in bars])
     ax.set_ylim(-0.75, max(len(bars), 1) - 0.25)
@@ -198,6 +229,13 @@ def plot_job(
     ax.grid(axis="x", alpha=0.3)
     if not bars:
         ax.text(0.5, 0.5, "no attempt yet", transform=ax.transAxes, ha="center", va="center")
+
+
+def _legend_handles(bars: list[Bar], drawn: Timeline, deadline: datetime | None) -> list[Any]:
+    """The legend's entries: the markets drawn, and each kind of mark there is."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     markets = {b.market for b in bars}
     handles = [
         Patch(color=COLOURS[m], label=name)
@@ -216,7 +254,4 @@ def plot_job(
         handles.append(Patch(facecolor="#cccccc", hatch="//", edgecolor="white", label="running"))
     if deadline is not None:
         handles.append(Line2D([], [], color="black", ls="--", lw=1, label="deadline"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=len(handles), fontsize=8,
-              frameon=False)  # fmt: skip
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return drawn
+    return handles

@@ -23,13 +23,8 @@ from typing import Any
 from moto.ecs.models import ecs_backends
 
 from spotguard.adapters import clients
-from spotguard_cli.emulator.faults import (
-    Call,
-    Injector,
-    moto_skips_answered_requests,
-    no_backoff,
-    powertools_clock,
-)
+from spotguard_cli.emulator.clockpatch import no_backoff, powertools_clock
+from spotguard_cli.emulator.faults import Call, Injector, moto_skips_answered_requests
 from spotguard_cli.emulator.gpucluster import Host
 from spotguard_cli.emulator.inject import container_instance_event, make_event
 from spotguard_cli.emulator.lambdas import QueuePoller

@@ -14,7 +14,8 @@ from moto.autoscaling.models import FakeAutoScalingGroup
 from spotguard.adapters import clients
 from spotguard_cli.emulator import motopatch
 from spotguard_cli.emulator.boot import BootModel
-from spotguard_cli.emulator.gpucluster import GpuCluster, GpuScheduler, PoolGroup, TaskStates
+from spotguard_cli.emulator.gpucluster import GpuCluster, PoolGroup
+from spotguard_cli.emulator.gpuscheduler import GpuScheduler, TaskStates
 
 from .conftest import fresh_aws
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from spotguard.domain.manifest import FileEntry, Manifest
 from spotguard.usecases.checkpoints import _ref
 from spotguard_cli.answers import CheckpointView
-from spotguard_cli.jobs.logs import resumed_from
+from spotguard_cli.jobs.log_lines import resumed_from
 
 T0 = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
 

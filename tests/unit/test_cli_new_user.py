@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from spotguard.domain.jobs.commands import parse_command
-from spotguard.usecases.jobs.reconcile import SweepCounts
+from spotguard.usecases.jobs.sweep import SweepCounts
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.local import demo as localcmd
 from spotguard_cli.local import shared, up

@@ -64,7 +64,7 @@ def test_every_option_of_these_commands_says_what_it_is(command, capsys):
 def test_a_stop_spotguard_asked_for_is_not_called_user_initiated():
     """ECS gives every StopTask the stop code UserInitiated, SpotGuard's for a spot warning too."""
     from spotguard_cli.answers import AttemptView
-    from spotguard_cli.jobs.logs import why_stopped
+    from spotguard_cli.jobs.log_lines import why_stopped
 
     warned = AttemptView(
         number=1,

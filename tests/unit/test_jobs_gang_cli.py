@@ -17,7 +17,8 @@ from moto import mock_aws
 from spotguard.domain.checkpoints import CheckpointRef
 from spotguard.domain.jobs.answers import JobStatus
 from spotguard.domain.jobs.commands import Answer, parse_command
-from spotguard.domain.jobs.model import Attempt, JobOptions, JobState, NodeTask
+from spotguard.domain.jobs.model import Attempt, JobState, NodeTask
+from spotguard.domain.jobs.submission import JobOptions
 from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.answers import NodeView, read_answer
 from spotguard_cli.clock import FakeClock

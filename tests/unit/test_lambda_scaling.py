@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from spotguard_cli.emulator.lambdas import Scaling
 from spotguard_cli.emulator.latency import Latency, LatencyModel
+from spotguard_cli.emulator.scaling import Scaling
 
 
 def test_five_batches_at_first_then_five_more_a_second_up_to_the_limit() -> None:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from spotguard.adapters import clients
-from spotguard_cli.emulator.lambdas import Invocation, Scaling
 from spotguard_cli.emulator.latency import Latency, LatencyModel, Served
+from spotguard_cli.emulator.scaling import Invocation, Scaling
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))  # local_load imports its neighbour cold_start

@@ -8,7 +8,8 @@ from typing import Any
 from spotguard_cli.emulator.runner import node_words, rendezvous_here
 from spotguard_cli.emulator.timeline import runtask_line, runtask_outcome_line
 from spotguard_cli.local import demo as localcmd
-from spotguard_cli.local.gang import STARTED_BY, STOPPED_ON, free_port, ranks_in
+from spotguard_cli.local.gang_nodes import STARTED_BY, free_port
+from spotguard_cli.local.gang_proof import STOPPED_ON, ranks_in
 from spotguard_cli.main import build_parser
 
 

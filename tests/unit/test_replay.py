@@ -13,7 +13,7 @@ from spotguard_agent.agent import AgentEnv
 
 from spotguard_cli.answers import AttemptView, read_status
 from spotguard_cli.emulator.gpucluster import Host
-from spotguard_cli.emulator.system import ScaledClock
+from spotguard_cli.emulator.scaledclock import ScaledClock
 from spotguard_cli.local.replay.command import check
 from spotguard_cli.local.replay.report import live_row as _live_row
 from spotguard_cli.local.replay.schedule import JobRun

@@ -17,13 +17,8 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from moto import mock_aws
 
 from spotguard.adapters import clients
-from spotguard_cli.emulator.faults import (
-    CUT,
-    Injector,
-    InvocationCut,
-    moto_skips_answered_requests,
-    no_backoff,
-)
+from spotguard_cli.emulator.clockpatch import no_backoff
+from spotguard_cli.emulator.faults import CUT, Injector, InvocationCut, moto_skips_answered_requests
 from spotguard_cli.emulator.lambdas import FunctionHost, InvocationFailed, QueuePoller
 from spotguard_cli.emulator.stack import DeployedStack, FunctionConfig
 

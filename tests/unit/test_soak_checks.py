@@ -1,11 +1,11 @@
 """The soak's checks can fail: two attempts of one job alive at once are found, one after the other are
-not (spotguard_cli.local.soak; the whole soak: tests/e2e/test_soak.py)."""
+not (spotguard_cli.emulator.soak; the whole soak: tests/e2e/test_soak.py)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from spotguard_cli.local.soak import START, Task, alive_at_once
+from spotguard_cli.emulator.soak.model import START, Task, alive_at_once
 
 
 def _task(job: str, attempt: int, placed_min: int, exited_min: int | None) -> Task:

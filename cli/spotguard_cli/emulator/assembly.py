@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from spotguard.adapters import clients
-from spotguard_cli.emulator.gpucluster import GpuCluster, GpuScheduler
+from spotguard_cli.emulator.gpucluster import GpuCluster
+from spotguard_cli.emulator.gpuscheduler import GpuScheduler
 from spotguard_cli.emulator.iam import RoleGuard
 from spotguard_cli.emulator.lambdas import FunctionHost, QueuePoller
 from spotguard_cli.emulator.motoserver import hold_ecs_tasks

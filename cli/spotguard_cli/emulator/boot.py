@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from spotguard_cli.emulator.gpucluster import GpuCluster, GpuScheduler, Host, PoolGroup
+from spotguard_cli.emulator.gpucluster import GpuCluster, Host, PoolGroup
+from spotguard_cli.emulator.gpuscheduler import GpuScheduler
 
 # launch -> ECS agent registered, for a g5 on the ECS-optimized GPU AMI; an estimate (docs/local-stack.md)
 BOOT_SECONDS = 180.0

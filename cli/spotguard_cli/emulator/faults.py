@@ -33,13 +33,10 @@ side on threads (the interruption function's) are decided the same in every run.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import hashlib
 import json
 import random
 import threading
-import time
-import types
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +47,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 from spotguard.adapters import clients
+from spotguard_cli.emulator.clockpatch import patched
 
 SERVICES = ("dynamodb", "ecs", "sqs", "sns", "events", "s3", "ec2", "ssm", "autoscaling")
 ANSWERED_BEFORE_CALL = {"RunTask"}  # the GPU scheduler answers these in before-call
@@ -373,19 +371,6 @@ _ANSWERED = threading.local()  # the request this thread's injector answered wit
 
 
 @contextlib.contextmanager
-def patched(*changes: tuple[Any, str, Any]) -> Iterator[None]:
-    """Each (owner, name, value) set for the duration, and put back as it was on the way out."""
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in changes]
-    try:
-        for owner, name, value in changes:
-            setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, value in reversed(saved):
-            setattr(owner, name, value)
-
-
-@contextlib.contextmanager
 def moto_skips_answered_requests() -> Iterator[None]:
     """botocore calls every `before-send` handler and takes the first answer: moto would carry out a
     request the injector failed (a throttled write would still land). Make moto skip those."""
@@ -401,56 +386,3 @@ def moto_skips_answered_requests() -> Iterator[None]:
 
     with patched((BotocoreStubber, "__call__", call)):
         yield
-
-
-class _Sleeps:
-    """`time` for botocore's endpoint, whose sleeps (the backoff between retries) go to `sleep`."""
-
-    def __init__(self, sleep: Callable[[float], Any]) -> None:
-        self._sleep = sleep
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    def sleep(self, seconds: float) -> None:
-        self._sleep(seconds)
-
-
-@contextlib.contextmanager
-def no_backoff(sleep: Callable[[float], Any] = lambda _: None) -> Iterator[None]:
-    """botocore's retries without their backoff sleeps on the wall clock (given `sleep`, a virtual clock's
-    `advance`, each backoff takes its time there), and its retry quota unlimited (so that one fault's
-    exhausted retries cannot change what the next call's retries do)."""
-    import botocore.endpoint
-    from botocore.retries import quota
-
-    with patched(
-        (botocore.endpoint, "time", _Sleeps(sleep)),
-        (quota.RetryQuota, "acquire", lambda self, capacity_amount: True),
-    ):
-        yield
-
-
-# ------------------------------------------------------------------------------------ time passing
-class _Shifted(_dt.datetime):
-    offset = _dt.timedelta()
-
-    @classmethod
-    def now(cls, tz: _dt.tzinfo | None = None) -> _Shifted:  # type: ignore[override]
-        return super().now(tz) + cls.offset
-
-
-@contextlib.contextmanager
-def powertools_clock() -> Iterator[type[_Shifted]]:
-    """Powertools idempotency reads the time as `dt.datetime.now()`: give it a clock the caller moves
-    (an in-progress record expires when the visibility timeout has passed, as in AWS)."""
-    from aws_lambda_powertools.utilities.idempotency.persistence import base, datarecord, dynamodb
-
-    shim = types.SimpleNamespace(**{k: getattr(_dt, k) for k in dir(_dt) if not k.startswith("_")})
-    shim.datetime = _Shifted
-    _Shifted.offset = _dt.timedelta()
-    try:
-        with patched(*((module, "dt", shim) for module in (base, datarecord, dynamodb))):
-            yield _Shifted
-    finally:
-        _Shifted.offset = _dt.timedelta()

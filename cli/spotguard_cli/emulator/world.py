@@ -15,7 +15,8 @@ from typing import Any, TextIO
 
 from spotguard.domain import clock
 from spotguard_cli.emulator.assembly import assemble
-from spotguard_cli.emulator.gpucluster import GpuCluster, GpuScheduler, Host
+from spotguard_cli.emulator.gpucluster import GpuCluster, Host
+from spotguard_cli.emulator.gpuscheduler import GpuScheduler
 from spotguard_cli.emulator.inject import make_event, put_entry, task_event
 from spotguard_cli.emulator.lambdas import FunctionHost, QueuePoller
 from spotguard_cli.emulator.stack import DeployedStack

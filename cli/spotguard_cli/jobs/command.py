@@ -25,7 +25,8 @@ from spotguard_cli.answers import AnswerError, read_answer
 from spotguard_cli.arguments import number, whole
 from spotguard_cli.clock import Clock, SystemClock
 from spotguard_cli.jobs.invoke import Invoke, aws_clients, lambda_invoker
-from spotguard_cli.jobs.logs import ClientFactory, LogsOptions, run_logs
+from spotguard_cli.jobs.log_streams import ClientFactory
+from spotguard_cli.jobs.logs import Fetch, LogsOptions, run_logs
 from spotguard_cli.jobs.payload import (
     DEFAULT_INTERVAL,
     NODE_COUNTS,
@@ -34,8 +35,9 @@ from spotguard_cli.jobs.payload import (
     job_spec,
     payload,
 )
+from spotguard_cli.jobs.registration import submit_spec
 from spotguard_cli.jobs.render import plot, render
-from spotguard_cli.jobs.spec import family, spec_payload, submit_spec
+from spotguard_cli.jobs.spec import family, spec_payload
 from spotguard_cli.jobs.watch import watch
 
 
@@ -51,6 +53,31 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the function's answer as JSON")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
+    _add_submit(actions)
+
+    r = actions.add_parser("resubmit", help="start a job that is not running again (or adopt a stopped task)")
+    r.add_argument("target", help="a job id, or the ARN of a stopped task")
+    r.add_argument("--checkpoint", help="the MANIFEST.json URI to resume from (default: the newest)")
+
+    c = actions.add_parser("cancel", help="stop a job's task and end the job")
+    c.add_argument("job_id")
+    c.add_argument(
+        "--reason",
+        default="cancelled by the user",
+        help="why, kept on the job and in its notification (at most 200 characters)",
+    )
+
+    _add_status(actions)
+    _add_logs(actions)
+
+    ls = actions.add_parser("list", help="jobs, newest first")
+    ls.add_argument("--state", choices=[s.value for s in JobState])
+    ls.add_argument("--limit", type=whole(), default=50, help="at most this many (1-500, default 50)")
+    p.set_defaults(run=run)
+
+
+def _add_submit(actions: Any) -> None:
+    """`jobs submit`: a job spec, or a RunTask request, and the flags over it."""
     s = actions.add_parser("submit", help="start a job from a job spec (or a RunTask request)")
     s.add_argument(
         "spec",
@@ -103,18 +130,9 @@ def add_parser(sub: Any) -> None:
         help="the port node 0 hosts the rendezvous on, torchrun's --master-port (default 29500)",
     )
 
-    r = actions.add_parser("resubmit", help="start a job that is not running again (or adopt a stopped task)")
-    r.add_argument("target", help="a job id, or the ARN of a stopped task")
-    r.add_argument("--checkpoint", help="the MANIFEST.json URI to resume from (default: the newest)")
 
-    c = actions.add_parser("cancel", help="stop a job's task and end the job")
-    c.add_argument("job_id")
-    c.add_argument(
-        "--reason",
-        default="cancelled by the user",
-        help="why, kept on the job and in its notification (at most 200 characters)",
-    )
-
+def _add_status(actions: Any) -> None:
+    """`jobs status`: once, --watch, or --plot."""
     st = actions.add_parser("status", help="a job, its attempts, checkpoints, and what it spent and lost")
     st.add_argument("job_id")
     st.add_argument(
@@ -125,6 +143,9 @@ def add_parser(sub: Any) -> None:
     )
     st.add_argument("--plot", metavar="FILE", help="draw the job's timeline to FILE (.png, .svg or .pdf)")
 
+
+def _add_logs(actions: Any) -> None:
+    """`jobs logs`: which attempt, node and time, and --follow."""
     lg = actions.add_parser("logs", help="the job's container logs over all its attempts (CloudWatch Logs)")
     lg.add_argument("job_id")
     lg.add_argument("--follow", "-f", action="store_true", help="keep reading new events until the job ends")
@@ -142,11 +163,6 @@ def add_parser(sub: Any) -> None:
     lg.add_argument(
         "--interval", help=f"seconds between two polls with --follow (default {DEFAULT_INTERVAL:g})"
     )
-
-    ls = actions.add_parser("list", help="jobs, newest first")
-    ls.add_argument("--state", choices=[s.value for s in JobState])
-    ls.add_argument("--limit", type=whole(), default=50, help="at most this many (1-500, default 50)")
-    p.set_defaults(run=run)
 
 
 def run(
@@ -178,22 +194,7 @@ def run(
         print(f"spotguard jobs {args.action}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
         return 1
     if args.action == "logs":
-        since = args._since
-        if isinstance(since, timedelta):
-            since = clock.now() - since
-        opts = LogsOptions(
-            follow=args.follow,
-            since=since,
-            attempt=args._attempt,
-            timestamps=args.timestamps,
-            interval=args._interval,
-            as_json=args.json,
-            node=args.node,
-        )
-        try:
-            return run_logs(lambda: call(body), aws or aws_clients(args), clock, opts, out, sys.stderr)
-        except KeyboardInterrupt:
-            return 130
+        return _logs(args, lambda: call(body), aws, clock, out)
     if args.action == "status" and args.watch:
         return watch(args, lambda: call(body), out, clock, out.isatty() if tty is None else tty)
     try:
@@ -230,3 +231,25 @@ def run(
     if args.action == "status" and args.plot:
         return 0 if plot(args.plot, read, clock) else 1
     return 0
+
+
+def _logs(
+    args: argparse.Namespace, fetch: Fetch, aws: ClientFactory | None, clock: Clock, out: TextIO
+) -> int:
+    """`jobs logs`: the flags turned into the logs' options, and the logs read (`fetch`: the job's status)."""
+    since = args._since
+    if isinstance(since, timedelta):
+        since = clock.now() - since
+    opts = LogsOptions(
+        follow=args.follow,
+        since=since,
+        attempt=args._attempt,
+        timestamps=args.timestamps,
+        interval=args._interval,
+        as_json=args.json,
+        node=args.node,
+    )
+    try:
+        return run_logs(fetch, aws or aws_clients(args), clock, opts, out, sys.stderr)
+    except KeyboardInterrupt:
+        return 130

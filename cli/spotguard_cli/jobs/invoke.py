@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spotguard_cli.jobs.logs import ClientFactory
+from spotguard_cli.jobs.log_streams import ClientFactory
 
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
 SAMCONFIG = Path("samconfig.toml")

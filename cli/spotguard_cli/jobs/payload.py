@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from spotguard.domain.jobs.commands import CommandError
-from spotguard.domain.jobs.model import JobOptions
+from spotguard.domain.jobs.submission import JobOptions
 from spotguard_cli.arguments import PICTURE_SUFFIXES
 from spotguard_cli.jobs.spec import JobSpec, load_spec
 

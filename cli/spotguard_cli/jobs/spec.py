@@ -31,11 +31,12 @@ addresses (bridge networking publishes no port).
 
 Every field is checked before anything is registered or invoked; a bad one is said in one line naming it
 (`gpus: Input should be less than or equal to 8`).
+
+Registering the task definition with ECS, or finding the one a spec names, is `registration`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shlex
@@ -54,14 +55,14 @@ from pydantic import (
 
 from spotguard.domain.errors import MAX_DEPTH, one_line, too_deep
 from spotguard.domain.jobs.commands import CommandError
-from spotguard.domain.jobs.model import MAX_NODES, SPOTGUARD_ENV, TORCHRUN_ENV
+from spotguard.domain.jobs.model import SPOTGUARD_ENV, TORCHRUN_ENV
+from spotguard.domain.jobs.submission import MAX_NODES
 from spotguard.domain.tasks import JOB_ID, MANAGED_TAG
 from spotguard_cli.arguments import checkpoint_directory
 
 LOG_GROUP = "/spotguard/jobs"
 CONTAINER = "train"
 STOP_TIMEOUT = 120  # ECS's most for a container's SIGTERM -> SIGKILL: the whole spot warning
-SPEC_LABEL = "spotguard.spec-sha256"  # on the container of a revision SpotGuard registered for a spec
 STOP_BUDGET = "SPOTGUARD_STOP_TIMEOUT_SECONDS"  # what the agent may spend on its stop checkpoint
 _DURATION = re.compile(r"^([0-9]{1,5}(?:\.[0-9]+)?)([mhd])$")
 _ROLE = r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$"
@@ -235,7 +236,7 @@ def _read(path: str) -> dict[str, Any]:
     try:
         data = json.loads(text) if kind == "JSON" else yaml.load(text, Loader=_no_aliases_loader())
     except (ValueError, yaml.YAMLError) as exc:
-        raise CommandError("BadRequest", f"{path}: not valid {kind}: {_first_line(exc)}") from None
+        raise CommandError("BadRequest", f"{path}: not valid {kind}: {first_line(exc)}") from None
     except RecursionError:
         raise CommandError("BadRequest", f"{path}: nested deeper than a job spec can be") from None
     if too_deep(data):
@@ -262,7 +263,7 @@ def _no_aliases_loader() -> Any:
     return NoAliases
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
     return " ".join(str(exc).split())[:200]
 
 
@@ -372,49 +373,6 @@ def options_of(spec: JobSpec) -> dict[str, Any]:
     return out
 
 
-def register(spec: JobSpec, ecs: Any, region: str) -> tuple[str, str]:
-    """The task definition's ARN and its first container's name. A spec with an image: the family's
-    newest revision when it was registered from the same request (a job submitted again makes no new
-    revision), else a new one. A spec naming a task definition: that one, which must exist."""
-    td = task_definition(spec, region)
-    if td is None:
-        try:
-            named = ecs.describe_task_definition(taskDefinition=spec.task_definition)["taskDefinition"]
-        except Exception as exc:  # ClientError: no such task definition
-            said = f"task_definition: {spec.task_definition}: {_first_line(exc)}"
-            raise CommandError("BadRequest", said) from None
-        return str(named["taskDefinitionArn"]), str(named["containerDefinitions"][0]["name"])
-    # a revision is reused only when it was made from this very request (one registered by hand, or
-    # from another spec, is not: it may hold what the spec does not say)
-    digest = _spec_digest(td)
-    td["containerDefinitions"][0]["dockerLabels"] = {SPEC_LABEL: digest}
-    newest = _newest_revision(ecs, td["family"])
-    if newest is None or _made_from(newest) != digest:
-        newest = ecs.register_task_definition(**td)["taskDefinition"]
-    return str(newest["taskDefinitionArn"]), CONTAINER
-
-
-def _newest_revision(ecs: Any, name: str) -> dict[str, Any] | None:
-    """The family's newest active revision, or None (a family not registered yet)."""
-    arns = ecs.list_task_definitions(familyPrefix=name, status="ACTIVE", sort="DESC")["taskDefinitionArns"]
-    # familyPrefix is the whole family on AWS; kept to exactly this one all the same
-    ours = [a for a in arns if a.rsplit("/", 1)[-1].rsplit(":", 1)[0] == name]
-    if not ours:
-        return None
-    newest = max(ours, key=lambda a: int(a.rsplit(":", 1)[-1]))
-    return dict(ecs.describe_task_definition(taskDefinition=newest)["taskDefinition"])
-
-
-def _spec_digest(td: dict[str, Any]) -> str:
-    """What the registered revision was made from: the whole request, hashed (a label on its container)."""
-    return hashlib.sha256(json.dumps(td, sort_keys=True).encode()).hexdigest()
-
-
-def _made_from(revision: dict[str, Any]) -> str | None:
-    containers = revision.get("containerDefinitions") or [{}]
-    return (containers[0].get("dockerLabels") or {}).get(SPEC_LABEL)
-
-
 def spec_payload(spec: JobSpec, task_definition_arn: str, container: str = CONTAINER) -> dict[str, Any]:
     """The jobs function's submit payload for the spec, its task definition registered."""
     body: dict[str, Any] = {
@@ -426,13 +384,3 @@ def spec_payload(spec: JobSpec, task_definition_arn: str, container: str = CONTA
     if spec.name:
         body["job_id"] = spec.name
     return body
-
-
-def submit_spec(spec: JobSpec, aws: Any) -> dict[str, Any]:
-    """Register (or find) the spec's task definition with `aws`'s ECS client; the submit payload."""
-    ecs = aws("ecs")
-    region = ecs.meta.region_name
-    if not region:
-        raise CommandError("BadRequest", "no AWS region: give --region (the task's logs are kept there)")
-    arn, container = register(spec, ecs, region)
-    return spec_payload(spec, arn, container)

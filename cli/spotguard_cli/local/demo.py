@@ -17,13 +17,15 @@ import argparse
 import json
 import re
 import signal
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from spotguard.domain.jobs.model import TERMINAL
 from spotguard.domain.jobs.spend import Spend
 from spotguard.domain.prices import PAPER_ON_DEMAND_PRICE, PAPER_SPOT_PRICE, on_demand_price
-from spotguard_cli.answers import read_answer
+from spotguard_cli.answers import StatusView, read_answer
 from spotguard_cli.arguments import number, whole
 from spotguard_cli.emulator.timeline import Timeline
 from spotguard_cli.local import capacity, gang
@@ -174,91 +176,116 @@ def _run_demo(args: argparse.Namespace) -> int:
             td = task_definition(system, out, args.steps, args.step_seconds)
             reference = reference_run(system, ref_out, args.steps, work / "reference.log")
 
-            answer = system.invoke_jobs(
-                {
-                    "action": "submit",
-                    "job_id": "demo",
-                    "request": {"cluster": "gpu-spot", "taskDefinition": td},
-                }
-            )
-            submitted = read_answer(answer)
-            if not submitted.ok or submitted.job is None or not submitted.job.task_arn:
-                raise RuntimeError(f"submit failed: {answer}")
-            first_task = submitted.job.task_arn
-            timeline.add(f"job demo submitted: task {first_task.rsplit('/', 1)[-1][:8]} on {a.instance_id}")
-            say("job submitted; training until step", args.interrupt_at, "...")
-            log1 = work / f"task-{first_task.rsplit('/', 1)[-1][:8]}.log"
-            if not system.run_until(
-                lambda: max(steps_done(log1), default=-1) >= args.interrupt_at, timeout=120
-            ):
-                raise RuntimeError(f"the job did not reach step {args.interrupt_at}; see {log1}")
-
-            timeline.mark_zero()
-            system.notice("spot-interruption", a.instance_id)
-            timeline.add(f"SPOT INTERRUPTION WARNING for {a.instance_id} put on the default bus")
-            say("spot interruption warning sent for", a.instance_id)
-
-            def finished() -> bool:
-                return system.job_status("demo").state in TERMINAL
-
-            system.run_until(finished, timeout=300, every=0.2)
-            status = system.job_status("demo")
-            timeline.add(f"job demo {status.state} after {len(status.attempts)} attempt(s)")
+            _submit_and_warn(system, td, a, args, work, timeline, say)
+            status = _until_finished(system, timeline)
             if reference.wait(timeout=120) != 0:
                 raise RuntimeError(f"the reference run failed; see {work / 'reference.log'}")
 
-            attempts = status.attempts
-            log_texts = [
-                (work / f"task-{x.task_arn.rsplit('/', 1)[-1][:8]}.log").read_text() for x in attempts
-            ]
-            executed = [len(re.findall(r"^step \d+ loss", t, re.MULTILINE)) for t in log_texts]
-            saved_after = re.search(r"checkpointed after step (\d+): exit 75", log_texts[0])
-            resumed_after = (
-                re.search(r"resumed after step (\d+)", log_texts[1]) if len(log_texts) > 1 else None
-            )
-            lost = (
-                int(saved_after.group(1)) - int(resumed_after.group(1))
-                if saved_after and resumed_after
-                else None
-            )
-            hosts = [x.instance_id for x in attempts]
-            spend = status.spend or Spend()
-            facts = {
-                "attempts": len(attempts),
-                "hosts": hosts,
-                "instance_types": [x.instance_type for x in attempts],
-                "steps_executed": executed,
-                "steps_lost": lost,
-                "resume_from": attempts[1].resume_from if len(attempts) > 1 else None,
-                "gpu_hours": spend.gpu_hours,
-                "gpu_hours_lost": spend.gpu_hours_lost,
-                "dead_letters": system.dead_letters(),
-                "pids": [p for p in (moto.proc.pid if moto.proc else None, reference.pid) if p]
-                + system.runner.pids,
-            }
-            proof += [
-                ("the job finished: succeeded", status.state == "succeeded"),
-                (
-                    "interrupted once, resubmitted once (2 attempts)",
-                    len(attempts) == 2 and len(system.scheduler.requests) == 2,
-                ),
-                ("the second attempt ran on the other instance", hosts == [a.instance_id, b.instance_id]),
-                ("it resumed from the committed checkpoint", bool(facts["resume_from"]) and lost is not None),
-                ("0 steps lost", lost == 0 and sum(executed) == args.steps),
-                ("final weights equal to an uninterrupted run", out.exists() and same_weights(out, ref_out)),
-                ("host A was drained", system.cluster.describe_host(a)["status"] == "DRAINING"),
-                ("nothing in any dead-letter queue", not any(facts["dead_letters"].values())),
-                ("every AWS call allowed by its function's role", not system.guard.denied),
-                ("its timeline drawn, a bar for every attempt", picture(status, work, facts)),
-            ]
+            proof, facts = _interruption_proof(system, moto, reference, status, (a, b), args, work)
         finally:
             system.close()
             if reference is not None and reference.poll() is None:
                 reference.send_signal(signal.SIGKILL)
                 reference.wait(timeout=10)
 
+    return _print_interruption_demo(proof, facts, timeline, work, args.json)
+
+
+def _submit_and_warn(
+    system: Any, td: str, a: Any, args: argparse.Namespace, work: Path, timeline: Timeline, say: Any
+) -> None:
+    """Submit the job (it starts on host A) and, once it reached step --interrupt-at, warn host A."""
+    answer = system.invoke_jobs(
+        {
+            "action": "submit",
+            "job_id": "demo",
+            "request": {"cluster": "gpu-spot", "taskDefinition": td},
+        }
+    )
+    submitted = read_answer(answer)
+    if not submitted.ok or submitted.job is None or not submitted.job.task_arn:
+        raise RuntimeError(f"submit failed: {answer}")
+    first_task = submitted.job.task_arn
+    timeline.add(f"job demo submitted: task {first_task.rsplit('/', 1)[-1][:8]} on {a.instance_id}")
+    say("job submitted; training until step", args.interrupt_at, "...")
+    log1 = work / f"task-{first_task.rsplit('/', 1)[-1][:8]}.log"
+    if not system.run_until(lambda: max(steps_done(log1), default=-1) >= args.interrupt_at, timeout=120):
+        raise RuntimeError(f"the job did not reach step {args.interrupt_at}; see {log1}")
+
+    timeline.mark_zero()
+    system.notice("spot-interruption", a.instance_id)
+    timeline.add(f"SPOT INTERRUPTION WARNING for {a.instance_id} put on the default bus")
+    say("spot interruption warning sent for", a.instance_id)
+
+
+def _until_finished(system: Any, timeline: Timeline) -> StatusView:
+    """Run until the job has ended; its status."""
+
+    def finished() -> bool:
+        return system.job_status("demo").state in TERMINAL
+
+    system.run_until(finished, timeout=300, every=0.2)
+    status = system.job_status("demo")
+    timeline.add(f"job demo {status.state} after {len(status.attempts)} attempt(s)")
+    return status
+
+
+def _interruption_proof(
+    system: Any,
+    moto: Any,
+    reference: subprocess.Popen[bytes],
+    status: StatusView,
+    instances: tuple[Any, Any],
+    args: argparse.Namespace,
+    work: Path,
+) -> tuple[list[tuple[str, bool]], dict[str, Any]]:
+    """The checks of the story, from the job's attempts and its task logs; (proof, facts)."""
+    a, b = instances
+    out, ref_out = work / "final-job.pt", work / "final-reference.pt"
+    attempts = status.attempts
+    log_texts = [(work / f"task-{x.task_arn.rsplit('/', 1)[-1][:8]}.log").read_text() for x in attempts]
+    executed = [len(re.findall(r"^step \d+ loss", t, re.MULTILINE)) for t in log_texts]
+    saved_after = re.search(r"checkpointed after step (\d+): exit 75", log_texts[0])
+    resumed_after = re.search(r"resumed after step (\d+)", log_texts[1]) if len(log_texts) > 1 else None
+    lost = int(saved_after.group(1)) - int(resumed_after.group(1)) if saved_after and resumed_after else None
+    hosts = [x.instance_id for x in attempts]
+    spend = status.spend or Spend()
+    facts: dict[str, Any] = {
+        "attempts": len(attempts),
+        "hosts": hosts,
+        "instance_types": [x.instance_type for x in attempts],
+        "steps_executed": executed,
+        "steps_lost": lost,
+        "resume_from": attempts[1].resume_from if len(attempts) > 1 else None,
+        "gpu_hours": spend.gpu_hours,
+        "gpu_hours_lost": spend.gpu_hours_lost,
+        "dead_letters": system.dead_letters(),
+        "pids": [p for p in (moto.proc.pid if moto.proc else None, reference.pid) if p] + system.runner.pids,
+    }
+    proof = [
+        ("the job finished: succeeded", status.state == "succeeded"),
+        (
+            "interrupted once, resubmitted once (2 attempts)",
+            len(attempts) == 2 and len(system.scheduler.requests) == 2,
+        ),
+        ("the second attempt ran on the other instance", hosts == [a.instance_id, b.instance_id]),
+        ("it resumed from the committed checkpoint", bool(facts["resume_from"]) and lost is not None),
+        ("0 steps lost", lost == 0 and sum(executed) == args.steps),
+        ("final weights equal to an uninterrupted run", out.exists() and same_weights(out, ref_out)),
+        ("host A was drained", system.cluster.describe_host(a)["status"] == "DRAINING"),
+        ("nothing in any dead-letter queue", not any(facts["dead_letters"].values())),
+        ("every AWS call allowed by its function's role", not system.guard.denied),
+        ("its timeline drawn, a bar for every attempt", picture(status, work, facts)),
+    ]
+    return proof, facts
+
+
+def _print_interruption_demo(
+    proof: list[tuple[str, bool]], facts: dict[str, Any], timeline: Timeline, work: Path, as_json: bool
+) -> int:
+    """The timeline, the proof and what spot saves (or all of it as JSON); the exit status."""
     ok = passed(proof)
-    if args.json:
+    if as_json:
         print_json(ok, timeline, proof, facts)
         return 0 if ok else 1
     print_timeline(timeline, "seconds since the warning was put on the bus")

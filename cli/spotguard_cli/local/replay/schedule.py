@@ -19,6 +19,9 @@ from spotguard.domain.jobs.model import TERMINAL
 from spotguard_cli.answers import StatusView, read_answer
 
 if TYPE_CHECKING:
+    from spotguard_cli.emulator.motoserver import MotoServer
+    from spotguard_cli.emulator.system import LocalSystem
+    from spotguard_cli.local.replay.world import ReplayWorld
     from spotguard_cli.simulator import Job, Prices, Trace
 
 WARM_UP_HOURS = 48.0  # the pools' events played before the first start: SpotGuard has been watching
@@ -58,7 +61,7 @@ def run_live(
     letters, calls refused by a role, its wall-clock time)."""
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
-    from spotguard_cli.local.replay.world import EPOCH, WARNING, ReplayWorld
+    from spotguard_cli.local.replay.world import EPOCH, ReplayWorld
 
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("task-*.log"):
@@ -87,77 +90,113 @@ def run_live(
             system.pump()
             counts = system.functions["ReconcileFunction"].invoke({"id": "local-schedule"})
             say(f"{counts.get('pools', 0)} pools discovered; SpotGuard's clock runs {scale:g}x")
-            td = system.task_definition(
-                [
-                    sys.executable,
-                    "-m",
-                    "spotguard_cli.local.replay.task",
-                    "--work-hours",
-                    f"{job.hours:g}",
-                    "--restart-hours",
-                    f"{job.restart_hours:g}",
-                    "--step-minutes",
-                    f"{STEP_MINUTES:g}",
-                ],
-                environment={
-                    "SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS": f"{CHECKPOINT_MINUTES * 60 / scale:.4f}"
-                },
-                family="replay",
-            )
+            td = _task_definition(system, job, scale)
             jobs: list[JobRun] = []
-            actions: list[_Action] = []
-            order = itertools.count()
-
-            def add(when: datetime, what: str, fn: Callable[[], None]) -> None:
-                heapq.heappush(actions, _Action(when, next(order), what, fn))
-
-            for i in range(first, min(last, end_tick)):
-                add(world.at(i), f"tick {i}", lambda i=i: world.tick(i))
-                if i > first:
-                    add(world.at(i) - WARNING, f"warn {i}", lambda i=i: world.warn(i))
-
-            def submit(k: int, tick: int) -> None:
-                at = world.at(tick)
-                run = JobRun(
-                    f"replay-{k + 1}", tick, system.clock.now(), at + timedelta(hours=job.deadline_hours)
-                )
-                answer = system.invoke_jobs(
-                    {
-                        "action": "submit",
-                        "job_id": run.job_id,
-                        "request": {"cluster": "gpu-spot", "taskDefinition": td},
-                        "options": {
-                            "deadline": run.deadline.isoformat(),
-                            "work_hours": job.hours,
-                            "max_attempts": 100,
-                        },
-                    }
-                )
-                if not read_answer(answer).ok:
-                    raise RuntimeError(f"submit failed: {answer}")
-                jobs.append(run)
-                say(f"{run.job_id} submitted at trace hour {tick * traces[0].gap_hours:.1f}")
-
-            for k, tick in enumerate(starts):
-                add(
-                    world.at(tick) + timedelta(seconds=1),
-                    f"submit {k}",
-                    lambda k=k, tick=tick: submit(k, tick),
-                )
+            ticks = (first, min(last, end_tick))
+            actions = _actions(system, world, traces, job, starts, ticks, td, jobs, say)
             system.clock.jump_to(world.at(first))
             _drive(system, world, actions, jobs, len(starts), world.at(end_tick), say)
-            facts["pids"] = [moto.proc.pid if moto.proc else None, *system.runner.pids]
-            facts["world"] = dict(world.counts)
-            facts["dead_letters"] = system.dead_letters()
-            facts["denied"] = [str(d) for d in system.guard.denied]  # calls a function's role lacks
-            for run in jobs:
-                run.status = system.job_status(run.job_id)
-                run.logs = [_task_log(work, a.task_arn) for a in run.status.attempts]
+            _read_back(system, world, moto, jobs, work, facts)
         finally:
             system.close()
     facts["wall_seconds"] = round(time.monotonic() - began, 1)
     jobs.sort(key=lambda j: int(j.job_id.rsplit("-", 1)[1]))
     return jobs, facts
+
+
+def _task_definition(system: LocalSystem, job: Job, scale: float) -> str:
+    """The replay's task definition: the modelled training task (task.py), its work, restart and steps the
+    job's, checkpointing every CHECKPOINT_MINUTES of trace time on the scaled clock."""
+    return system.task_definition(
+        [
+            sys.executable,
+            "-m",
+            "spotguard_cli.local.replay.task",
+            "--work-hours",
+            f"{job.hours:g}",
+            "--restart-hours",
+            f"{job.restart_hours:g}",
+            "--step-minutes",
+            f"{STEP_MINUTES:g}",
+        ],
+        environment={"SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS": f"{CHECKPOINT_MINUTES * 60 / scale:.4f}"},
+        family="replay",
+    )
+
+
+def _actions(
+    system: LocalSystem,
+    world: ReplayWorld,
+    traces: list[Trace],
+    job: Job,
+    starts: list[int],
+    ticks: tuple[int, int],
+    td: str,
+    jobs: list[JobRun],
+    say: Callable[[str], None],
+) -> list[_Action]:
+    """The run's actions, a heap by time: each tick of `ticks` (first, end) and, after the first, the
+    spot warning before it; each job's submit a second after its start's tick (appending it to `jobs`)."""
+    from spotguard_cli.local.replay.world import WARNING
+
+    first, end = ticks
+    actions: list[_Action] = []
+    order = itertools.count()
+
+    def add(when: datetime, what: str, fn: Callable[[], None]) -> None:
+        heapq.heappush(actions, _Action(when, next(order), what, fn))
+
+    for i in range(first, end):
+        add(world.at(i), f"tick {i}", lambda i=i: world.tick(i))
+        if i > first:
+            add(world.at(i) - WARNING, f"warn {i}", lambda i=i: world.warn(i))
+
+    def submit(k: int, tick: int) -> None:
+        at = world.at(tick)
+        run = JobRun(f"replay-{k + 1}", tick, system.clock.now(), at + timedelta(hours=job.deadline_hours))
+        answer = system.invoke_jobs(
+            {
+                "action": "submit",
+                "job_id": run.job_id,
+                "request": {"cluster": "gpu-spot", "taskDefinition": td},
+                "options": {
+                    "deadline": run.deadline.isoformat(),
+                    "work_hours": job.hours,
+                    "max_attempts": 100,
+                },
+            }
+        )
+        if not read_answer(answer).ok:
+            raise RuntimeError(f"submit failed: {answer}")
+        jobs.append(run)
+        say(f"{run.job_id} submitted at trace hour {tick * traces[0].gap_hours:.1f}")
+
+    for k, tick in enumerate(starts):
+        add(
+            world.at(tick) + timedelta(seconds=1),
+            f"submit {k}",
+            lambda k=k, tick=tick: submit(k, tick),
+        )
+    return actions
+
+
+def _read_back(
+    system: LocalSystem,
+    world: ReplayWorld,
+    moto: MotoServer,
+    jobs: list[JobRun],
+    work: Path,
+    facts: dict[str, Any],
+) -> None:
+    """What the run saw, into `facts` (pids, the world's counts, dead letters, calls refused by a role), and
+    each job's status and its attempts' task logs."""
+    facts["pids"] = [moto.proc.pid if moto.proc else None, *system.runner.pids]
+    facts["world"] = dict(world.counts)
+    facts["dead_letters"] = system.dead_letters()
+    facts["denied"] = [str(d) for d in system.guard.denied]  # calls a function's role lacks
+    for run in jobs:
+        run.status = system.job_status(run.job_id)
+        run.logs = [_task_log(work, a.task_arn) for a in run.status.attempts]
 
 
 def _drive(

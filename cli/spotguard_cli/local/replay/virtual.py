@@ -1,7 +1,7 @@
 """The live half of a replay on the virtual clock (the default): every function of the stack over moto in
 this process, on one virtual clock that jumps from one thing due to the next (emulator/vclock.py), so a
 replay takes as long as the work the functions do, not the traces' hours, and the same run repeats
-exactly. It is the soak's loop (local/soak.py) with the replay's world:
+exactly. It is the soak's loop (emulator/soak/) with the replay's world:
 
 - one spot pool per trace (a capacity provider of p3.2xlarge instances in a zone of its own) and an
   on-demand pool that never runs out, each with one instance per job (`world.py`'s pools, the same
@@ -31,6 +31,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spotguard_cli.emulator.soak.loop import Soak
+from spotguard_cli.emulator.soak.model import START, Plan, Task
 from spotguard_cli.local.replay.report import Work
 from spotguard_cli.local.replay.schedule import STEP_MINUTES, WARM_UP_HOURS, JobRun
 from spotguard_cli.local.replay.world import (
@@ -42,7 +44,6 @@ from spotguard_cli.local.replay.world import (
     provider_name,
     spot_price_history,
 )
-from spotguard_cli.local.soak import START, Plan, Soak, Task
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -335,8 +336,8 @@ def run_virtual(
     """Run the jobs starting at the ticks `starts` on the virtual clock; their runs and work (in the order
     of `starts`) and what the run saw (the world's counts, dead letters, calls refused by a role, the run's
     digest, its wall-clock time)."""
+    from spotguard_cli.emulator.soak.system import virtual_system
     from spotguard_cli.emulator.vclock import VirtualClock
-    from spotguard_cli.local.soak import virtual_system
 
     work.mkdir(parents=True, exist_ok=True)
     gap = traces[0].gap_hours
