@@ -15,6 +15,7 @@ import pytest
 pytestmark = pytest.mark.slow  # a moto server, the local stack, two nodes' torchruns and a reference
 
 
+@pytest.mark.alone
 def test_the_gang_scenario_as_a_user_runs_it_and_no_process_is_left(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     argv = [sys.executable, "-m", "spotguard_cli.main", "local", "demo", "--scenario", "gang", "--json"]

@@ -220,6 +220,7 @@ def test_up_inject_and_ctrl_c_leave_nothing_behind(tmp_path: Path):
         os.kill(state["moto_pid"], 0)
 
 
+@pytest.mark.alone
 def test_the_capacity_scenario_as_a_user_runs_it(tmp_path: Path):
     """`spotguard local demo --scenario capacity`: spot in one pool, then the other, on-demand when both
     run dry, moved back to spot when capacity returns, finished by the deadline with nothing lost."""

@@ -57,6 +57,7 @@ def test_a_replay_on_the_virtual_clock_repeats_exactly_and_costs_what_the_simula
         assert row["launches"] == row["sim_launches"], row  # the same policy on the same pools
 
 
+@pytest.mark.alone
 def test_a_short_replay_of_two_pools_and_two_jobs_on_the_wall_clock(tmp_path: Path):
     result = _replay(tmp_path, "--clock", "wall", "--time-scale", "3")
     _held(result)
