@@ -4,13 +4,13 @@ then once an hour, alerted when the findings change, and never an exception that
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from spotguard.ports import PUBLIC_ACCESS_SETTINGS, BucketFacts
 from spotguard.usecases.bucket_check import BucketCheck, missing
+from tests.fakes import FakeAlerts, FakeBucketSettings
 
 RIGHT = BucketFacts(
     versioning="Enabled",
@@ -19,28 +19,6 @@ RIGHT = BucketFacts(
     eventbridge=True,
 )
 BARE = BucketFacts(versioning=None, encryption=None, public_access_block=None, eventbridge=False)
-
-
-class Settings:
-    def __init__(self, facts: BucketFacts | Exception) -> None:
-        self.result, self.reads = facts, 0
-
-    def facts(self, bucket: str) -> BucketFacts:
-        self.reads += 1
-        if isinstance(self.result, Exception):
-            raise self.result
-        return self.result
-
-
-class Alerts:
-    def __init__(self, fail: bool = False) -> None:
-        self.sent: list[tuple[str, Mapping[str, object]]] = []
-        self.fail = fail
-
-    def alert(self, subject: str, detail: Mapping[str, object]) -> None:
-        if self.fail:
-            raise RuntimeError("SNS is down")
-        self.sent.append((subject, detail))
 
 
 class Clock:
@@ -52,9 +30,13 @@ class Clock:
 
 
 def _check(
-    facts: BucketFacts | Exception, alerts: Alerts | None = None
-) -> tuple[BucketCheck, Settings, Alerts, Clock]:
-    settings, alerts, clock = Settings(facts), alerts or Alerts(), Clock()
+    facts: BucketFacts | Exception, alerts: FakeAlerts | None = None
+) -> tuple[BucketCheck, FakeBucketSettings, FakeAlerts, Clock]:
+    if isinstance(facts, Exception):
+        settings = FakeBucketSettings(failure=facts)
+    else:
+        settings = FakeBucketSettings({"users-bucket": facts})
+    alerts, clock = alerts or FakeAlerts(), Clock()
     return BucketCheck("users-bucket", settings, alerts, clock), settings, alerts, clock
 
 
@@ -126,14 +108,14 @@ def test_an_alert_goes_to_the_topic_when_the_findings_change_and_not_every_hour(
     clock.now += timedelta(hours=1)
     check.run()
     assert len(alerts.sent) == 1  # the same findings: logged, not mailed again
-    settings.result = BucketFacts(**{**BARE.__dict__, "versioning": "Enabled"})
+    settings.buckets["users-bucket"] = BucketFacts(**{**BARE.__dict__, "versioning": "Enabled"})
     clock.now += timedelta(hours=1)
     check.run()
     assert len(alerts.sent) == 2 and len(alerts.sent[1][1]["findings"]) == 3  # type: ignore[arg-type]
-    settings.result = RIGHT  # put right: nothing sent, and a later regression is sent again
+    settings.buckets["users-bucket"] = RIGHT  # put right: nothing sent, and a later regression is sent again
     clock.now += timedelta(hours=1)
     assert check.run() == [] and len(alerts.sent) == 2
-    settings.result = BARE
+    settings.buckets["users-bucket"] = BARE
     clock.now += timedelta(hours=1)
     check.run()
     assert len(alerts.sent) == 3
@@ -147,7 +129,7 @@ def test_a_failing_read_or_alert_never_stops_the_sweep(failure):
         assert finding == "its settings could not be read (RuntimeError: endpoint unreachable)"
         assert alerts.sent  # said, not swallowed
     else:
-        check, _, alerts, clock = _check(BARE, Alerts(fail=True))
+        check, _, alerts, clock = _check(BARE, FakeAlerts(fail=True))
         assert len(check.run() or []) == 4
         alerts.fail = False
         clock.now += timedelta(hours=1)
