@@ -3,7 +3,8 @@
 #                that is interrupted, checkpointed, resubmitted elsewhere and finished
 #   make demo-capacity  the capacity scenario: spot pools running dry, on-demand, and back to spot
 #   make demo-gang  the gang scenario: a job of 2 nodes, one node's instance warned, the gang relaunched once
-#   make check   the fast loop while you work, about 30 s: lint + every test not marked slow, on every core
+#   make check   the fast loop while you work, under 30 s: lint + the core's and the CLI's fast tests
+#                (make check-agent: the agent's)
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   benchmarks that print figures (the interruption path, the job path; checkpoint stall and
 #                commit time); make bench-load: the local stack with 200 (and 1,000) instances warned at once
@@ -22,6 +23,10 @@ CHECKOV_VENV := .venv-checkov
 CHECKOV_VERSION := 3.3.30
 PY313 ?= $(shell command -v python3.13 >/dev/null 2>&1 && PYENV_VERSION=3.13.0 python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null)
 export SAM_CLI_TELEMETRY := 0
+# The suites start hundreds of Python processes (the local stack, the CLI, trainings) that import boto3,
+# moto and PyTorch. A machine whose environment sets PYTHONDONTWRITEBYTECODE makes each compile them all
+# again; here Python keeps its bytecode (__pycache__, git-ignored; sam build and the wheels leave it out).
+export PYTHONDONTWRITEBYTECODE :=
 
 # Every environment the Makefile builds installs the versions it was tested with: constraints/<env>.txt,
 # the `pip freeze` of that environment when it last passed (make upgrade writes them). UPGRADE=1 builds
@@ -29,7 +34,7 @@ export SAM_CLI_TELEMETRY := 0
 UPGRADE ?=
 lock = $(if $(UPGRADE),,-c constraints/$(1).txt)
 
-.PHONY: upgrade setup demo demo-capacity demo-gang check test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay bench-soak gpu-wheels traces sam checkov events wheels clean
+.PHONY: upgrade setup demo demo-capacity demo-gang check check-agent test test-py313 lint bench bench-load bench-capacity bench-decide bench-replay bench-soak gpu-wheels traces sam checkov events wheels clean
 
 $(BIN)/spotguard: pyproject.toml agent/pyproject.toml constraints/py311.txt
 	$(PYTHON) -m venv $(VENV)
@@ -71,15 +76,26 @@ test: lint
 	SPOTGUARD_FAST_TEST_SECONDS=$${SPOTGUARD_FAST_TEST_SECONDS:-3} $(BIN)/pytest -q -p no:cacheprovider \
 	  --durations=5 -m alone
 
+# The fast loop: lint, then the tests not marked slow of the core and the CLI, in two processes side by side
+# (each collects only its half: pytest-xdist's workers would each collect, and so import, all of it):
+# tests/unit (pure: no AWS, no moto, no process started) beside tests/contract and tests/template. The
+# agent's fast tests import PyTorch: `make check-agent`. tests/integration, tests/e2e, tests/property,
+# tests/faults and tests/packaging run in `make test`.
 # A test is marked @pytest.mark.slow (and left out here) when it starts a moto server, deploys the stack
-# into moto, runs a training or the agent as a process against moto, or takes more than 2 s (tests/conftest.py
-# fails a test not marked slow whose call takes longer; SPOTGUARD_FAST_TEST_SECONDS sets another bound); a
-# test file whose every test is slow says so once (pytestmark). tests/e2e, tests/property, tests/faults and
-# tests/packaging are slow throughout; a new test directory joins FAST_TESTS once its slow tests carry the
-# mark. tests/contract holds the ledger adapters' contract tests (moto in-process, only the table).
-FAST_TESTS := tests/unit tests/template tests/agent tests/integration tests/contract
+# into moto, runs a training or the agent as a process, or takes more than 2 s (tests/conftest.py fails a
+# test not marked slow whose call takes longer; SPOTGUARD_FAST_TEST_SECONDS sets another bound); a test
+# file whose every test is slow says so once (pytestmark).
+FAST := $(BIN)/pytest -q -p no:cacheprovider -p no:hypothesispytest -m "not slow"
 check: lint
-	$(BIN)/pytest -q -p no:cacheprovider -n auto -m "not slow" $(FAST_TESTS)
+	@set +e; out=$$(mktemp -d); \
+	$(FAST) tests/unit >$$out/unit 2>&1 & unit=$$!; \
+	$(FAST) tests/contract tests/template >$$out/rest 2>&1; rest=$$?; \
+	wait $$unit; unit=$$?; \
+	echo "== tests/unit"; cat $$out/unit; echo "== tests/contract tests/template"; cat $$out/rest; \
+	rm -rf $$out; test $$unit -eq 0 -a $$rest -eq 0
+
+check-agent: setup
+	$(FAST) tests/agent
 
 # The Lambda runtime is python3.13: run the suite on it too (the .venv is 3.11, which the code must also run on).
 test-py313:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import re
 import sys
 from collections.abc import Iterator
@@ -34,9 +35,15 @@ def modules() -> Iterator[Path]:
     yield from sorted((REPO / "functions").glob("*/app.py"))
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The module's syntax tree, read once per test session (the layout tests each walk every module)."""
+    return ast.parse(path.read_text())
+
+
 def summary(path: Path) -> str:
     """The first sentence of the module's docstring, on one line ("" without a docstring)."""
-    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    doc = ast.get_docstring(parsed(path)) or ""
     text = " ".join(doc.split())
     match = re.search(r"(?<!\be\.g)(?<!\bi\.e)\.(\s|$)", text)
     first = text[: match.start() + 1] if match else text
@@ -88,7 +95,7 @@ def core_modules() -> dict[str, Path]:
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The core modules `name` imports, at any depth of its body (imports inside functions count; those
     under `if TYPE_CHECKING:` do not: they never run)."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     skip: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -107,6 +114,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return out
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
     known = core_modules()
     return {name: imports(name, path, known) for name, path in known.items()}

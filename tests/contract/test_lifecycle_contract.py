@@ -7,7 +7,7 @@ moto cannot hold the adapter to these cases: its Auto Scaling lacks RecordLifecy
 CompleteLifecycleAction (moto 5.2: "has not been implemented"), and gives an instance no lifecycle action
 to answer. The moto side is skipped for that reason, and `test_moto_still_lacks_lifecycle_actions` fails
 once a moto has them, for the side to be written. Until then the adapter's calls and its reading of AWS's
-answers are held by tests/unit/test_lifecycle_adapter.py (botocore's Stubber)."""
+answers are held by tests/integration/test_lifecycle_adapter.py (botocore's Stubber)."""
 
 from __future__ import annotations
 

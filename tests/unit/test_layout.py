@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.layout import REPO, documented, generated, graph
+from tests.layout import REPO, documented, generated, graph, parsed
 
 # The core's floors, lowest first: a module may import its own floor and those below, never above. Within
 # the domain the wings stand on the shared modules at its root, and on each other in this order only.
@@ -96,9 +96,8 @@ def _sources() -> list[Path]:
 def test_no_module_is_over_400_lines_without_its_reason():
     long = []
     for path in _sources():
-        text = path.read_text()
-        lines = text.count("\n")
-        if lines > MAX_MODULE_LINES and not REASON.search(ast.get_docstring(ast.parse(text)) or ""):
+        lines = path.read_text().count("\n")
+        if lines > MAX_MODULE_LINES and not REASON.search(ast.get_docstring(parsed(path)) or ""):
             long.append(f"{path.relative_to(REPO)}: {lines} lines")
     assert long == []
 
@@ -106,7 +105,7 @@ def test_no_module_is_over_400_lines_without_its_reason():
 def test_no_function_is_over_80_lines():
     long = []
     for path in _sources():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
@@ -118,3 +117,23 @@ def test_no_function_is_over_80_lines():
 def test_docs_layout_names_every_module_as_the_tree_describes_it():
     """Run `.venv/bin/python -m tests.layout --write` after adding, moving or re-describing a module."""
     assert documented() == generated(), "docs/layout.md is stale: .venv/bin/python -m tests.layout --write"
+
+
+# --------------------------------------------------------------------------------------- the suite
+# tests/unit is the pure part of the suite (make check runs it first): the core on its fakes and the CLI's
+# own logic, with no AWS (no moto, no botocore Stubber, no boto3 client) and no process started. A test
+# that needs any of those belongs in tests/contract (a port's adapter) or tests/integration.
+IMPURE = ("moto", "boto3", "botocore", "subprocess")
+
+
+def test_the_unit_tests_touch_no_aws_and_start_no_process():
+    found = []
+    for path in sorted((REPO / "tests" / "unit").glob("*.py")):
+        for node in ast.walk(parsed(path)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] in IMPURE]
+    assert found == []

@@ -23,8 +23,8 @@ from spotguard_cli import jobs as jobs_cli
 from spotguard_cli.answers import NodeView, read_answer
 from spotguard_cli.clock import FakeClock
 from spotguard_cli.main import build_parser
+from tests.integration.test_jobs_logs_cli import FAKE_TASK, World, answer, attempt
 from tests.unit.test_job_engine import TASK, _job
-from tests.unit.test_jobs_logs_cli import FAKE_TASK, World, answer, attempt
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)

@@ -98,7 +98,7 @@ def test_a_deeply_nested_file_is_rejected_in_one_line(capsys, tmp_path):
 
 
 def test_explain_acts_on_aws_s_own_retirement_example_which_names_its_instance_by_arn(capsys, tmp_path):
-    from .test_notices import AWS_RETIREMENT_EXAMPLE
+    from tests.unit.test_notices import AWS_RETIREMENT_EXAMPLE
 
     path = tmp_path / "retirement.json"
     path.write_text(json.dumps(AWS_RETIREMENT_EXAMPLE))
