@@ -3,8 +3,8 @@
 The ledger's ports, one per DynamoDB adapter:
   FakeLedger  adapters/ledger.py DynamoLedger: InterruptionLedger, StopClaims, TaskIndex and the
               checkpoints' CheckpointLedger
-  FakeJobs    adapters/job_store.py DynamoJobs: JobStore (and `count`)
-  FakePools   adapters/pool_store.py PoolStore: PoolLedger
+  FakeJobStore    adapters/job_store.py DynamoJobStore: JobStore (and `count`)
+  FakePoolStore   adapters/pool_store.py DynamoPoolStore: PoolStore
 ECS, SSM and EC2: FakeEcs (Ecs), FakeJobEcs (JobEcs), FakeSignaller (Signaller), FakeVolumes (Volumes),
 FakeHosts (Hosts). SQS, SNS, Auto Scaling and S3: FakeFollowUps (FollowUps), FakeDeadLetters
 (DeadLetters), FakeRetries (LaunchRetries), FakeNotifier (Notifications), FakeAlerts (Alerts),
@@ -50,7 +50,7 @@ from spotguard.domain.tasks import ContainerInstanceRef, TaskInfo
 GONE_STATUSES = ("DEREGISTERING", "INACTIVE")
 
 # The table's CHECKPOINTS#<uri> / SEQ#<n> items: written by the ledger, read by the job store. A FakeLedger
-# and a FakeJobs given the same dict share them, as the two adapters share the table.
+# and a FakeJobStore given the same dict share them, as the two adapters share the table.
 Checkpoints = dict[str, dict[int, CheckpointRef]]
 
 
@@ -199,7 +199,7 @@ class FakeLedger:
         return self.newest.get(prefix_uri)
 
 
-class FakeJobs:
+class FakeJobStore:
     """The job store's contract in memory: create only when new, replace only on the stored `rev`, lists
     newest (or oldest) first by `updated_at`, and a job that cannot be read (`unreadable`: job id ->
     its state and time, as the index still holds them) raises on `get` and is left out of `list`.
@@ -295,7 +295,7 @@ class FakeJobs:
         return [refs[seq] for seq in sorted(refs)]
 
 
-class FakePools:
+class FakePoolStore:
     """The pool store's contract in memory: a cluster's pools by name; discovery merges what it finds
     (merge_discovered) and, when complete, marks gone what it did not find (kept with its facts); facts,
     prices and scores fold into a pool (None for a pool not stored). `unreadable`: (cluster, name) of
@@ -377,11 +377,11 @@ def _each(
 #   FakeSignaller  adapters/ssm.py SsmSignaller: Signaller
 #   FakeVolumes    adapters/ebs.py EbsAdapter: Volumes
 #   FakeHosts      adapters/hosts.py Ec2Hosts: Hosts
-#   FakeJobEcs     adapters/ecs_jobs.py JobsEcsAdapter: JobEcs
+#   FakeJobEcs     adapters/job_ecs.py JobEcsAdapter: JobEcs
 import itertools  # noqa: E402
 
 from spotguard.adapters.ssm import MAX_PER_PARAMETER, signal_document_parameters  # noqa: E402
-from spotguard.domain.jobs.replies import HostFacts, RunResult, TaskDefinitionInfo  # noqa: E402
+from spotguard.domain.jobs.replies import HostInfo, RunResult, TaskDefinitionInfo  # noqa: E402
 from spotguard.domain.jobs.task_events import described_task  # noqa: E402
 from spotguard.domain.prices import gpus_of, on_demand_price  # noqa: E402
 from spotguard.domain.tasks import TaskEvent, gpu_count  # noqa: E402
@@ -610,7 +610,7 @@ class FakeHosts:
         self.container_instances[arn] = (name, instance_id)
         return arn, instance_id
 
-    def facts(self, cluster: str, container_instance_arn: str) -> HostFacts | None:
+    def facts(self, cluster: str, container_instance_arn: str) -> HostInfo | None:
         found = self.container_instances.get(container_instance_arn)
         if found is None or cluster.rsplit("/", 1)[-1] != found[0]:
             return None
@@ -619,7 +619,7 @@ class FakeHosts:
         itype, zone = inst["type"], inst["zone"]
         price = self.spot_prices.get((itype, zone)) if inst["spot"] else on_demand_price(itype)
         gpus = gpus_of(itype)
-        return HostFacts(
+        return HostInfo(
             instance_id=instance_id,
             instance_type=itype,
             availability_zone=zone,
@@ -646,7 +646,7 @@ def run_task_report(params: dict[str, Any]) -> str | None:
 
 
 class FakeJobEcs:
-    """The jobs path's ECS (adapters/ecs_jobs.py JobsEcsAdapter, the JobEcs port) in memory: RunTask,
+    """The jobs path's ECS (adapters/job_ecs.py JobEcsAdapter, the JobEcs port) in memory: RunTask,
     task descriptions (TaskEvents, read from descriptions by the adapter's own `described_task`), task
     definitions and the clusters' container instances.
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from spotguard.domain.checkpoints import classify_object_created
 from spotguard.domain.interruption.classify import classify, reject
-from spotguard.domain.interruption.notices import Decision, plan
+from spotguard.domain.interruption.notices import Decision, planned_actions
 from spotguard.domain.settings import RebalanceMode, Settings
 from spotguard.domain.tasks import ManageMode
 
@@ -51,7 +51,7 @@ def describe(name: str, decision: Decision, settings: Settings, manage: ManageMo
         out["task_arn"] = decision.task_arn
     out["event_id"] = decision.event_id
     out["reason"] = decision.reason
-    out["actions"] = plan(decision, settings)
+    out["actions"] = planned_actions(decision, settings)
     deadlines = sorted({n.deadline.isoformat() for n in decision.notices if n.deadline})
     if deadlines:
         out["deadline"] = deadlines[0]

@@ -21,7 +21,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from spotguard.adapters.metrics import count_decision, count_outcome, tracer
 from spotguard.domain.interruption.classify import classify
-from spotguard.domain.interruption.notices import Decision, plan
+from spotguard.domain.interruption.notices import Decision, planned_actions
 from spotguard.runtime.config import InterruptionEnv
 from spotguard.runtime.handling import Router
 from spotguard.runtime.interruption import InterruptionRuntime, ParallelBatchProcessor, ThreadLogger
@@ -45,7 +45,9 @@ def record_handler(record: SQSRecord) -> None:
 
 
 def act(decision: Decision) -> None:
-    logger.info("acting", extra={"kind": decision.kind, "actions": plan(decision, runtime.settings)})
+    logger.info(
+        "acting", extra={"kind": decision.kind, "actions": planned_actions(decision, runtime.settings)}
+    )
     if decision.index_update is not None:
         applied = runtime.service.index(decision.index_update)
         logger.info("indexed" if applied else "stale index update dropped")

@@ -20,13 +20,13 @@ from moto import mock_aws
 
 from spotguard.adapters.clients import URGENT
 from spotguard.adapters.dynamo import marshal
-from spotguard.adapters.job_store import DynamoJobs
+from spotguard.adapters.job_store import DynamoJobStore
 from spotguard.adapters.ledger import DynamoLedger
-from spotguard.adapters.pool_store import PoolStore
+from spotguard.adapters.pool_store import DynamoPoolStore
 from spotguard.domain.jobs.model import JobState
 from spotguard.domain.pools import pool_key
 from spotguard_cli.emulator import template
-from tests.fakes import Checkpoints, FakeJobs, FakeLedger, FakePools
+from tests.fakes import Checkpoints, FakeJobStore, FakeLedger, FakePoolStore
 
 REGION = "us-east-1"
 _tables = itertools.count()
@@ -36,8 +36,8 @@ _tables = itertools.count()
 class Side:
     name: str
     ledger: Any  # DynamoLedger | FakeLedger
-    jobs: Any  # DynamoJobs | FakeJobs
-    pools: Any  # PoolStore | FakePools
+    jobs: Any  # DynamoJobStore | FakeJobStore
+    pools: Any  # DynamoPoolStore | FakePoolStore
     client: Any = None  # the DynamoDB client (the adapters' side)
     table: str = ""
 
@@ -90,15 +90,15 @@ def dynamodb() -> Iterator[Any]:
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
     if request.param == "fake":
         shared: Checkpoints = {}
-        yield Side("fake", FakeLedger(checkpoints=shared), FakeJobs(checkpoints=shared), FakePools())
+        yield Side("fake", FakeLedger(checkpoints=shared), FakeJobStore(checkpoints=shared), FakePoolStore())
         return
     client = request.getfixturevalue("dynamodb")
     table = ledger_table(client)
     yield Side(
         "dynamodb",
         DynamoLedger(client, table),
-        DynamoJobs(client, table),
-        PoolStore(client, table),
+        DynamoJobStore(client, table),
+        DynamoPoolStore(client, table),
         client=client,
         table=table,
     )

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from spotguard.adapters.hosts import Ec2Hosts
-from spotguard.domain.jobs.replies import HostFacts
+from spotguard.domain.jobs.replies import HostInfo
 from spotguard.domain.prices import on_demand_price
 from spotguard_cli.emulator.gpucluster import GpuCluster
 from tests.contract.moto_aws import aws_clients, fresh_moto
@@ -94,7 +94,7 @@ def side(request: pytest.FixtureRequest) -> Iterator[Side]:
 
 def test_a_spot_host_costs_its_zones_spot_price(side: Side):
     host = side.world.host("g5.xlarge", "us-east-1b", spot=True)
-    assert side.hosts.facts(CLUSTER, host.container_instance_arn) == HostFacts(
+    assert side.hosts.facts(CLUSTER, host.container_instance_arn) == HostInfo(
         instance_id=host.instance_id,
         instance_type="g5.xlarge",
         availability_zone="us-east-1b",
@@ -108,7 +108,7 @@ def test_a_spot_host_costs_its_zones_spot_price(side: Side):
 def test_an_on_demand_host_costs_its_list_price(side: Side):
     host = side.world.host("g5.12xlarge", "us-east-1a", spot=False)
     facts = side.hosts.facts(CLUSTER, host.container_instance_arn)
-    assert facts == HostFacts(
+    assert facts == HostInfo(
         instance_id=host.instance_id,
         instance_type="g5.12xlarge",
         availability_zone="us-east-1a",

@@ -1,4 +1,4 @@
-"""The jobs path's ECS port (`JobEcs`: adapters/ecs_jobs.py JobsEcsAdapter), the same cases against its
+"""The jobs path's ECS port (`JobEcs`: adapters/job_ecs.py JobEcsAdapter), the same cases against its
 fake (tests/fakes.py FakeJobEcs, answering as ECS would: no scripted results) and against the adapter on
 moto: RunTask's parameters checked by ECS's API model, a launch started on an ACTIVE container instance
 and described as asked, each way a launch fails (a malformed request, an unknown cluster or task
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from spotguard.adapters.ecs_jobs import JobsEcsAdapter
+from spotguard.adapters.job_ecs import JobEcsAdapter
 from spotguard.domain.jobs.replies import TaskDefinitionInfo
 from spotguard.domain.tasks import JOB_TAG, MANAGED_TAG
 from spotguard_cli.emulator.gpucluster import GpuCluster
@@ -113,7 +113,7 @@ class FakeWorld:
 @dataclass
 class Side:
     name: str
-    ecs: Any  # JobsEcsAdapter | FakeJobEcs
+    ecs: Any  # JobEcsAdapter | FakeJobEcs
     world: Any  # MotoWorld | FakeWorld
 
 
@@ -130,7 +130,7 @@ def side(request: pytest.FixtureRequest) -> Iterator[Side]:
         return
     clients = request.getfixturevalue("clients")
     with fresh_moto():
-        yield Side("moto", JobsEcsAdapter(clients["ecs"]), MotoWorld(clients["ecs"], clients["ec2"]))
+        yield Side("moto", JobEcsAdapter(clients["ecs"]), MotoWorld(clients["ecs"], clients["ec2"]))
 
 
 # ------------------------------------------------------------------------------- checking a request

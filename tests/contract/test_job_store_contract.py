@@ -1,5 +1,5 @@
-"""The job store's contract (DynamoJobs, adapters/job_store.py), the same cases against its fake
-(tests/fakes.py FakeJobs) and against the adapter on moto: create once, compare-and-set on `rev`, lists by
+"""The job store's contract (DynamoJobStore, adapters/job_store.py), the same cases against its fake
+(tests/fakes.py FakeJobStore) and against the adapter on moto: create once, compare-and-set on `rev`, lists by
 state and time through the ByState index, a job that cannot be read, the tasks found not managed, and the
 checkpoints the ledger recorded."""
 

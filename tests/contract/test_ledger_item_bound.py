@@ -105,13 +105,13 @@ def test_a_one_node_job_resubmitted_without_end_stays_small():
 
 @pytest.mark.slow  # 64 nodes x 25 attempts through the state machine: a few seconds
 def test_the_worst_case_the_door_accepts_fits_dynamodb_and_is_written(dynamodb):
-    from spotguard.adapters.job_store import DynamoJobs
+    from spotguard.adapters.job_store import DynamoJobStore
     from tests.contract.conftest import ledger_table
 
     job, largest, size = _worst(MAX_NODES, KEEP_ATTEMPTS + 5)
     assert size < BOUND < DYNAMODB_ITEM_LIMIT, f"{size // 1024} KB"
     assert job.next_attempt == KEEP_ATTEMPTS + 6  # attempt numbers go on past the folded ones
     table = ledger_table(dynamodb)
-    store = DynamoJobs(dynamodb, table)
+    store = DynamoJobStore(dynamodb, table)
     assert store.create(largest)  # moto refuses an item over 400 KB, as DynamoDB does
     assert store.get(largest.job_id) == largest

@@ -1,5 +1,5 @@
-"""The pool store's contract (PoolStore, adapters/pool_store.py), the same cases against its fake
-(tests/fakes.py FakePools) and against the adapter on moto: discovery merged into what is stored, pools no
+"""The pool store's contract (DynamoPoolStore, adapters/pool_store.py), the same cases against its fake
+(tests/fakes.py FakePoolStore) and against the adapter on moto: discovery merged into what is stored, pools no
 longer found kept as gone, facts, prices and scores folded in (each safe to apply twice), a pool item that
 cannot be read."""
 

@@ -45,10 +45,10 @@ def world() -> Iterator[JobsWorld]:
 
 
 def _pools(world: JobsWorld) -> dict[str, dict]:
-    from spotguard.adapters.pool_store import PoolStore
+    from spotguard.adapters.pool_store import DynamoPoolStore
 
     table = world.stack.outputs["LedgerTableName"]
-    store = PoolStore(world.stack.client("dynamodb"), table)
+    store = DynamoPoolStore(world.stack.client("dynamodb"), table)
     return {p.name: p.model_dump(mode="json") for p in store.pools("gpu-spot")}
 
 

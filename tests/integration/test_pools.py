@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from spotguard.adapters import clients
-from spotguard.adapters.pool_store import GONE_RETENTION_DAYS, PoolStore
+from spotguard.adapters.pool_store import GONE_RETENTION_DAYS, DynamoPoolStore
 from spotguard.adapters.pools import PoolDiscovery
 from spotguard.domain.pools import Observation, ScoreQuote, SpotQuote, pool_options
 from spotguard.usecases.pools import PoolService, PoolSettings
@@ -241,7 +241,7 @@ def test_a_placement_score_error_is_no_score():
 def test_the_store_round_trip(world):
     make_cluster(world["ec2"], world["asg"], world["ecs"], ["g5.xlarge", "g5.2xlarge"])
     found = PoolDiscovery(world["ecs"], world["asg"], world["ec2"]).discover(CLUSTER, NOW)
-    store = PoolStore(world["ddb"], TABLE)
+    store = DynamoPoolStore(world["ddb"], TABLE)
     saved = store.save_discovered(CLUSTER, found.pools, NOW)
     assert [p.name for p in saved] == sorted(SPOT + ON_DEMAND)
     assert store.pools(CLUSTER) == saved and store.pools("other") == []
@@ -291,9 +291,9 @@ def test_the_store_round_trip(world):
 def test_a_write_that_loses_the_race_applies_its_change_again(world):
     make_cluster(world["ec2"], world["asg"], world["ecs"], ["g5.xlarge", "g5.2xlarge"])
     found = PoolDiscovery(world["ecs"], world["asg"], world["ec2"]).discover(CLUSTER, NOW)
-    store = PoolStore(world["ddb"], TABLE)
+    store = DynamoPoolStore(world["ddb"], TABLE)
     store.save_discovered(CLUSTER, found.pools, NOW)
-    other = PoolStore(boto3.session.Session().client("dynamodb", region_name=REGION), TABLE)
+    other = DynamoPoolStore(boto3.session.Session().client("dynamodb", region_name=REGION), TABLE)
     first = Observation(at=NOW, available=True, source="launch", detail="i-1")
     second = Observation(at=NOW + timedelta(minutes=1), available=False, source="interruption", detail="i-1")
     raced: list[str] = []
@@ -333,7 +333,10 @@ def test_refresh_discovers_prices_scores_and_caches(world):
     ec2.meta.events.register("before-call.ec2.GetSpotPlacementScores", scores)
     ec2.meta.events.register("before-call.ec2.DescribeSpotPriceHistory", lambda **_: calls.append("prices"))
     service = PoolService(
-        PoolDiscovery(world["ecs"], world["asg"], ec2), PoolStore(world["ddb"], TABLE), REGION, PoolSettings()
+        PoolDiscovery(world["ecs"], world["asg"], ec2),
+        DynamoPoolStore(world["ddb"], TABLE),
+        REGION,
+        PoolSettings(),
     )
     pools = service.refresh(CLUSTER, NOW).pools
     spot = [p for p in pools if p.market == "spot"]
@@ -387,7 +390,7 @@ def test_a_failed_score_request_is_no_score_until_the_next_is_due(world):
 
     ec2.meta.events.register("before-call.ec2.GetSpotPlacementScores", refuse)
     service = PoolService(
-        PoolDiscovery(world["ecs"], world["asg"], ec2), PoolStore(world["ddb"], TABLE), REGION
+        PoolDiscovery(world["ecs"], world["asg"], ec2), DynamoPoolStore(world["ddb"], TABLE), REGION
     )
     pools = service.refresh(CLUSTER, NOW).pools
     assert asked == ["scores"]
@@ -410,8 +413,8 @@ def test_a_price_request_refused_for_one_type_loses_that_price_only_and_a_failed
     world, caplog
 ):
     """Issue 29: one failed DescribeSpotPriceHistory discarded the whole sweep's discovery of the cluster,
-    and CapacityAdvisor.refresh swallowed the error (reconcile said pools=0, failed=0)."""
-    from spotguard.usecases.jobs.capacity import CapacityAdvisor
+    and PlacementAdvisor.refresh swallowed the error (reconcile said pools=0, failed=0)."""
+    from spotguard.usecases.jobs.advisor import PlacementAdvisor
 
     make_cluster(world["ec2"], world["asg"], world["ecs"], ["g5.xlarge", "g5.2xlarge"])
     ec2, asg = world["ec2"], world["asg"]
@@ -429,7 +432,7 @@ def test_a_price_request_refused_for_one_type_loses_that_price_only_and_a_failed
         lambda params, **_: requested.append(list(params["InstanceTypes"])),
     )
     ec2.meta.events.register("before-call.ec2.DescribeSpotPriceHistory", refuse)
-    service = PoolService(PoolDiscovery(world["ecs"], asg, ec2), PoolStore(world["ddb"], TABLE), REGION)
+    service = PoolService(PoolDiscovery(world["ecs"], asg, ec2), DynamoPoolStore(world["ddb"], TABLE), REGION)
     refreshed = service.refresh(CLUSTER, NOW)
     assert sorted(p.name for p in refreshed.pools) == sorted(SPOT + ON_DEMAND)  # discovery kept
     (error,) = refreshed.errors
@@ -446,10 +449,10 @@ def test_a_price_request_refused_for_one_type_loses_that_price_only_and_a_failed
 
     asg.meta.events.register("before-call.autoscaling.DescribeAutoScalingGroups", denied)
     later = NOW + timedelta(hours=1)
-    advisor = CapacityAdvisor(service, store=None, clock=lambda: later, clusters=(CLUSTER,))  # type: ignore[arg-type]
-    refreshed_all = advisor.refresh(())
-    assert refreshed_all.pools == 0
-    (line,) = refreshed_all.errors
+    advisor = PlacementAdvisor(service, store=None, clock=lambda: later, clusters=(CLUSTER,))  # type: ignore[arg-type]
+    (refreshed,) = advisor.refresh(())
+    assert refreshed.pools == ()
+    (line,) = refreshed.errors
     assert line.startswith(f"cluster {CLUSTER}: discovery failed: ClientError: ") and "AccessDenied" in line
     assert line in caplog.text
     assert len(service.pools(CLUSTER)) == len(SPOT + ON_DEMAND)  # what was known stays

@@ -46,9 +46,9 @@ def world() -> Iterator[tuple[JobsWorld, Host]]:
 
 
 def _pools(world: JobsWorld) -> dict[str, Any]:
-    from spotguard.adapters.pool_store import PoolStore
+    from spotguard.adapters.pool_store import DynamoPoolStore
 
-    store = PoolStore(world.stack.client("dynamodb"), world.stack.outputs["LedgerTableName"])
+    store = DynamoPoolStore(world.stack.client("dynamodb"), world.stack.outputs["LedgerTableName"])
     return {p.name: p for p in store.pools("gpu-spot")}
 
 

@@ -7,7 +7,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from spotguard.adapters.ecs_jobs import JobsEcsAdapter
+from spotguard.adapters.job_ecs import JobEcsAdapter
 from spotguard.domain.jobs.run_errors import classify_run_error, pool_refused
 
 DOCUMENTED = [
@@ -90,7 +90,7 @@ def test_an_undocumented_error_is_not_guessed():
 
 def _adapter():
     client = boto3.client("ecs", region_name="us-east-1")
-    return JobsEcsAdapter(client), Stubber(client)
+    return JobEcsAdapter(client), Stubber(client)
 
 
 def test_an_empty_cluster_is_capacity_not_a_bad_request():

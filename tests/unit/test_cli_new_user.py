@@ -317,7 +317,7 @@ def test_a_moves_stop_reason_says_where_it_goes_once():
 
 
 def test_the_capacity_demos_spend_is_a_sentence_that_says_its_prices_are_placeholders():
-    from spotguard_cli.local.capacity import spend_line
+    from spotguard_cli.local.capacity_demo import spend_line
 
     spend = {"gpu_hours": 2.3158, "gpu_hours_lost": 0.0418, "dollars": 0.4182, "dollars_lost": 0.0132}
     line = spend_line(spend)

@@ -313,13 +313,13 @@ def test_old_gangs_are_folded_so_the_ledger_item_stays_small_and_spend_still_cou
 
 def test_the_spend_metric_counts_a_gang_once_when_its_last_node_has_stopped(capsys):
     from spotguard.adapters.job_metrics import SpendMeter
-    from tests.fakes import FakeJobs
+    from tests.fakes import FakeJobStore
 
     job = _formed(2)
     hour = T0 + timedelta(hours=1)
     for k in range(2):
         job = on_task_event(job, _ev(1, k, 3, "RUNNING", started_at=T0), None, T0).job or job
-    meter = SpendMeter(FakeJobs())
+    meter = SpendMeter(FakeJobStore())
     first, _ = _apply(job, _ev(1, 0, 4, "STOPPED", 75, stopped_at=hour))
     meter(job, first)
     assert "GpuHours" not in capsys.readouterr().out  # node 1 still runs

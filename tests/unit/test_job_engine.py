@@ -16,7 +16,7 @@ from spotguard.domain.jobs.transitions import on_task_event, request_cancel
 from spotguard.domain.tasks import TaskEvent
 from spotguard.usecases.jobs.ebs import EbsVolumes
 from spotguard.usecases.jobs.engine import Conflict, JobEngine, JobsConfig
-from tests.fakes import FakeJobEcs, FakeJobs, FakeNotifier, FakeRetries, FakeVolumes
+from tests.fakes import FakeJobEcs, FakeJobStore, FakeNotifier, FakeRetries, FakeVolumes
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 CLUSTER = "arn:aws:ecs:us-east-1:123456789012:cluster/gpu-spot"
@@ -42,7 +42,7 @@ def _job(**kw) -> Job:
     return Job(**{**base, **kw})
 
 
-def _engine(store: FakeJobs, ecs: FakeJobEcs, volumes: FakeVolumes | None = None):
+def _engine(store: FakeJobStore, ecs: FakeJobEcs, volumes: FakeVolumes | None = None):
     notifier, retries = FakeNotifier(), FakeRetries()
     engine = JobEngine(
         config=JobsConfig(checkpoint_bucket="bucket", ebs_role_arn="arn:aws:iam::123456789012:role/ebs"),
@@ -58,7 +58,7 @@ def _engine(store: FakeJobs, ecs: FakeJobEcs, volumes: FakeVolumes | None = None
 
 
 def test_a_queued_job_is_launched_once_and_runs():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job()
     engine, notifier, retries = _engine(store, FakeJobEcs(RunResult(task_arn=TASK + "a" * 32)))
     job = engine.drive("j1")
@@ -70,7 +70,7 @@ def test_a_queued_job_is_launched_once_and_runs():
 
 
 def test_no_capacity_schedules_one_retry_and_says_so_once():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job()
     engine, notifier, retries = _engine(
         store, FakeJobEcs(RunResult(failure="capacity", reason="RESOURCE:GPU"))
@@ -84,7 +84,7 @@ def test_no_capacity_schedules_one_retry_and_says_so_once():
 
 
 def test_a_refused_request_fails_the_job_without_a_retry():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job()
     engine, notifier, retries = _engine(
         store, FakeJobEcs(RunResult(failure="request", reason="ClientException: bad family"))
@@ -95,7 +95,7 @@ def test_a_refused_request_fails_the_job_without_a_retry():
 
 
 def test_a_throttled_run_task_waits_and_retries_without_asking_for_capacity():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job()
     throttled = RunResult(failure="transient", reason="ThrottlingException: Rate exceeded")
     engine, notifier, retries = _engine(store, FakeJobEcs(throttled))
@@ -105,7 +105,7 @@ def test_a_throttled_run_task_waits_and_retries_without_asking_for_capacity():
 
 
 def test_access_denied_fails_the_job_and_says_why():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job()
     denied = RunResult(
         failure="access", reason="AccessDeniedException: not authorized to perform iam:PassRole"
@@ -116,7 +116,7 @@ def test_access_denied_fails_the_job_and_says_why():
 
 
 def test_a_write_that_loses_the_race_is_computed_again_on_the_job_as_it_now_stands():
-    store = FakeJobs(conflicts=2)
+    store = FakeJobStore(conflicts=2)
     store.jobs["j1"] = _job()
     engine, _, _ = _engine(store, FakeJobEcs(RunResult(task_arn=TASK + "b" * 32)))
     job = engine.drive("j1")
@@ -124,7 +124,7 @@ def test_a_write_that_loses_the_race_is_computed_again_on_the_job_as_it_now_stan
 
 
 def test_a_job_that_never_stops_changing_is_a_conflict_not_a_loop():
-    store = FakeJobs(conflicts=100)
+    store = FakeJobStore(conflicts=100)
     store.jobs["j1"] = _job()
     engine, _, _ = _engine(store, FakeJobEcs())
     with pytest.raises(Conflict):
@@ -136,7 +136,7 @@ def test_effects_hand_back_transitions_in_the_same_run_ebs_stop_to_the_next_laun
     """A STOPPED event of an EBS-mode attempt: the stop is written, the volume snapshotted (an effect),
     the snapshot's completion applied (the transition the effect handed back), and the next attempt
     launched from it: one call of run, no call back into it."""
-    store = FakeJobs()
+    store = FakeJobStore()
     arn1, arn2 = TASK + "1" * 32, TASK + "2" * 32
     ecs = FakeJobEcs(RunResult(task_arn=arn1), RunResult(task_arn=arn2))
     volumes = FakeVolumes()
@@ -166,7 +166,7 @@ def test_effects_hand_back_transitions_in_the_same_run_ebs_stop_to_the_next_laun
 
 
 def test_a_pending_snapshot_leaves_the_job_snapshotting_until_its_event():
-    store = FakeJobs()
+    store = FakeJobStore()
     arn1 = TASK + "1" * 32
     store.jobs["j1"] = _job(ebs_volume="checkpoints", checkpoint_uri="file:///ckpt/")
     volumes = FakeVolumes("pending")
@@ -181,7 +181,7 @@ def test_a_pending_snapshot_leaves_the_job_snapshotting_until_its_event():
 
 
 def test_cancel_does_not_drive_and_stops_the_live_task():
-    store = FakeJobs()
+    store = FakeJobStore()
     arn1 = TASK + "1" * 32
     store.jobs["j1"] = _job()
     engine, _, _ = _engine(store, FakeJobEcs(RunResult(task_arn=arn1)))
@@ -191,14 +191,14 @@ def test_cancel_does_not_drive_and_stops_the_live_task():
 
 
 def test_a_transition_that_changes_nothing_writes_nothing():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job(state=JobState.SUCCEEDED)
     engine, _, _ = _engine(store, FakeJobEcs())
     job, note = engine.run("j1", lambda j: Step(note="nothing to do"))
     assert note == "nothing to do" and store.writes == 0 and job.state is JobState.SUCCEEDED
 
 
-class _LateReader(FakeJobs):
+class _LateReader(FakeJobStore):
     """A job store whose next `get` hands out the job as it stood before (`stale`): a Lambda that read
     the job just before another Lambda wrote it."""
 
@@ -266,7 +266,7 @@ def _notifying(message: str = "attempt 1: spot interruption"):
 def test_a_notification_goes_out_once_though_another_lambda_reads_the_job_while_it_is_sent():
     """The writer holds what it wrote: a second Lambda flushing the job during the send (a status call,
     another event of the job) leaves it alone, and it is sent once, then taken out of the outbox."""
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job(state=JobState.RUNNING)
     engine, notifier, _ = _engine(store, FakeJobEcs())
     seen_meanwhile: list[int] = []
@@ -285,7 +285,7 @@ def test_a_notification_goes_out_once_though_another_lambda_reads_the_job_while_
 
 
 def test_a_failed_send_lets_go_of_its_notifications_and_the_retry_sends_them_at_once():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job(state=JobState.RUNNING)
     engine, notifier, _ = _engine(store, FakeJobEcs())
     send = notifier.send_all
@@ -302,7 +302,7 @@ def test_a_failed_send_lets_go_of_its_notifications_and_the_retry_sends_them_at_
 def test_a_leftover_of_a_sender_that_died_is_sent_once_its_hold_runs_out_by_one_of_two_readers():
     from spotguard.usecases.jobs.engine import OUTBOX_HOLD_SECONDS
 
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job(state=JobState.RUNNING)
     engine, notifier, _ = _engine(store, FakeJobEcs())
     notifier.send_all = lambda notifications: (_ for _ in ()).throw(SystemExit("the function timed out"))
@@ -330,7 +330,7 @@ def test_a_leftover_of_a_sender_that_died_is_sent_once_its_hold_runs_out_by_one_
     assert [n.id for n in sent] == [left.id] and store.jobs["j1"].outbox == []
 
 
-class _LostAnswer(FakeJobs):
+class _LostAnswer(FakeJobStore):
     """The first replace() goes through but its answer is lost: botocore sends it again, and the second
     try meets the first (a condition that no longer holds)."""
 
@@ -371,7 +371,7 @@ def test_a_write_whose_answer_was_lost_carries_out_its_effects_and_is_watched_on
 def test_legacy_outbox_items_without_a_holder_are_sent_by_the_next_reader():
     from spotguard.domain.jobs.model import OutboxItem
 
-    store = FakeJobs()
+    store = FakeJobStore()
     legacy = OutboxItem(id="j1:4:0", kind="succeeded", message="m", at=T0)  # written before holds
     store.jobs["j1"] = _job(state=JobState.SUCCEEDED, outbox=[legacy])
     engine, notifier, _ = _engine(store, FakeJobEcs())
@@ -384,7 +384,7 @@ def test_a_claim_that_keeps_losing_still_sends_the_writers_own_notifications():
     write holds goes out now, not 30 s later."""
     from spotguard.domain.jobs.model import OutboxItem
 
-    store = FakeJobs(conflicts=100)
+    store = FakeJobStore(conflicts=100)
     own = OutboxItem(id="j1:5:0", kind="interrupted", message="m", at=T0, held_by="mine", sending_until=T0)
     left = OutboxItem(id="j1:3:0", kind="waiting", message="m", at=T0, held_by="dead", sending_until=T0)
     store.jobs["j1"] = _job(state=JobState.RUNNING, outbox=[left, own])
@@ -398,7 +398,7 @@ def test_a_failed_send_lets_go_only_of_what_it_held():
     failure must not clear the second's hold (a third reader would send it a third time)."""
     from spotguard.domain.jobs.model import OutboxItem
 
-    store = FakeJobs()
+    store = FakeJobStore()
     item = OutboxItem(id="j1:5:0", kind="interrupted", message="m", at=T0, held_by="slow", sending_until=T0)
     store.jobs["j1"] = _job(state=JobState.RUNNING, outbox=[item])
     engine, notifier, _ = _engine(store, FakeJobEcs())

@@ -10,7 +10,15 @@ from pydantic import ValidationError
 from spotguard.domain.jobs.adoption import checkpoint_uri_of, rebuild_request
 from spotguard.domain.jobs.effects import Launch, Notify, Stop
 from spotguard.domain.jobs.launches import begin_launch, launch_failed, launch_succeeded, retry_delay
-from spotguard.domain.jobs.model import Attempt, Job, JobError, JobState, Pool, client_token, started_by
+from spotguard.domain.jobs.model import (
+    Attempt,
+    AvoidedPool,
+    Job,
+    JobError,
+    JobState,
+    client_token,
+    started_by,
+)
 from spotguard.domain.jobs.request import avoid_constraints, run_task_params
 from spotguard.domain.jobs.spend import spend
 from spotguard.domain.jobs.submission import JobOptions, RunTaskRequest
@@ -209,7 +217,9 @@ def test_user_constraints_come_first_and_the_total_stays_within_ecs_limits():
         request=RunTaskRequest(cluster="gpu-spot", taskDefinition="t:1", placementConstraints=mine),
         avoid_instances=["i-1"],
         avoid_pools=[
-            Pool(instance_type="g5.xlarge", availability_zone="us-east-1a", until=T0 + timedelta(hours=1))
+            AvoidedPool(
+                instance_type="g5.xlarge", availability_zone="us-east-1a", until=T0 + timedelta(hours=1)
+            )
         ],
     )
     params = run_task_params(job, Launch(attempt=2, client_token="t"), "", T0)

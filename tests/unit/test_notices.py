@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spotguard.domain.interruption.classify import classify
-from spotguard.domain.interruption.notices import Action, NoticeKind, RebalanceMode, Settings, plan
+from spotguard.domain.interruption.notices import Action, NoticeKind, RebalanceMode, Settings, planned_actions
 
 WATCH = Settings(clusters=("gpu-spot",))
 
@@ -22,7 +22,7 @@ def test_spot_warning_is_a_notice_with_a_two_minute_deadline(event):
     assert n.event_id == "1e5527d7-bb36-4607-3370-4164db56a40e"
     assert n.event_time == datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
     assert n.deadline == n.event_time + timedelta(seconds=120)
-    assert plan(d, WATCH) == [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
+    assert planned_actions(d, WATCH) == [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
 
 
 def test_ids_come_from_detail_not_from_the_odd_resource_arn(event):
@@ -56,7 +56,7 @@ def test_rebalance_follows_the_stack_setting(event, mode, outcome, actions):
     settings = Settings(clusters=("gpu-spot",), rebalance=mode)
     d = classify(event("rebalance-recommendation.json"), settings)
     assert d.outcome == outcome
-    assert plan(d, settings) == actions
+    assert planned_actions(d, settings) == actions
     if outcome == "act":
         assert d.notices[0].deadline is None  # a recommendation, not a countdown
 
@@ -87,7 +87,7 @@ def test_lifecycle_action_carries_its_hook_and_token(event):
         "spotguard-drain",
         "87654321-4321-4321-4321-210987654321",
     )
-    assert plan(d, WATCH)[-2:] == [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
+    assert planned_actions(d, WATCH)[-2:] == [Action.HEARTBEAT, Action.COMPLETE_LIFECYCLE]
 
 
 def test_lifecycle_launch_transition_is_ignored(event):
@@ -131,7 +131,7 @@ def test_container_instance_change_updates_the_index_with_its_version(event):
     d = classify(event("ecs-container-instance-state-change.json"), WATCH)
     assert d.outcome == "act" and d.index_update is not None
     assert d.index_update.version == 14 and d.index_update.status == "ACTIVE"
-    assert plan(d, WATCH) == [Action.INDEX]
+    assert planned_actions(d, WATCH) == [Action.INDEX]
 
 
 def test_container_instance_of_an_unwatched_cluster_is_ignored(event):
@@ -339,7 +339,7 @@ def test_a_health_event_naming_its_instance_by_arn_is_acted_on():
     assert d.outcome == "act", d.reason
     assert d.instance_ids == ["i-1234567890abcdef0"]
     assert d.notices[0].deadline == datetime(2023, 2, 15, 2, 0, tzinfo=UTC)
-    assert plan(d, WATCH) == [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
+    assert planned_actions(d, WATCH) == [Action.RECORD, Action.DRAIN, Action.STOP_TASKS]
 
 
 def test_a_health_event_naming_the_same_instance_by_id_and_by_arn_makes_one_notice():

@@ -28,8 +28,8 @@ from spotguard.domain.jobs.transitions import (
 from spotguard.domain.pools import Observation, PoolRecord, Refreshed, fold
 from spotguard.domain.tasks import TaskEvent
 from spotguard.ports import LaunchPlacement
-from spotguard.usecases.jobs.capacity import CapacityAdvisor
-from tests.fakes import FakeJobEcs, FakeJobs, FakeSignaller
+from spotguard.usecases.jobs.advisor import PlacementAdvisor
+from tests.fakes import FakeJobEcs, FakeJobStore, FakeSignaller
 from tests.unit.test_job_engine import TASK, _engine, _job
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -252,7 +252,7 @@ class ScriptedPlacement(LaunchPlacement):
 
 
 def test_the_engine_waits_as_the_placement_says_with_its_retry_scheduled_first():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job()
     engine, _, retries = _engine(store, FakeJobEcs())
     engine.placement = ScriptedPlacement(spot_decision(placement="none", pool=None, recheck_seconds=420))
@@ -261,7 +261,7 @@ def test_the_engine_waits_as_the_placement_says_with_its_retry_scheduled_first()
 
 
 def test_a_pool_without_capacity_is_marked_and_the_job_decided_again_at_once():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job()
     other = spot_decision(pool="gpu-spot/g5.xlarge/us-east-1b", availability_zone="us-east-1b")
     ecs = FakeJobEcs(
@@ -285,7 +285,7 @@ NOT_ASSOCIATED = (
 
 def test_a_pool_whose_provider_was_detached_is_marked_and_the_job_goes_elsewhere_not_failed():
     """Issue 29: ECS refusing the decision's provider (detached since the last sweep) failed the job."""
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job()
     od = spot_decision(placement="on-demand", pool="gpu-od/g5.xlarge/us-east-1a", capacity_provider="gpu-od")
     ecs = FakeJobEcs(RunResult(failure="request", reason=NOT_ASSOCIATED), RunResult(task_arn=TASK + "b" * 32))
@@ -299,7 +299,7 @@ def test_a_pool_whose_provider_was_detached_is_marked_and_the_job_goes_elsewhere
 
 
 def test_a_request_that_names_a_detached_provider_itself_still_fails_the_job():
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _job()
     engine, _, _ = _engine(store, FakeJobEcs(RunResult(failure="request", reason=NOT_ASSOCIATED)))
     engine.placement = placement = ScriptedPlacement(None)  # placed as the request says (capacity fixed)
@@ -349,9 +349,9 @@ def pool(market: str, zone: str, gpus: int = 1, itype: str = "g5.xlarge", **kw) 
     return PoolRecord(**{**base, **kw})
 
 
-def advisor(pools: list[PoolRecord]) -> tuple[CapacityAdvisor, FakeBook]:
+def advisor(pools: list[PoolRecord]) -> tuple[PlacementAdvisor, FakeBook]:
     book = FakeBook(pools)
-    return CapacityAdvisor(book, FakeJobs(), lambda: T0, clusters=("gpu-spot",)), book
+    return PlacementAdvisor(book, FakeJobStore(), lambda: T0, clusters=("gpu-spot",)), book
 
 
 def _job_on(cluster: str = "gpu-spot", **kw) -> Job:
@@ -453,7 +453,7 @@ def test_a_refused_provider_backs_off_every_pool_of_it_but_is_no_spot_history():
 def test_a_move_asks_for_its_checkpoint_through_the_engine_s_signaller():
     """The move's SIGUSR1 is an effect the engine carries out through the Signaller port (SSM), not a
     call into the capacity advisor."""
-    store = FakeJobs()
+    store = FakeJobStore()
     store.jobs["j1"] = _running()
     engine, _, _ = _engine(store, FakeJobEcs())
     engine.signaller = signaller = FakeSignaller()

@@ -1,7 +1,7 @@
 """A sweep's discovery failing, whole or in part (issue 29): every failure is logged with its reason and
 counted in reconcile's outcome (`discovery_errors`, the metric ReconcileDiscoveryErrors), and one failed
 call loses only what it must: a spot price request that fails for one type loses that type's price (its
-pools keep the one they had), not the cluster's discovery. PoolService, CapacityAdvisor and Reconciler on
+pools keep the one they had), not the cluster's discovery. PoolService, PlacementAdvisor and Reconciler on
 fakes of the finder and the ledger."""
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ import logging
 from datetime import timedelta
 
 from spotguard.domain.pools import PoolRecord, SpotQuote, discover_pools, pool_options
-from spotguard.ports import PoolsRefreshed
-from spotguard.usecases.jobs.capacity import CapacityAdvisor
+from spotguard.usecases.jobs.advisor import PlacementAdvisor
 from spotguard.usecases.jobs.reconcile import Reconciler
 from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService
-from tests.fakes import FakeJobEcs, FakeJobs, FakePools
+from tests.fakes import FakeJobEcs, FakeJobStore, FakePoolStore
 from tests.unit.test_job_engine import _engine
 from tests.unit.test_pools import NOW, described
 
@@ -46,12 +45,12 @@ class Finder:
         return {}
 
 
-def _spot(ledger: FakePools, itype: str) -> list[PoolRecord]:
+def _spot(ledger: FakePoolStore, itype: str) -> list[PoolRecord]:
     return [p for p in ledger.by_name.values() if p.market == "spot" and p.instance_type == itype]
 
 
 def test_a_price_request_refused_for_one_type_loses_only_that_types_price(caplog):
-    ledger = FakePools()
+    ledger = FakePoolStore()
     PoolService(Finder(), ledger, "us-east-1").refresh("gpu-spot", NOW)
     assert all(p.spot_price == 0.25 and p.spot_priced_at == NOW for p in _spot(ledger, "g6.xlarge"))
 
@@ -71,7 +70,7 @@ def test_a_price_request_refused_for_one_type_loses_only_that_types_price(caplog
 
 
 def test_a_new_pool_whose_price_cannot_be_read_has_no_price_and_is_not_available():
-    ledger = FakePools()
+    ledger = FakePoolStore()
     refreshed = PoolService(Finder(refuse="g6.xlarge"), ledger, "us-east-1").refresh("gpu-spot", NOW)
     assert len(refreshed.errors) == 1
     assert all(p.spot_price is None and p.spot_priced_at is None for p in _spot(ledger, "g6.xlarge"))
@@ -86,7 +85,7 @@ class Book:
     """PoolService for two clusters, one of which cannot be discovered."""
 
     def __init__(self) -> None:
-        self.service = PoolService(Finder(refuse="g6.xlarge"), FakePools(), "us-east-1")
+        self.service = PoolService(Finder(refuse="g6.xlarge"), FakePoolStore(), "us-east-1")
 
     def refresh(self, cluster, now):
         if cluster == "broken":
@@ -95,20 +94,21 @@ class Book:
 
 
 def test_a_cluster_whose_discovery_fails_is_logged_and_counted_and_stops_no_other(caplog):
-    advisor = CapacityAdvisor(Book(), FakeJobs(), lambda: NOW, clusters=("broken", "gpu-spot"))
+    advisor = PlacementAdvisor(Book(), FakeJobStore(), lambda: NOW, clusters=("broken", "gpu-spot"))
     with caplog.at_level(logging.WARNING):
         refreshed = advisor.refresh(())
-    assert isinstance(refreshed, PoolsRefreshed) and refreshed.pools == 7
-    assert refreshed.errors[0] == (
-        "cluster broken: discovery failed: RuntimeError: AccessDeniedException: ecs:DescribeClusters"
+    broken, found = refreshed
+    assert (broken.cluster, broken.pools, len(found.pools)) == ("broken", (), 7)
+    assert broken.errors == (
+        "cluster broken: discovery failed: RuntimeError: AccessDeniedException: ecs:DescribeClusters",
     )
-    assert refreshed.errors[1].startswith("cluster gpu-spot: spot prices of g6.xlarge")
-    assert refreshed.errors[0] in caplog.text
+    assert found.errors[0].startswith("cluster gpu-spot: spot prices of g6.xlarge")
+    assert broken.errors[0] in caplog.text
 
 
 def test_reconcile_counts_every_discovery_failure_and_no_job_failure():
-    engine, _, _ = _engine(FakeJobs(), FakeJobEcs())
-    advisor = CapacityAdvisor(Book(), FakeJobs(), lambda: NOW, clusters=("broken", "gpu-spot"))
+    engine, _, _ = _engine(FakeJobStore(), FakeJobEcs())
+    advisor = PlacementAdvisor(Book(), FakeJobStore(), lambda: NOW, clusters=("broken", "gpu-spot"))
     engine.placement = advisor
     jobs = JobService(
         engine, None, None, placement=advisor, pool_observations=advisor, retries=engine.retries

@@ -16,11 +16,11 @@ from spotguard.domain.pools import MAX_AHEAD, Observation, fold, fold_all, merge
 from spotguard.domain.settings import Settings
 from spotguard.domain.tasks import TaskEvent
 from spotguard.ports import PoolMarks
-from spotguard.usecases.jobs.capacity import CapacityAdvisor
+from spotguard.usecases.jobs.advisor import PlacementAdvisor
 from spotguard.usecases.jobs.service import JobService
 from spotguard.usecases.pools import PoolService
 from tests.conftest import EVENTS
-from tests.fakes import FakeJobEcs, FakeJobs, FakePools
+from tests.fakes import FakeJobEcs, FakeJobStore, FakePoolStore
 from tests.unit.test_job_engine import CLUSTER, TASK, _engine, _job
 from tests.unit.test_placement import T0, _job_on, _running, advisor, pool
 from tests.unit.test_pool_facts import record
@@ -210,14 +210,14 @@ def _waiting(launched: datetime):
 
 def _service(*jobs):
     """JobService on fakes, with the real PoolService over an in-memory ledger (it folds facts)."""
-    ledger = FakePools(record("gpu-spot-a", "spot"), record("gpu-od", "on-demand"))
-    store = FakeJobs()
+    ledger = FakePoolStore(record("gpu-spot-a", "spot"), record("gpu-od", "on-demand"))
+    store = FakeJobStore()
     store.jobs.update({j.job_id: j for j in jobs})
     ecs = FakeJobEcs()
     engine, _, _ = _engine(store, ecs)
     engine.clock = lambda: NOW
     book = PoolService(None, ledger, "us-east-1")  # type: ignore[arg-type]
-    advisor = CapacityAdvisor(book, FakeJobs(), lambda: NOW, clusters=("gpu-spot",))
+    advisor = PlacementAdvisor(book, FakeJobStore(), lambda: NOW, clusters=("gpu-spot",))
     engine.placement = advisor
     engine.on_written = [advisor.task_seen]  # as the runtime wires it
     service = JobService(

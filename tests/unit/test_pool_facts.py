@@ -11,7 +11,7 @@ import pytest
 from spotguard.domain.pools import HostPlacement, PoolRecord
 from spotguard.domain.tasks import ContainerInstanceRef
 from spotguard.usecases.pools import HostPoolFacts
-from tests.fakes import FakePools
+from tests.fakes import FakePoolStore
 
 T0 = datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
 REF = ContainerInstanceRef(
@@ -59,7 +59,7 @@ IN_SPOT_A = HostPlacement(
 
 
 def test_ecs_names_the_provider_the_pool_is_read_and_written_by_name():
-    ledger = FakePools(*POOLS)
+    ledger = FakePoolStore(*POOLS)
     where = IN_SPOT_A
     facts = HostPoolFacts(Hosts(where), ledger)
     assert facts.record_rebalance(REF, REF.instance_id, T0) == ["gpu-spot-a/g5.xlarge/us-east-1a"]
@@ -72,7 +72,7 @@ def test_ecs_names_the_provider_the_pool_is_read_and_written_by_name():
 
 
 def test_without_a_provider_the_one_spot_pool_of_the_type_and_zone():
-    ledger = FakePools(*POOLS)
+    ledger = FakePoolStore(*POOLS)
     where = HostPlacement(cluster="gpu-spot", instance_type="g5.xlarge", availability_zone="us-east-1a")
     assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == [
         "gpu-spot-a/g5.xlarge/us-east-1a"
@@ -91,7 +91,7 @@ def test_a_host_in_no_pool_keeps_no_fact():
         ),
         HostPlacement(cluster="gpu-spot", instance_type="g6.xlarge", availability_zone="us-east-1a"),
     ):
-        ledger = FakePools(*POOLS)
+        ledger = FakePoolStore(*POOLS)
         assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == []
         assert all(not p.observations for p in ledger.by_name.values())
 
@@ -100,7 +100,7 @@ def test_a_host_in_no_pool_keeps_no_fact():
 def test_a_rebalance_dated_ahead_of_the_clock_is_kept_on_no_pool(ahead):
     """Kept, a rebalance dated 2030 would leave the pool's rebalance count undecayed until then; the
     time bound of Auto Scaling's events holds for it too."""
-    ledger = FakePools(*POOLS)
+    ledger = FakePoolStore(*POOLS)
     where = IN_SPOT_A
     facts = HostPoolFacts(Hosts(where), ledger, clock=lambda: T0)
     assert facts.record_rebalance(REF, REF.instance_id, T0 + ahead) == []

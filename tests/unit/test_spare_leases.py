@@ -14,7 +14,7 @@ from spotguard.adapters.autoscaling import AsgSpares
 from spotguard.domain.jobs.effects import GiveBackSpare, RaiseSpare
 from spotguard.domain.jobs.spares import give_back, spare_raised
 from spotguard.usecases.jobs.spares import LEASE_SECONDS, LEASE_WAIT_SECONDS, Spares
-from tests.fakes import FakeJobs
+from tests.fakes import FakeJobStore
 from tests.unit.test_spare_adapter import Ecs
 from tests.unit.test_spares import _asked
 
@@ -58,7 +58,7 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
-def _spares(group: Group, ecs: Ecs, store: FakeJobs, clock: Clock) -> Spares:
+def _spares(group: Group, ecs: Ecs, store: FakeJobStore, clock: Clock) -> Spares:
     return Spares(AsgSpares(group, ecs), ["g"], store, lambda: clock.now, leases=store, sleep=clock.sleep)
 
 
@@ -68,7 +68,7 @@ def _outcome(spares: Spares, job: Any, effect: Any) -> Any:
 
 
 def test_two_raises_at_once_raise_the_group_twice_or_record_one_not_raised():
-    group, store, clock = Group(["i-1", "i-2"]), FakeJobs(), Clock()
+    group, store, clock = Group(["i-1", "i-2"]), FakeJobStore(), Clock()
     first, second = _spares(group, Ecs({}), store, clock), _spares(group, Ecs({}), store, clock)
     job = _asked()
     results: list[Any] = []
@@ -83,7 +83,7 @@ def test_two_raises_at_once_raise_the_group_twice_or_record_one_not_raised():
 
 
 def test_a_give_back_between_a_raises_read_and_set_waits_for_it():
-    group, store, clock = Group(["i-old", "i-spare"]), FakeJobs(), Clock()
+    group, store, clock = Group(["i-old", "i-spare"]), FakeJobStore(), Clock()
     ecs = Ecs({"i-old": 1, "i-spare": 0})  # job B's spare, idle: to be given back
     raiser, giver = _spares(group, ecs, store, clock), _spares(group, ecs, store, clock)
     job_a = _asked()
@@ -100,7 +100,7 @@ def test_a_give_back_between_a_raises_read_and_set_waits_for_it():
 
 
 def test_a_lease_whose_holder_died_frees_the_group_after_its_bound():
-    group, store, clock = Group(["i-1"]), FakeJobs(), Clock()
+    group, store, clock = Group(["i-1"]), FakeJobStore(), Clock()
     assert store.hold_group(
         "g", "a-lambda-that-died", clock.now, clock.now + timedelta(seconds=LEASE_SECONDS)
     )

@@ -28,7 +28,7 @@ from spotguard.domain.prices import PAPER_ON_DEMAND_PRICE, PAPER_SPOT_PRICE, on_
 from spotguard_cli.answers import StatusView, read_answer
 from spotguard_cli.arguments import number, whole
 from spotguard_cli.emulator.timeline import Timeline
-from spotguard_cli.local import capacity, gang
+from spotguard_cli.local import capacity_demo, gang
 from spotguard_cli.local.shared import (
     STATE_DIR,
     passed,
@@ -155,7 +155,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     for old in work.glob("*"):
         old.unlink()
     if args.scenario == "capacity":
-        return capacity.run(args, work, say)
+        return capacity_demo.run(args, work, say)
     if args.scenario == "gang":
         return gang.run(args, work, say)
     timeline, calls = Timeline(), []

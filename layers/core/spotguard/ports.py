@@ -3,7 +3,7 @@ the interruption, the jobs, the checkpoints, the bucket check and the pools. Ada
 boto3 (spotguard.adapters), the tests with fakes (tests/fakes.py), and tests/contract runs one set of cases
 on both. Most are Protocols; three are classes whose default does nothing, for a stack without the part
 they stand for (`VolumeEffects`: no EBS mode; `LaunchPlacement` and `PoolObservations`: no pools), which
-the use cases' implementations subclass (usecases.jobs.ebs, usecases.jobs.capacity). Imports here are
+the use cases' implementations subclass (usecases.jobs.ebs, usecases.jobs.advisor). Imports here are
 types only: the interruption function loads this at its cold start, and nothing of the jobs domain."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # types only: the interruption function must not load the job
     )
     from spotguard.domain.jobs.effects import Cleanup, GiveBackSpare, RaiseSpare, Transition
     from spotguard.domain.jobs.model import Job, JobState, UnreadableJob
-    from spotguard.domain.jobs.replies import HostFacts, Notification, RunResult, TaskDefinitionInfo
+    from spotguard.domain.jobs.replies import HostInfo, Notification, RunResult, TaskDefinitionInfo
     from spotguard.domain.jobs.task_events import PoolEvent
     from spotguard.domain.tasks import ContainerInstanceRef, TaskEvent, TaskInfo
 
@@ -119,7 +119,7 @@ class JobEcs(Protocol):
 
 
 class Hosts(Protocol):
-    def facts(self, cluster: str, container_instance_arn: str) -> HostFacts | None: ...
+    def facts(self, cluster: str, container_instance_arn: str) -> HostInfo | None: ...
 
 
 class SpareCapacity(Protocol):
@@ -203,17 +203,9 @@ class PoolMarks(NamedTuple):
     in_effect: tuple[tuple[str, str], ...] = ()
 
 
-class PoolsRefreshed(NamedTuple):
-    """What a sweep's discovery found: how many pools the clusters have, and what failed (one line per
-    failure: a cluster whose discovery failed, a price that could not be read), the rest kept."""
-
-    pools: int = 0
-    errors: tuple[str, ...] = ()
-
-
 class LaunchPlacement:
     """Where each launch goes: the engine's one question about capacity, and what a failed launch taught
-    (usecases.jobs.capacity.CapacityAdvisor). This default places every launch as its request says."""
+    (usecases.jobs.advisor.PlacementAdvisor). This default places every launch as its request says."""
 
     def decide(self, job: Job, trigger: str) -> PlacementDecision | None:
         return None
@@ -233,8 +225,8 @@ class LaunchPlacement:
 
 
 class PoolObservations:
-    """What the jobs path learns about the pools, and their discovery (usecases.jobs.capacity.
-    CapacityAdvisor); JobService and Reconciler are given it. This default keeps nothing."""
+    """What the jobs path learns about the pools, and their discovery (usecases.jobs.advisor.
+    PlacementAdvisor); JobService and Reconciler are given it. This default keeps nothing."""
 
     def pool_event(self, ev: PoolEvent) -> PoolMarks:
         """Record a pool event; the pools that kept it, and those it holds for now."""
@@ -246,10 +238,10 @@ class PoolObservations:
     def provisioning_timed_out(self, job: Job) -> None:
         """The live attempt's pool gave it no instance in time: mark the pool unavailable."""
 
-    def refresh(self, clusters: Sequence[str]) -> PoolsRefreshed:
-        """Discover the clusters' pools again (and their prices); how many pools there are, and what
-        failed."""
-        return PoolsRefreshed()
+    def refresh(self, clusters: Sequence[str]) -> list[Refreshed]:
+        """Discover the clusters' pools again (and their prices): each cluster's pools and what of its
+        refresh failed (a cluster whose discovery failed: no pools, its one line)."""
+        return []
 
 
 # ------------------------------------------------------------------------------------ checkpoints
@@ -296,6 +288,7 @@ if TYPE_CHECKING:
         HostPlacement,
         Observation,
         PoolRecord,
+        Refreshed,
         ScoreQuote,
         SpotQuote,
     )
@@ -312,8 +305,8 @@ class PoolFinder(Protocol):
     def placement_scores(self, instance_types: Collection[str], region: str) -> dict[str, int]: ...
 
 
-class PoolLedger(Protocol):
-    """The pools kept in the ledger (adapters/pool_store.py: PoolStore)."""
+class PoolStore(Protocol):
+    """The pools kept in the ledger (adapters/pool_store.py: DynamoPoolStore)."""
 
     def pools(self, cluster: str, include_gone: bool = False) -> list[PoolRecord]: ...
     def save_discovered(

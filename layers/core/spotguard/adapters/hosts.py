@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from spotguard.domain import clock
-from spotguard.domain.jobs.replies import HostFacts
+from spotguard.domain.jobs.replies import HostInfo
 from spotguard.domain.prices import gpus_of, on_demand_price
 
 SPOT_PRICE_TTL_SECONDS = 3600
@@ -19,7 +19,7 @@ class Ec2Hosts:
         self._gpus: dict[str, int | None] = {}
         self._lock = threading.Lock()
 
-    def facts(self, cluster: str, container_instance_arn: str) -> HostFacts | None:
+    def facts(self, cluster: str, container_instance_arn: str) -> HostInfo | None:
         resp = self.ecs.describe_container_instances(
             cluster=cluster, containerInstances=[container_instance_arn]
         )
@@ -30,7 +30,7 @@ class Ec2Hosts:
         reservations = self.ec2.describe_instances(InstanceIds=[instance_id]).get("Reservations") or []
         instances = [i for r in reservations for i in r.get("Instances", [])]
         if not instances:
-            return HostFacts(instance_id=instance_id)
+            return HostInfo(instance_id=instance_id)
         inst = instances[0]
         itype = inst.get("InstanceType")
         az = (inst.get("Placement") or {}).get("AvailabilityZone")
@@ -38,7 +38,7 @@ class Ec2Hosts:
         price = self._spot_price(itype, az) if lifecycle == "spot" and itype and az else None
         if price is None and itype and lifecycle == "on-demand":
             price = on_demand_price(itype)
-        return HostFacts(
+        return HostInfo(
             instance_id=instance_id,
             instance_type=itype,
             availability_zone=az,

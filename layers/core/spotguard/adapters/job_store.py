@@ -33,7 +33,7 @@ def _job_key(job_id: str) -> dict[str, Any]:
     return key(f"JOB#{job_id}", "JOB")
 
 
-class DynamoJobs:
+class DynamoJobStore:
     def __init__(self, client: Any, table: str) -> None:
         self.client = client
         self.table = table

@@ -49,7 +49,7 @@ class PoolConflict(RuntimeError):
 Change = Callable[[PoolRecord | None], PoolRecord | None]
 
 
-class PoolStore:
+class DynamoPoolStore:
     def __init__(self, client: Any, table: str) -> None:
         self.client = client
         self.table = table

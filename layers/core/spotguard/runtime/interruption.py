@@ -89,10 +89,10 @@ class LazyPoolFacts:
     def record_rebalance(self, ref: ContainerInstanceRef, instance_id: str, at: datetime) -> list[str]:
         with self._lock:
             if self._facts is None:
-                from spotguard.adapters.pool_store import PoolStore
+                from spotguard.adapters.pool_store import DynamoPoolStore
                 from spotguard.usecases.pools import HostPoolFacts
 
-                self._facts = HostPoolFacts(self.ecs, PoolStore(self.dynamodb, self.table), utcnow)
+                self._facts = HostPoolFacts(self.ecs, DynamoPoolStore(self.dynamodb, self.table), utcnow)
             facts = self._facts
         return facts.record_rebalance(ref, instance_id, at)
 

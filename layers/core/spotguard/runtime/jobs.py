@@ -14,13 +14,13 @@ from aws_lambda_powertools.utilities.idempotency import (
 from spotguard.adapters.autoscaling import AsgSpares
 from spotguard.adapters.clients import LazyClient, client
 from spotguard.adapters.ebs import EbsAdapter
-from spotguard.adapters.ecs_jobs import JobsEcsAdapter
 from spotguard.adapters.hosts import Ec2Hosts
+from spotguard.adapters.job_ecs import JobEcsAdapter
 from spotguard.adapters.job_metrics import MeteredNotifications, SpendMeter
-from spotguard.adapters.job_store import DynamoJobs
+from spotguard.adapters.job_store import DynamoJobStore
 from spotguard.adapters.ledger import DynamoLedger
 from spotguard.adapters.notify import Notifier
-from spotguard.adapters.pool_store import PoolStore
+from spotguard.adapters.pool_store import DynamoPoolStore
 from spotguard.adapters.pools import PoolDiscovery
 from spotguard.adapters.queues import DeadLetters, RetryQueue
 from spotguard.adapters.s3 import S3Checkpoints
@@ -30,7 +30,7 @@ from spotguard.domain.jobs.commands import Submit
 from spotguard.runtime import utcnow
 from spotguard.runtime.config import JobsEnv
 from spotguard.usecases.checkpoints import CheckpointService
-from spotguard.usecases.jobs.capacity import CapacityAdvisor
+from spotguard.usecases.jobs.advisor import PlacementAdvisor
 from spotguard.usecases.jobs.ebs import EbsVolumes
 from spotguard.usecases.jobs.engine import JobEngine, JobsConfig
 from spotguard.usecases.jobs.reconcile import Reconciler
@@ -51,15 +51,15 @@ class JobsRuntime:
         ledger = DynamoLedger(dynamodb, env.ledger_table)
         self.clock = utcnow  # every part of the jobs path reads the time through `now` (tests move it)
         volumes = EbsVolumes(EbsAdapter(LazyClient("ec2")), self.now)
-        store = DynamoJobs(dynamodb, env.ledger_table)
+        store = DynamoJobStore(dynamodb, env.ledger_table)
         self.jobs = store  # reconcile counts the jobs by state in it
         self.pools = PoolService(
             PoolDiscovery(ecs, LazyClient("autoscaling"), LazyClient("ec2")),
-            PoolStore(dynamodb, env.ledger_table),
+            DynamoPoolStore(dynamodb, env.ledger_table),
             region=dynamodb.meta.region_name,
         )
         signaller = SsmSignaller(LazyClient("ssm"), env.signal_document) if env.signal_document else None
-        advisor = CapacityAdvisor(self.pools, store, self.now, env.clusters)  # both capacity ports
+        advisor = PlacementAdvisor(self.pools, store, self.now, env.clusters)  # both capacity ports
         retries = RetryQueue(sqs, env.retry_queue_url)
         # the early replacement, with the groups the stack lists (none: off, and nothing of it runs)
         spares = (
@@ -80,7 +80,7 @@ class JobsRuntime:
                 task_families=env.task_families,
             ),
             store=store,
-            ecs=JobsEcsAdapter(ecs),
+            ecs=JobEcsAdapter(ecs),
             checkpoints=CheckpointService(S3Checkpoints(LazyClient("s3")), ledger),
             notifier=MeteredNotifications(Notifier(LazyClient("sns"), LazyClient("events"), env.topic_arn)),
             retries=retries,

@@ -46,7 +46,7 @@ from spotguard.domain.pools import (
     with_score,
     with_spot_price,
 )
-from spotguard.ports import HostPlacements, PoolFinder, PoolLedger
+from spotguard.ports import HostPlacements, PoolFinder, PoolStore
 
 if TYPE_CHECKING:
     from spotguard.domain.tasks import ContainerInstanceRef
@@ -65,7 +65,7 @@ class PoolSettings(BaseModel):
 
 class PoolService:
     def __init__(
-        self, finder: PoolFinder, ledger: PoolLedger, region: str, settings: PoolSettings | None = None
+        self, finder: PoolFinder, ledger: PoolStore, region: str, settings: PoolSettings | None = None
     ) -> None:
         self.finder = finder
         self.ledger = ledger
@@ -209,7 +209,7 @@ class HostPoolFacts:
     def __init__(
         self,
         hosts: HostPlacements,
-        ledger: PoolLedger,
+        ledger: PoolStore,
         clock: Callable[[], datetime] = time_now,
     ) -> None:
         self.hosts = hosts

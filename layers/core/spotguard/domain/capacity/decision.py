@@ -1,6 +1,6 @@
 """The capacity policy's decision: where a job is to run, why, and what the plan expects it to cost. The
 policy (`planner.choose_capacity`) answers one with its own fields; the capacity advisor
-(`spotguard.usecases.jobs.capacity`) completes it; the job records it (`spotguard.domain.jobs`)."""
+(`spotguard.usecases.jobs.advisor`) completes it; the job records it (`spotguard.domain.jobs`)."""
 
 from __future__ import annotations
 

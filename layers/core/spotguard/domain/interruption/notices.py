@@ -137,7 +137,7 @@ def actions(kind: str, settings: Settings) -> list[Action]:
     return steps
 
 
-def plan(decision: Decision, settings: Settings) -> list[str]:
+def planned_actions(decision: Decision, settings: Settings) -> list[str]:
     """The actions the interruption function takes for a decision, in order (what `explain` prints)."""
     if decision.outcome != "act":
         return []

@@ -13,11 +13,11 @@ from spotguard.domain.jobs.launches import retry_delay
 from spotguard.domain.jobs.model import (
     KEEP_ATTEMPTS,
     Attempt,
+    AvoidedPool,
     FoldedAttempts,
     Job,
     JobState,
     NodeTask,
-    Pool,
     replace_attempt,
     revised,
 )
@@ -141,7 +141,7 @@ def avoidance(job: Job, attempt: Attempt, now: datetime) -> dict[str, Any]:
             key = (task.instance_type, task.availability_zone)
             pools = [p for p in pools if (p.instance_type, p.availability_zone) != key]
             pools.append(
-                Pool(
+                AvoidedPool(
                     instance_type=task.instance_type,
                     availability_zone=task.availability_zone,
                     until=now + timedelta(seconds=job.options.avoid_pool_seconds),

@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 from spotguard.domain.jobs.effects import LaunchPeers, Notify, Step, Stop
 from spotguard.domain.jobs.model import (
     Attempt,
+    AvoidedPool,
     Job,
     JobState,
     NodeTask,
-    Pool,
     cancel_reason,
     replace_attempt,
     revised,
@@ -291,7 +291,7 @@ def compact(attempts: list[Attempt], keep: int = KEEP_GANGS_WHOLE) -> list[Attem
     return out
 
 
-def unformed_pool(job: Job, attempt: Attempt, now: datetime) -> list[Pool]:
+def unformed_pool(job: Job, attempt: Attempt, now: datetime) -> list[AvoidedPool]:
     """The job's avoided pools with the pool a gang did not form in (node 0's instance type in its zone)
     kept off for `provisioning_timeout_seconds`: without a capacity policy to mark it, node 0 would be
     placed there again first, in a pool that cannot hold the others, and the gang never form."""
@@ -302,7 +302,7 @@ def unformed_pool(job: Job, attempt: Attempt, now: datetime) -> list[Pool]:
     same = [p.until for p in pools if (p.instance_type, p.availability_zone) == key]
     until = max([now + timedelta(seconds=job.options.provisioning_timeout_seconds), *same])
     others = [p for p in pools if (p.instance_type, p.availability_zone) != key]
-    return [*others, Pool(instance_type=key[0], availability_zone=key[1], until=until)]
+    return [*others, AvoidedPool(instance_type=key[0], availability_zone=key[1], until=until)]
 
 
 def unformed_in_a_row(attempts: list[Attempt], folded_tail: int = 0) -> int:

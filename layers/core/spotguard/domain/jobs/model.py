@@ -91,7 +91,7 @@ class JobError(ValueError):
 
 
 # ----------------------------------------------------------------------------------------- the job
-class Pool(BaseModel):
+class AvoidedPool(BaseModel):
     model_config = ConfigDict(frozen=True)
     instance_type: str
     availability_zone: str
@@ -266,7 +266,7 @@ class Job(BaseModel):
     cancel_requested: bool = False
     resume_override: str | None = None  # a checkpoint chosen by a manual resubmit, for the next attempt
     avoid_instances: list[str] = Field(default_factory=list)
-    avoid_pools: list[Pool] = Field(default_factory=list)
+    avoid_pools: list[AvoidedPool] = Field(default_factory=list)
     ebs_volume: str | None = None  # EBS mode: the task definition's volume configured at launch
     snapshots: list[str] = Field(default_factory=list)  # EBS mode: completed snapshots, oldest first
     doomed_volumes: list[str] = Field(default_factory=list)  # EBS mode: old volumes still to delete

@@ -5,7 +5,7 @@ with when none is given (`PlacementDecision.at`; the capacity advisor gives its 
 Every launch of a job whose cluster has pools (`spotguard.domain.pools`) asks the capacity policy
 (`spotguard.domain.capacity.planner.choose_capacity`) where to run: spot in a pool, on-demand, or wait. Its
 answer is a `PlacementDecision` with the policy's fields; the capacity advisor
-(`spotguard.usecases.jobs.capacity`) completes it (when, why asked, the pool's capacity provider, type
+(`spotguard.usecases.jobs.advisor`) completes it (when, why asked, the pool's capacity provider, type
 and zone, the figures below) into the decision the job records. What the policy is told about the job
 (`job_needs`), from the job and its committed checkpoints:
 

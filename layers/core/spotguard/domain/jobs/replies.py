@@ -29,7 +29,7 @@ class RunResult(BaseModel):
     reason: str = ""
 
 
-class HostFacts(BaseModel):
+class HostInfo(BaseModel):
     instance_id: str
     instance_type: str | None = None
     availability_zone: str | None = None

@@ -20,9 +20,9 @@ from spotguard.domain.jobs.model import (
     MAX_DEADLINE_HOURS,
     MAX_PLACEMENT_CONSTRAINTS,
     SPOTGUARD_ENV,
+    AvoidedPool,
     Job,
     JobError,
-    Pool,
     started_by,
 )
 from spotguard.domain.jobs.placement import placement_params
@@ -151,7 +151,9 @@ def ebs_volume_configuration(job: Job, attempt: int, default_role: str | None) -
     return {"name": job.ebs_volume, "managedEBSVolume": volume}
 
 
-def avoid_constraints(instances: Sequence[str], pools: Sequence[Pool], now: datetime) -> list[dict[str, str]]:
+def avoid_constraints(
+    instances: Sequence[str], pools: Sequence[AvoidedPool], now: datetime
+) -> list[dict[str, str]]:
     """memberOf constraints in the cluster query language: off these instances, and off each spot pool
     (instance type in an availability zone) while it is avoided."""
     out: list[dict[str, str]] = []

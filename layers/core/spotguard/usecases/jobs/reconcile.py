@@ -116,7 +116,8 @@ class Reconciler:
     def _refresh_pools(self, counts: SweepCounts) -> None:
         try:
             refreshed = self.pool_observations.refresh(self.jobs.config.settings.clusters)
-            counts.pools, counts.discovery_errors = refreshed.pools, len(refreshed.errors)
+            counts.pools = sum(len(r.pools) for r in refreshed)
+            counts.discovery_errors = sum(len(r.errors) for r in refreshed)
         except Exception:  # discovery failing stops no sweep: jobs are placed on the pools known
             log.exception("reconcile could not refresh the pools; the sweep goes on")
             counts.discovery_errors += 1

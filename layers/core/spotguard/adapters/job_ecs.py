@@ -17,7 +17,7 @@ from spotguard.domain.prices import gpus_of
 from spotguard.domain.tasks import TaskEvent, gpu_count
 
 
-class JobsEcsAdapter(EcsAdapter):
+class JobEcsAdapter(EcsAdapter):
     def check_run_task(self, params: dict[str, Any]) -> str | None:
         """What is wrong with these RunTask parameters by ECS's own API model (botocore's validator,
         the one every call goes through), in one line; None when nothing is. No call is made."""

@@ -40,16 +40,17 @@ from spotguard.domain.jobs.task_events import PoolEvent
 from spotguard.domain.pools import (
     Observation,
     PoolRecord,
+    Refreshed,
     Source,
     by_name,
     on_demand_pool,
     pool_options,
 )
+from spotguard.ports import JobStore, LaunchPlacement, PoolMarks, PoolObservations
+from spotguard.usecases.pools import PoolService, failure_reason
 
 if TYPE_CHECKING:  # the planner needs numpy: loaded at the first decision, not at a cold start
     from spotguard.domain.capacity.planner import PoolOption
-from spotguard.ports import JobStore, LaunchPlacement, PoolMarks, PoolObservations, PoolsRefreshed
-from spotguard.usecases.pools import PoolService, failure_reason
 
 TICK_HOURS = 1 / 6  # the policy's tick: 10 minutes, the resolution of the traces it was built on
 MOVE_DECISION_SECONDS = 1800  # a move's decision is followed by the launch after it this long at most
@@ -57,7 +58,7 @@ NO_POOL_RECHECK_SECONDS = 900  # a job no pool can serve asks again this often (
 log = logging.getLogger(__name__)
 
 
-class CapacityAdvisor(LaunchPlacement, PoolObservations):
+class PlacementAdvisor(LaunchPlacement, PoolObservations):
     """Both capacity ports over the cluster's pools: where each launch goes (the engine's
     `LaunchPlacement`), and what the jobs path learns of the pools and their discovery
     (`PoolObservations`, for JobService and Reconciler)."""
@@ -260,23 +261,21 @@ class CapacityAdvisor(LaunchPlacement, PoolObservations):
                     in_effect.append((cluster, pool.name))
         return PoolMarks(kept=tuple(kept), in_effect=tuple(in_effect))
 
-    def refresh(self, clusters: Sequence[str]) -> PoolsRefreshed:
+    def refresh(self, clusters: Sequence[str]) -> list[Refreshed]:
         """Discover each cluster's pools again. One cluster's discovery failing stops no other's, and
         loses none of what is known of it (its pools stay as stored); every failure, whole or in part
-        (a spot price), is logged with its reason and comes back in `errors`, which reconcile counts."""
-        now, found = self.clock(), 0
-        errors: list[str] = []
+        (a spot price), is logged with its reason and comes back in its cluster's `errors`, which
+        reconcile counts."""
+        now = self.clock()
+        out: list[Refreshed] = []
         for cluster in clusters or self.clusters:
             try:
-                refreshed = self.book.refresh(cluster, now)
+                out.append(self.book.refresh(cluster, now))
             except Exception as exc:
                 line = f"cluster {cluster}: discovery failed: {failure_reason(exc)}"
                 log.exception("%s; its pools stay as they were", line)
-                errors.append(line)
-                continue
-            found += len(refreshed.pools)
-            errors += refreshed.errors
-        return PoolsRefreshed(pools=found, errors=tuple(errors))
+                out.append(Refreshed(cluster=cluster, errors=(line,)))
+        return out
 
     def _record(
         self,
