@@ -425,7 +425,7 @@ def test_two_copies_of_a_rebalance_recommendation_signal_once():
 
 # ----------------------------------------------------------------------- rebalances on the pools
 class FakePoolFacts:
-    """The pools' side (usecases.pools.HostPoolFacts): logs each call into `log`, fails when told."""
+    """The pools' side (usecases.pools.PoolRebalanceFacts): logs each call into `log`, fails when told."""
 
     def __init__(self, log: list, fail: Exception | None = None) -> None:
         self.log, self.fail = log, fail

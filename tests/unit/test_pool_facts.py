@@ -1,4 +1,4 @@
-"""HostPoolFacts (usecases.pools): a rebalance recommendation for a host kept on the pool the host is in,
+"""PoolRebalanceFacts (usecases.pools): a rebalance recommendation for a host kept on the pool the host is in,
 with fakes of ECS's description and of the ledger's pools; and what the interruption function's cold
 start loads of the pools (nothing)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from spotguard.domain.pools import HostPlacement, PoolRecord
 from spotguard.domain.tasks import ContainerInstanceRef
-from spotguard.usecases.pools import HostPoolFacts
+from spotguard.usecases.pools import PoolRebalanceFacts
 from tests.fakes import FakePoolStore
 
 T0 = datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
@@ -61,7 +61,7 @@ IN_SPOT_A = HostPlacement(
 def test_ecs_names_the_provider_the_pool_is_read_and_written_by_name():
     ledger = FakePoolStore(*POOLS)
     where = IN_SPOT_A
-    facts = HostPoolFacts(Hosts(where), ledger)
+    facts = PoolRebalanceFacts(Hosts(where), ledger)
     assert facts.record_rebalance(REF, REF.instance_id, T0) == ["gpu-spot-a/g5.xlarge/us-east-1a"]
     assert facts.record_rebalance(REF, REF.instance_id, T0) == ["gpu-spot-a/g5.xlarge/us-east-1a"]
     assert ledger.calls == ["record gpu-spot-a/g5.xlarge/us-east-1a"] * 2  # no Query
@@ -74,7 +74,7 @@ def test_ecs_names_the_provider_the_pool_is_read_and_written_by_name():
 def test_without_a_provider_the_one_spot_pool_of_the_type_and_zone():
     ledger = FakePoolStore(*POOLS)
     where = HostPlacement(cluster="gpu-spot", instance_type="g5.xlarge", availability_zone="us-east-1a")
-    assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == [
+    assert PoolRebalanceFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == [
         "gpu-spot-a/g5.xlarge/us-east-1a"
     ]
     assert ledger.calls == ["query", "record gpu-spot-a/g5.xlarge/us-east-1a"]
@@ -92,7 +92,7 @@ def test_a_host_in_no_pool_keeps_no_fact():
         HostPlacement(cluster="gpu-spot", instance_type="g6.xlarge", availability_zone="us-east-1a"),
     ):
         ledger = FakePoolStore(*POOLS)
-        assert HostPoolFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == []
+        assert PoolRebalanceFacts(Hosts(where), ledger).record_rebalance(REF, REF.instance_id, T0) == []
         assert all(not p.observations for p in ledger.by_name.values())
 
 
@@ -102,7 +102,7 @@ def test_a_rebalance_dated_ahead_of_the_clock_is_kept_on_no_pool(ahead):
     time bound of Auto Scaling's events holds for it too."""
     ledger = FakePoolStore(*POOLS)
     where = IN_SPOT_A
-    facts = HostPoolFacts(Hosts(where), ledger, clock=lambda: T0)
+    facts = PoolRebalanceFacts(Hosts(where), ledger, clock=lambda: T0)
     assert facts.record_rebalance(REF, REF.instance_id, T0 + ahead) == []
     assert all(not p.observations for p in ledger.pools("gpu-spot"))
     assert facts.record_rebalance(REF, REF.instance_id, T0 + timedelta(minutes=1)) == [  # clock skew: kept

@@ -53,7 +53,7 @@ from typing import Any, TextIO
 
 from spotguard_cli import arguments
 from spotguard_cli.emulator.soak.loop import Soak
-from spotguard_cli.emulator.soak.model import START, ZONES, Plan, Result
+from spotguard_cli.emulator.soak.model import START, ZONES, Result, SoakPlan
 from spotguard_cli.emulator.soak.system import virtual_system
 
 STATE_DIR = Path(".local-stack") / "soak"  # the functions' logs and the run's timeline
@@ -113,7 +113,7 @@ def add_parser(actions: Any) -> None:
     arguments.one_line_errors(s, "spotguard local soak")
 
 
-def soak(plan: Plan, say: Callable[[str], None], log: TextIO | None = None) -> Result:
+def soak(plan: SoakPlan, say: Callable[[str], None], log: TextIO | None = None) -> Result:
     """One soak, start to end, in this process; the functions' logs to `log`."""
     from spotguard_cli.emulator.vclock import VirtualClock
 
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda _: None) if args.json else functools.partial(print, flush=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with (STATE_DIR / "functions.log").open("w") as log:
-        plan = Plan(
+        plan = SoakPlan(
             traces,
             args.jobs,
             args.job_hours,

@@ -84,7 +84,7 @@ class InterruptionLedger(Protocol):
 
 class RebalanceFacts(Protocol):
     """What the interruption path tells the pools: a rebalance recommendation for a host, as a fact on the
-    pool it is in (usecases.pools.HostPoolFacts). The pools' names that kept it."""
+    pool it is in (usecases.pools.PoolRebalanceFacts). The pools' names that kept it."""
 
     def record_rebalance(self, ref: ContainerInstanceRef, instance_id: str, at: datetime) -> list[str]: ...
 

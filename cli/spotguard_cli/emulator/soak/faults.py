@@ -16,7 +16,7 @@ from spotguard_cli.emulator.soak.state import SoakState
 if TYPE_CHECKING:
     from spotguard_cli.emulator.faults import Injector
     from spotguard_cli.emulator.gpucluster import Host
-    from spotguard_cli.emulator.soak.model import Plan, Task
+    from spotguard_cli.emulator.soak.model import SoakPlan, Task
 
 # The faults `--faults RATE` draws, each at every place it can happen: a task event delivered twice, or
 # held back (a later one overtakes it), a spot instance taken back with no warning, a stopped task's last
@@ -99,7 +99,7 @@ class SoakFaults(SoakState):
         )
 
     # ------------------------------------------------------------------------ at SpotGuard's calls
-    def _injector(self, plan: Plan, seed: int) -> Injector | None:
+    def _injector(self, plan: SoakPlan, seed: int) -> Injector | None:
         """Faults at SpotGuard's own AWS calls, only while one of its functions runs (emulator/faults.py):
         installed after the soak's own hooks, so that a lost answer to StopTask is still seen by the
         model (ECS did stop the task)."""

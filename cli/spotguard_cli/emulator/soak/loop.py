@@ -22,7 +22,7 @@ from spotguard_cli.emulator.soak.model import (
     STEP_MINUTES,
     SUBMIT_HOURS,
     JobBook,
-    Plan,
+    SoakPlan,
 )
 from spotguard_cli.emulator.soak.world import SoakWorld
 
@@ -37,7 +37,9 @@ class Soak(SoakWorld, SoakCounts):
     """A soak: its world (world.py) and faults (faults.py) played step by step on the virtual clock, and
     what it counted at the end (counts.py)."""
 
-    def __init__(self, world: JobsWorld, clock: VirtualClock, plan: Plan, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, world: JobsWorld, clock: VirtualClock, plan: SoakPlan, say: Callable[[str], None]
+    ) -> None:
         import random
 
         traces, jobs, job_hours, hours = plan.traces, plan.jobs, plan.job_hours, plan.hours

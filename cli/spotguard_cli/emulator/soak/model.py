@@ -113,7 +113,7 @@ class Result:
 
 
 @dataclass(frozen=True)
-class Plan:
+class SoakPlan:
     """What a soak runs: the pools' traces, the jobs and their work, how long, how big a pool, the seed."""
 
     traces: list[Trace]

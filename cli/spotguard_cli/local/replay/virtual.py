@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spotguard_cli.emulator.soak.loop import Soak
-from spotguard_cli.emulator.soak.model import START, Plan, Task
+from spotguard_cli.emulator.soak.model import START, SoakPlan, Task
 from spotguard_cli.local.replay.report import Work
 from spotguard_cli.local.replay.schedule import STEP_MINUTES, WARM_UP_HOURS, JobRun
 from spotguard_cli.local.replay.world import (
@@ -89,7 +89,7 @@ class VirtualReplay(Soak):
     ) -> None:
         gap = timedelta(hours=traces[0].gap_hours)
         hours = (START + gap * end_tick - clock.now()).total_seconds() / 3600
-        super().__init__(world, clock, Plan(traces, len(starts), job.hours, hours, len(starts), 0), say)
+        super().__init__(world, clock, SoakPlan(traces, len(starts), job.hours, hours, len(starts), 0), say)
         self.job, self.prices, self.gap = job, prices, gap
         self.end = START + gap * end_tick
         self.restart = timedelta(seconds=1)  # placed to RUNNING: ECS's own seconds (D is inside the task)

@@ -31,7 +31,7 @@ from spotguard.runtime.config import InterruptionEnv
 from spotguard.usecases.interruption import InterruptionConfig, InterruptionService
 
 if TYPE_CHECKING:
-    from spotguard.usecases.pools import HostPoolFacts
+    from spotguard.usecases.pools import PoolRebalanceFacts
 
 # What a try of a notice keeps in hand when it takes its lease: the time left to answer the batch. A try
 # that is cut off (the function's timeout) is taken over by the redelivery once its lease has run out.
@@ -45,7 +45,7 @@ class InterruptionRuntime:
         sqs = LazyClient("sqs")
         self.ledger = DynamoLedger(client("dynamodb"), env.ledger_table)
         ecs = EcsAdapter(client("ecs"))
-        self.pool_facts = LazyPoolFacts(ecs, client("dynamodb"), env.ledger_table)
+        self.pool_facts = LazyRebalanceFacts(ecs, client("dynamodb"), env.ledger_table)
         self.service = InterruptionService(
             config=InterruptionConfig(
                 settings=env.settings,
@@ -77,22 +77,22 @@ class InterruptionRuntime:
         return max(LEASE_MARGIN_SECONDS, remaining() / 1000 + LEASE_MARGIN_SECONDS)
 
 
-class LazyPoolFacts:
-    """The pools' side of a rebalance recommendation (usecases.pools.HostPoolFacts over the ledger's
+class LazyRebalanceFacts:
+    """The pools' side of a rebalance recommendation (usecases.pools.PoolRebalanceFacts over the ledger's
     pools), built at the first one: a cold start of the urgent function loads nothing of the pools."""
 
     def __init__(self, ecs: EcsAdapter, dynamodb: Any, table: str) -> None:
         self.ecs, self.dynamodb, self.table = ecs, dynamodb, table
-        self._facts: HostPoolFacts | None = None
+        self._facts: PoolRebalanceFacts | None = None
         self._lock = threading.Lock()
 
     def record_rebalance(self, ref: ContainerInstanceRef, instance_id: str, at: datetime) -> list[str]:
         with self._lock:
             if self._facts is None:
                 from spotguard.adapters.pool_store import DynamoPoolStore
-                from spotguard.usecases.pools import HostPoolFacts
+                from spotguard.usecases.pools import PoolRebalanceFacts
 
-                self._facts = HostPoolFacts(self.ecs, DynamoPoolStore(self.dynamodb, self.table), utcnow)
+                self._facts = PoolRebalanceFacts(self.ecs, DynamoPoolStore(self.dynamodb, self.table), utcnow)
             facts = self._facts
         return facts.record_rebalance(ref, instance_id, at)
 

@@ -13,7 +13,7 @@ capacity policy.
   besides) and makes the policy's candidates of them (`domain.pools.pool_options`).
 - `record_fact` / `record_group_fact`: what happened in a pool (a launch, an interruption, a failure, an
   instance Auto Scaling launched or could not launch for the pool's group).
-- `HostPoolFacts.record_rebalance`: the interruption function's rebalance recommendation for a host, on
+- `PoolRebalanceFacts.record_rebalance`: the interruption function's rebalance recommendation for a host, on
   the pool the host is in.
 
 Placement scores are asked only for providers of at least MIN_SCORED_TYPES instance types: EC2 scores
@@ -196,7 +196,7 @@ class PoolService:
         return [p for p in recorded if p is not None]
 
 
-class HostPoolFacts:
+class PoolRebalanceFacts:
     """Facts about the pool a host is in, for the interruption function (which knows the host's container
     instance, not its pool). ECS says where the host is (one DescribeContainerInstances: its capacity
     provider, type and zone); when it names the provider, that is the pool's name, and the fact is folded
