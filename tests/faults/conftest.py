@@ -19,7 +19,9 @@ def recorded_cases() -> list[tuple[str, str, str]]:
     cases = []
     with fresh_aws(), fault_world() as world:
         for name, path in PATHS.items():
-            for call in record_ops(world, path):
+            # by name: calls made side by side (a drain beside the stops) come in either order, and
+            # every xdist worker must collect the same cases in the same order
+            for call in sorted(record_ops(world, path), key=lambda call: call.name):
                 cases += [(name, call.name, kind) for kind in kinds_for(call)]
     return cases
 
