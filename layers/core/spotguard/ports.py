@@ -220,7 +220,7 @@ class LaunchPlacement:
         return None
 
     def provider_refused(self, job: Job, reason: str) -> None:
-        """ECS refused the decision's capacity provider (`domain.run_errors.pool_refused`): mark its
+        """ECS refused the decision's capacity provider (`domain.jobs.run_errors.pool_refused`): mark its
         pools unavailable."""
 
 

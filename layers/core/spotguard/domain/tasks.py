@@ -1,7 +1,7 @@
 """ECS tasks and container instances as SpotGuard sees them, and which tasks it manages. Pure.
 
 - `TaskEvent`: one ECS task as the jobs path reads it, from a Task State Change event or a DescribeTasks
-  answer (the ECS adapter turns descriptions into it; `domain.task_events` parses events into it);
+  answer (the ECS adapter turns descriptions into it; `domain.jobs.task_events` parses events into it);
 - `TaskInfo`: what the interruption path needs of a task on a host (built from a TaskEvent by `info`);
 - `is_managed`: the one rule for which tasks SpotGuard is responsible for.
 """

@@ -185,8 +185,8 @@ class PoolService:
         availability_zone: str | None = None,
         instance_type: str | None = None,
     ) -> list[PoolRecord]:
-        """Keep a fact about a group's pools (in a zone, of a type, when known), e.g. Auto Scaling's
-        "EC2 Instance Launch Unsuccessful" or "EC2 Instance Launch Successful" (domain.task_events.PoolEvent:
+        """Keep a fact about a group's pools (in a zone, of a type, when known), e.g. Auto Scaling's "EC2
+        Instance Launch Unsuccessful" or "EC2 Instance Launch Successful" (domain.jobs.task_events.PoolEvent:
         group, zone; the latter names no instance type, so it is kept for every type of the group in the
         zone). The pools that kept it, as they stand with it (their backoff worked out with it)."""
         pools = matching_pools(

@@ -40,7 +40,7 @@ STOP_RETRY_SECONDS = 420
 # Longer than ECS's longest stopTimeout (120 s), so a commit in progress on the others is not cut.
 STRAGGLER_SECONDS = 180
 KEEP_GANGS_WHOLE = 1  # ended gangs whose every node's record is kept (older ones: domain.jobs.gangs.compact)
-# The reasons domain.stops gives a task lost with its instance (not one that stopped on a checkpoint)
+# The reasons domain.jobs.stops gives a task lost with its instance (not one that stopped on a checkpoint)
 _LOST_REASONS = ("ECS stopCode", "the host went away", "the task vanished", "stopped by SpotGuard for")
 
 

@@ -122,7 +122,7 @@ class NodeTask(BaseModel):
     stop_code: str | None = None
     stopped_reason: str | None = None
     exit_codes: dict[str, int | None] = Field(default_factory=dict)
-    # A gang's node: what its own stop meant (domain.stops), before the attempt's outcome, which is
+    # A gang's node: what its own stop meant (domain.jobs.stops), before the attempt's outcome, which is
     # decided once every node has stopped (transitions.gang_outcome). Unused for a one-node job.
     verdict: str | None = None
     verdict_reason: str | None = None
@@ -136,7 +136,7 @@ class NodeTask(BaseModel):
 class Attempt(NodeTask):
     number: int = Field(ge=1)
     resume_from: str = ""
-    outcome: str | None = None  # succeeded | resubmit | cancelled | failed (see domain.stops)
+    outcome: str | None = None  # succeeded | resubmit | cancelled | failed (see domain.jobs.stops)
     outcome_reason: str | None = None
     interrupted_by: str | None = None  # the notice that stopped it, or the ECS stop code
     volume_id: str | None = None  # EBS mode: the attempt's volume, and the snapshot taken of it

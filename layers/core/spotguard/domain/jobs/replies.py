@@ -21,7 +21,7 @@ class TaskDefinitionInfo(BaseModel):
 
 
 class RunResult(BaseModel):
-    """What RunTask did: started a task, or placed none, with the class of why (domain.run_errors):
+    """What RunTask did: started a task, or placed none, with the class of why (domain.jobs.run_errors):
     capacity and transient failures wait and retry, access and request failures end the job."""
 
     task_arn: str | None = None
