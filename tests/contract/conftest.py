@@ -4,7 +4,10 @@ this process. Only the ledger table is made, with the keys, attributes and index
 
 A case takes `side` and uses `side.ledger`, `side.jobs` and `side.pools`, which share one table as the
 adapters do in a function; `side.unreadable_job` and `side.unreadable_pool` plant an item that cannot be
-read, as a newer code's write or a hand edit might leave one."""
+read, as a newer code's write or a hand edit might leave one.
+
+The other ports' modules take their `side` from moto_aws.py's `one_side`, whose boto3 clients a module
+keeps in `moto_clients`."""
 
 from __future__ import annotations
 
@@ -84,6 +87,12 @@ def dynamodb() -> Iterator[Any]:
     """moto in this process for a module's cases (each case gets a table of its own)."""
     with mock_aws():
         yield boto3.client("dynamodb", region_name=REGION, config=URGENT)
+
+
+@pytest.fixture(scope="module")
+def moto_clients() -> dict[str, Any]:
+    """A module's boto3 clients by service, filled by moto_aws.py's `one_side` at its first moto case."""
+    return {}
 
 
 @pytest.fixture(params=["fake", "dynamodb"])

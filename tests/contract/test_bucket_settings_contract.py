@@ -23,10 +23,11 @@ from moto import mock_aws
 from spotguard.adapters.bucket import S3BucketSettings
 from spotguard.adapters.clients import URGENT
 from spotguard.ports import PUBLIC_ACCESS_SETTINGS, BucketFacts
+from tests.contract.moto_aws import one_side
 from tests.fakes import BUCKET_SETTINGS, FakeBucketSettings
 
 REGION = "us-east-1"
-# One session for every case's clients: the service models are loaded once (each case has a moto of its own).
+# One session for the clients of the check on moto: the service models are loaded once.
 SESSION = boto3.session.Session()
 ALL_ON = dict.fromkeys(PUBLIC_ACCESS_SETTINGS, True)
 
@@ -53,8 +54,8 @@ class FakeSide:
 class MotoSide:
     name = "s3"
 
-    def __init__(self) -> None:
-        self.s3 = SESSION.client("s3", region_name=REGION, config=URGENT)
+    def __init__(self, s3: Any) -> None:
+        self.s3 = s3
         self.settings = S3BucketSettings(self.s3)
         self.eventbridge_readable = moto_answers_eventbridge(self.s3)
 
@@ -96,11 +97,7 @@ Side = FakeSide | MotoSide
 
 @pytest.fixture(params=["fake", "s3"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        yield FakeSide()
-        return
-    with mock_aws():
-        yield MotoSide()
+    yield from one_side(request, ("s3",), FakeSide, lambda aws: MotoSide(aws["s3"]))
 
 
 def test_moto_still_leaves_eventbridge_out():

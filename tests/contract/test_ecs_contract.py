@@ -27,7 +27,7 @@ from botocore.exceptions import ClientError
 from spotguard.adapters.ecs import EcsAdapter
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, MANAGED_TAG, ContainerInstanceRef, TaskInfo
 from spotguard_cli.emulator.gpucluster import GpuCluster
-from tests.contract.moto_aws import aws_clients, fresh_moto
+from tests.contract.moto_aws import Clients, one_side
 from tests.fakes import AWS_ACCOUNT, AWS_REGION, FakeEcs
 
 MANAGED = {MANAGED_TAG: "true"}
@@ -159,20 +159,18 @@ class Side:
     world: Any  # MotoWorld | FakeWorld
 
 
-@pytest.fixture(scope="module")
-def clients() -> dict[str, Any]:
-    return aws_clients("ecs", "ec2")
+def fake_side() -> Side:
+    fake = FakeEcs()
+    return Side("fake", fake, FakeWorld(fake))
+
+
+def moto_side(aws: Clients) -> Side:
+    return Side("moto", EcsAdapter(aws["ecs"]), MotoWorld(aws["ecs"], aws["ec2"]))
 
 
 @pytest.fixture(params=["fake", "moto"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        fake = FakeEcs()
-        yield Side("fake", fake, FakeWorld(fake))
-        return
-    clients = request.getfixturevalue("clients")
-    with fresh_moto():
-        yield Side("moto", EcsAdapter(clients["ecs"]), MotoWorld(clients["ecs"], clients["ec2"]))
+    yield from one_side(request, ("ecs", "ec2"), fake_side, moto_side)
 
 
 def expected(ref: ContainerInstanceRef, arn: str, definition: str, **kw: Any) -> TaskInfo:

@@ -24,7 +24,7 @@ from spotguard.adapters.hosts import Ec2Hosts
 from spotguard.domain.jobs.replies import HostInfo
 from spotguard.domain.prices import on_demand_price
 from spotguard_cli.emulator.gpucluster import GpuCluster
-from tests.contract.moto_aws import aws_clients, fresh_moto
+from tests.contract.moto_aws import Clients, one_side
 from tests.fakes import FakeHosts
 
 CLUSTER = "gpu-spot"
@@ -74,22 +74,18 @@ class Side:
     world: Any  # MotoWorld | FakeWorld
 
 
-@pytest.fixture(scope="module")
-def clients() -> dict[str, Any]:
-    return aws_clients("ecs", "ec2")
+def fake_side() -> Side:
+    fake = FakeHosts(spot_prices={("g5.xlarge", "us-east-1b"): 0.4123}, instance_gpus=EC2_TYPES)
+    return Side("fake", fake, FakeWorld(fake))
+
+
+def moto_side(aws: Clients) -> Side:
+    return Side("moto", Ec2Hosts(aws["ecs"], aws["ec2"]), MotoWorld(aws["ecs"], aws["ec2"]))
 
 
 @pytest.fixture(params=["fake", "moto"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        fake = FakeHosts(spot_prices={("g5.xlarge", "us-east-1b"): 0.4123}, instance_gpus=EC2_TYPES)
-        yield Side("fake", fake, FakeWorld(fake))
-        return
-    clients = request.getfixturevalue("clients")
-    with fresh_moto():
-        yield Side(
-            "moto", Ec2Hosts(clients["ecs"], clients["ec2"]), MotoWorld(clients["ecs"], clients["ec2"])
-        )
+    yield from one_side(request, ("ecs", "ec2"), fake_side, moto_side)
 
 
 def test_a_spot_host_costs_its_zones_spot_price(side: Side):

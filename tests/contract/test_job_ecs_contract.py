@@ -32,7 +32,7 @@ from spotguard.adapters.job_ecs import JobEcsAdapter
 from spotguard.domain.jobs.replies import TaskDefinitionInfo
 from spotguard.domain.tasks import JOB_TAG, MANAGED_TAG
 from spotguard_cli.emulator.gpucluster import GpuCluster
-from tests.contract.moto_aws import aws_clients, fresh_moto
+from tests.contract.moto_aws import Clients, one_side
 from tests.fakes import AWS_ACCOUNT, AWS_REGION, FakeJobEcs
 
 CLUSTER = "gpu-spot"
@@ -117,20 +117,18 @@ class Side:
     world: Any  # MotoWorld | FakeWorld
 
 
-@pytest.fixture(scope="module")
-def clients() -> dict[str, Any]:
-    return aws_clients("ecs", "ec2")
+def fake_side() -> Side:
+    fake = FakeJobEcs()
+    return Side("fake", fake, FakeWorld(fake))
+
+
+def moto_side(aws: Clients) -> Side:
+    return Side("moto", JobEcsAdapter(aws["ecs"]), MotoWorld(aws["ecs"], aws["ec2"]))
 
 
 @pytest.fixture(params=["fake", "moto"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        fake = FakeJobEcs()
-        yield Side("fake", fake, FakeWorld(fake))
-        return
-    clients = request.getfixturevalue("clients")
-    with fresh_moto():
-        yield Side("moto", JobEcsAdapter(clients["ecs"]), MotoWorld(clients["ecs"], clients["ec2"]))
+    yield from one_side(request, ("ecs", "ec2"), fake_side, moto_side)
 
 
 # ------------------------------------------------------------------------------- checking a request

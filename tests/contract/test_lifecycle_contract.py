@@ -22,6 +22,7 @@ from moto import mock_aws
 
 from spotguard.adapters.clients import URGENT
 from spotguard.domain.interruption.notices import LifecycleRef
+from tests.contract.moto_aws import Clients, one_side
 from tests.fakes import FakeLifecycle
 
 REGION = "us-east-1"
@@ -54,17 +55,20 @@ def _moto_lacks_lifecycle_actions(client: Any) -> bool:
     return False
 
 
+def fake_side() -> Side:
+    fake = FakeLifecycle()
+    return Side("fake", fake, lambda: list(fake.answered), fake.failures.append)
+
+
+def moto_side(aws: Clients) -> Side:
+    if _moto_lacks_lifecycle_actions(aws["autoscaling"]):
+        pytest.skip(f"moto's Auto Scaling lacks {MISSING}")
+    pytest.fail("moto answers lifecycle actions now: write this side (LifecycleAdapter on moto)")
+
+
 @pytest.fixture(params=["fake", "autoscaling"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        fake = FakeLifecycle()
-        yield Side("fake", fake, lambda: list(fake.answered), fake.failures.append)
-        return
-    with mock_aws():
-        client = boto3.client("autoscaling", region_name=REGION, config=URGENT)
-        if _moto_lacks_lifecycle_actions(client):
-            pytest.skip(f"moto's Auto Scaling lacks {MISSING}")
-        pytest.fail("moto answers lifecycle actions now: write this side (LifecycleAdapter on moto)")
+    yield from one_side(request, ("autoscaling",), fake_side, moto_side)
 
 
 def test_moto_still_lacks_lifecycle_actions():

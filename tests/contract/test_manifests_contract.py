@@ -12,20 +12,16 @@ server errors (raised as they are, to be retried), which moto cannot be made to 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto import mock_aws
 
-from spotguard.adapters.clients import URGENT
 from spotguard.adapters.s3 import S3Checkpoints
 from spotguard.domain.checkpoints import ManifestUnreadable
+from tests.contract.moto_aws import one_side
 from tests.fakes import FakeManifests
 
-REGION = "us-east-1"
-# One session for every case's clients: the service models are loaded once (each case has a moto of its own).
-SESSION = boto3.session.Session()
 BUCKET = "ckpt-bucket"
 PREFIX = "s3://ckpt-bucket/jobs/j1/"
 
@@ -43,8 +39,8 @@ class FakeSide:
 class MotoSide:
     name = "s3"
 
-    def __init__(self) -> None:
-        self.s3 = SESSION.client("s3", region_name=REGION, config=URGENT)
+    def __init__(self, s3: Any) -> None:
+        self.s3 = s3
         self.manifests = S3Checkpoints(self.s3)
         self.buckets: set[str] = set()
 
@@ -60,11 +56,7 @@ Side = FakeSide | MotoSide
 
 @pytest.fixture(params=["fake", "s3"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        yield FakeSide()
-        return
-    with mock_aws():
-        yield MotoSide()
+    yield from one_side(request, ("s3",), FakeSide, lambda aws: MotoSide(aws["s3"]))
 
 
 def unreadable(side: Side, bucket: str, key: str) -> ManifestUnreadable:

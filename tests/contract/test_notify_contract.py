@@ -17,26 +17,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
-from spotguard.adapters.clients import URGENT
 from spotguard.adapters.notify import Notifier, TopicAlerts
 from spotguard.domain.jobs.replies import Notification
+from tests.contract.moto_aws import Clients, one_side
 from tests.fakes import FakeAlerts, FakeNotifier
-
-REGION = "us-east-1"
 
 # What a notification's kind is worth: an e-mail (and an event), or an event only.
 EMAILED_KINDS = ("interrupted", "resubmitted", "succeeded", "failed", "gave-up", "cancelled")
 EVENT_ONLY_KINDS = ("waiting", "capacity-wanted", "decision")
-# One session for every case's clients: the service models are loaded once (each case has a moto of its own).
-SESSION = boto3.session.Session()
-
-
-def client(service: str) -> Any:
-    return SESSION.client(service, region_name=REGION, config=URGENT)
 
 
 @dataclass
@@ -68,10 +58,10 @@ def _notification(detail: dict[str, Any]) -> Notification:
 class Delivered:
     """The bus and two topics on moto, each read through an SQS queue."""
 
-    def __init__(self) -> None:
-        self.sqs = client("sqs")
-        self.sns = client("sns")
-        self.events = client("events")
+    def __init__(self, aws: Clients) -> None:
+        self.sqs = aws["sqs"]
+        self.sns = aws["sns"]
+        self.events = aws["events"]
         self.urls: dict[str, str] = {}
         self.topic = self.sns.create_topic(Name="spotguard-notifications")["TopicArn"]
         self.alerts_topic = self.sns.create_topic(Name="spotguard-alerts")["TopicArn"]
@@ -105,29 +95,33 @@ class Delivered:
         return [(m["Subject"], json.loads(m["Message"])) for m in self._bodies("alerts")]
 
 
+def fake_side() -> Side:
+    notifier, alerts = FakeNotifier(), FakeAlerts()
+    return Side(
+        "fake",
+        notifier,
+        alerts,
+        lambda: _by_id(notifier.sent),
+        lambda: _by_id(notifier.emailed),
+        lambda: [(subject, dict(detail)) for subject, detail in alerts.sent],
+    )
+
+
+def moto_side(aws: Clients) -> Side:
+    d = Delivered(aws)
+    return Side(
+        "moto",
+        Notifier(d.sns, d.events, d.topic),
+        TopicAlerts(d.sns, d.alerts_topic),
+        d.on_bus,
+        d.emailed,
+        d.alerted,
+    )
+
+
 @pytest.fixture(params=["fake", "moto"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        notifier, alerts = FakeNotifier(), FakeAlerts()
-        yield Side(
-            "fake",
-            notifier,
-            alerts,
-            lambda: _by_id(notifier.sent),
-            lambda: _by_id(notifier.emailed),
-            lambda: [(subject, dict(detail)) for subject, detail in alerts.sent],
-        )
-        return
-    with mock_aws():
-        d = Delivered()
-        yield Side(
-            "moto",
-            Notifier(d.sns, d.events, d.topic),
-            TopicAlerts(d.sns, d.alerts_topic),
-            d.on_bus,
-            d.emailed,
-            d.alerted,
-        )
+    yield from one_side(request, ("sqs", "sns", "events"), fake_side, moto_side)
 
 
 def note(n: int, kind: str, job_id: str = "j1", **detail: Any) -> Notification:

@@ -17,20 +17,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
-from spotguard.adapters.clients import URGENT
 from spotguard.adapters.queues import DeadLetters, FollowUpQueue, RetryQueue
 from spotguard.domain.interruption.classify import classify
 from spotguard.domain.interruption.notices import LifecycleRef
 from spotguard.domain.jobs.task_events import LaunchDueMessage, classify_task_message
 from spotguard.domain.settings import Settings
 from spotguard_cli.emulator.vclock import VirtualClock, installed
+from tests.contract.moto_aws import one_side
 from tests.fakes import DeadLetter, FakeDeadLetters, FakeFollowUps, FakeRetries
 
-REGION = "us-east-1"
 T0 = datetime(2026, 11, 21, 14, 46, 3, tzinfo=UTC)
 HOST = "i-0b662ef9931388ba0"
 REF = LifecycleRef(group="gpu-spot-asg", hook="spotguard-drain", token="87654321-4321-4321-4321-210987654321")
@@ -39,13 +36,6 @@ DEADLINE = T0 + timedelta(minutes=10)
 # A Lifecycle Check as the interruption function reads it: (instance id, lifecycle action, deadline,
 # notice key).
 Check = tuple[str, LifecycleRef, datetime, str]
-
-# One session for every case's clients: the service models are loaded once (each case has a moto of its own).
-SESSION = boto3.session.Session()
-
-
-def client(service: str) -> Any:
-    return SESSION.client(service, region_name=REGION, config=URGENT)
 
 
 @dataclass
@@ -85,9 +75,9 @@ def fake_side() -> Side:
 class Queues:
     """The three queues on moto, read as their functions read them; the virtual clock moves their time."""
 
-    def __init__(self, clock: VirtualClock) -> None:
+    def __init__(self, clock: VirtualClock, sqs: Any) -> None:
         self.clock = clock
-        self.sqs = client("sqs")
+        self.sqs = sqs
         names = ("follow-ups", "retries", "dlq")
         self.urls = {n: self.sqs.create_queue(QueueName=n)["QueueUrl"] for n in names}
 
@@ -136,23 +126,29 @@ class Queues:
         )
 
 
+def moto_side(clock: VirtualClock, sqs: Any) -> Side:
+    q = Queues(clock, sqs)
+    return Side(
+        "sqs",
+        FollowUpQueue(q.sqs, q.urls["follow-ups"]),
+        RetryQueue(q.sqs, q.urls["retries"]),
+        DeadLetters(q.sqs, q.urls["dlq"]),
+        q.checks_due,
+        q.launches_due,
+        q.dead_lettered,
+    )
+
+
 @pytest.fixture(params=["fake", "sqs"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        yield fake_side()
-        return
-    clock = VirtualClock(T0)
-    with installed(clock, seed=1), mock_aws():
-        q = Queues(clock)
-        yield Side(
-            "sqs",
-            FollowUpQueue(q.sqs, q.urls["follow-ups"]),
-            RetryQueue(q.sqs, q.urls["retries"]),
-            DeadLetters(q.sqs, q.urls["dlq"]),
-            q.checks_due,
-            q.launches_due,
-            q.dead_lettered,
-        )
+    clock = VirtualClock(T0)  # moto's time: installed before moto starts
+    yield from one_side(
+        request,
+        ("sqs",),
+        fake_side,
+        lambda aws: moto_side(clock, aws["sqs"]),
+        within=lambda: installed(clock, seed=1),
+    )
 
 
 # ---------------------------------------------------------------------------------------- follow-ups

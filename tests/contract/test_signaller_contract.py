@@ -21,7 +21,7 @@ import pytest
 from spotguard.adapters.ssm import SsmSignaller
 from spotguard.domain.tasks import CHECKPOINT_CONTAINER_TAG, TaskInfo
 from spotguard_cli.emulator import template
-from tests.contract.moto_aws import aws_clients, fresh_moto
+from tests.contract.moto_aws import Clients, one_side
 from tests.fakes import AWS_ACCOUNT, AWS_REGION, FakeSignaller
 
 HOST = "i-0b662ef9931388ba0"
@@ -59,27 +59,27 @@ def moto_commands(ssm: Any) -> Sent:
     ]
 
 
-@pytest.fixture(scope="module")
-def clients() -> dict[str, Any]:
-    return aws_clients("ssm")
+def fake_side() -> Side:
+    fake = FakeSignaller()
+    return Side("fake", fake, lambda: list(fake.commands))
+
+
+def moto_side(aws: Clients) -> Side:
+    """The adapter, with SpotGuard's document made in moto from template.yaml's content."""
+    ssm = aws["ssm"]
+    document = template.load()["Resources"]["SignalDocument"]["Properties"]
+    ssm.create_document(
+        Name=DOCUMENT,
+        Content=json.dumps(document["Content"]),
+        DocumentType=document["DocumentType"],
+        DocumentFormat=document["DocumentFormat"],
+    )
+    return Side("moto", SsmSignaller(ssm, DOCUMENT), lambda: moto_commands(ssm))
 
 
 @pytest.fixture(params=["fake", "moto"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        fake = FakeSignaller()
-        yield Side("fake", fake, lambda: list(fake.commands))
-        return
-    ssm = request.getfixturevalue("clients")["ssm"]
-    with fresh_moto():
-        document = template.load()["Resources"]["SignalDocument"]["Properties"]
-        ssm.create_document(
-            Name=DOCUMENT,
-            Content=json.dumps(document["Content"]),
-            DocumentType=document["DocumentType"],
-            DocumentFormat=document["DocumentFormat"],
-        )
-        yield Side("moto", SsmSignaller(ssm, DOCUMENT), lambda: moto_commands(ssm))
+    yield from one_side(request, ("ssm",), fake_side, moto_side)
 
 
 def test_a_signal_goes_to_each_tasks_checkpoint_container_in_one_command(side: Side):

@@ -18,22 +18,13 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from spotguard.adapters.autoscaling import AsgSpares
-from spotguard.adapters.clients import URGENT
+from tests.contract.moto_aws import Clients, one_side
 from tests.fakes import FakeGroup, FakeSpares
 
-REGION = "us-east-1"
 CLUSTER = "gpu-spot"
-# One session for every case's clients: the service models are loaded once (each case has a moto of its own).
-SESSION = boto3.session.Session()
-
-
-def client(service: str) -> Any:
-    return SESSION.client(service, region_name=REGION, config=URGENT)
 
 
 class FakeSide:
@@ -75,10 +66,10 @@ class FakeSide:
 class MotoSide:
     name = "moto"
 
-    def __init__(self) -> None:
-        self.asg = client("autoscaling")
-        self.ecs = client("ecs")
-        ec2 = client("ec2")
+    def __init__(self, aws: Clients) -> None:
+        self.asg = aws["autoscaling"]
+        self.ecs = aws["ecs"]
+        ec2 = aws["ec2"]
         ec2.create_launch_template(
             LaunchTemplateName="gpu-spot-a", LaunchTemplateData={"ImageId": "ami-12c6146b"}
         )
@@ -133,11 +124,7 @@ Side = FakeSide | MotoSide
 
 @pytest.fixture(params=["fake", "moto"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        yield FakeSide()
-        return
-    with mock_aws():
-        yield MotoSide()
+    yield from one_side(request, ("autoscaling", "ecs", "ec2"), FakeSide, MotoSide)
 
 
 # -------------------------------------------------------------------------------------------- raise

@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from spotguard.adapters.ebs import EbsAdapter
 from spotguard.domain.jobs.submission import ATTEMPT_TAG
 from spotguard.domain.tasks import JOB_TAG
-from tests.contract.moto_aws import aws_clients, fresh_moto
+from tests.contract.moto_aws import Clients, one_side
 from tests.fakes import FakeVolumes
 
 ZONE = "us-east-1a"
@@ -87,20 +87,18 @@ class Side:
     world: Any  # MotoWorld | FakeWorld
 
 
-@pytest.fixture(scope="module")
-def clients() -> dict[str, Any]:
-    return aws_clients("ec2")
+def fake_side() -> Side:
+    fake = FakeVolumes()
+    return Side("fake", fake, FakeWorld(fake))
+
+
+def moto_side(aws: Clients) -> Side:
+    return Side("moto", EbsAdapter(aws["ec2"]), MotoWorld(aws["ec2"]))
 
 
 @pytest.fixture(params=["fake", "moto"])
 def side(request: pytest.FixtureRequest) -> Iterator[Side]:
-    if request.param == "fake":
-        fake = FakeVolumes()
-        yield Side("fake", fake, FakeWorld(fake))
-        return
-    ec2 = request.getfixturevalue("clients")["ec2"]
-    with fresh_moto():
-        yield Side("moto", EbsAdapter(ec2), MotoWorld(ec2))
+    yield from one_side(request, ("ec2",), fake_side, moto_side)
 
 
 # ----------------------------------------------------------------------------------------- volumes

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from moto import mock_aws
-from moto.moto_api import state_manager
 
 from spotguard.adapters import clients
 from spotguard_cli.emulator import iam
@@ -20,6 +18,7 @@ from spotguard_cli.emulator.inject import container_instance_event, make_event
 from spotguard_cli.emulator.lambdas import FunctionHost, QueuePoller
 from spotguard_cli.emulator.stack import DeployedStack, deploy
 from spotguard_cli.emulator.world import JobsWorld, make_jobs_world
+from tests.contract.moto_aws import fresh_moto
 
 
 @dataclass
@@ -81,15 +80,10 @@ def fresh_aws() -> Iterator[None]:
     function made that its role does not allow (emulator/iam.py: moto enforces no IAM) fails the test,
     even where the code logged the AccessDenied and went on."""
     guards = len(iam.INSTALLED)
-    with mock_aws():
-        # A real ECS task stays RUNNING until stopped; moto's default moves it on at every describe.
-        state_manager.set_transition(
-            model_name="ecs::task", transition={"progression": "manual", "times": 10**9}
-        )
+    with fresh_moto():  # a real ECS task stays RUNNING until stopped, as there
         try:
             yield
         finally:
-            state_manager.unset_transition("ecs::task")
             clients.reset()
             denied = sorted({str(d) for g in iam.INSTALLED[guards:] for d in g.denied})
             del iam.INSTALLED[guards:]
