@@ -63,16 +63,16 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# The whole suite on every core (pytest-xdist; worksteal: a worker that has run out takes tests from one
-# still busy, so the long e2e tests do not end the run on one core). The tests are independent: each starts
-# what it needs on a free port, in its own temporary folder. The slowest tests are printed. The 2 s rule's
+# The whole suite on every core (pytest-xdist). The tests are independent: each starts what it needs on a
+# free port, in its own temporary folder; tests/faults' cases share one world of their package, so they go
+# to one worker together (an xdist_group, --dist loadgroup). The slowest tests are printed. The 2 s rule's
 # bound is 3 s here, a margin for a busy machine (tests/conftest.py leaves the garbage collector's full
 # passes out of a test's CPU); the 2 s holds in `make check`, the loop it is for.
 # A test marked `alone` runs after the rest, by itself: its story plays on the wall clock scaled (the
 # capacity and gang demos, the wall-clock replay), which a second worker's load can push off its slack.
 test: lint
 	SPOTGUARD_FAST_TEST_SECONDS=$${SPOTGUARD_FAST_TEST_SECONDS:-3} $(BIN)/pytest -q -p no:cacheprovider \
-	  -n auto --dist worksteal --durations=15 -m "not alone"
+	  -n auto --dist loadgroup --durations=15 -m "not alone"
 	SPOTGUARD_FAST_TEST_SECONDS=$${SPOTGUARD_FAST_TEST_SECONDS:-3} $(BIN)/pytest -q -p no:cacheprovider \
 	  --durations=5 -m alone
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,12 +29,20 @@ def recorded_cases() -> list[tuple[str, str, str]]:
 
 # Defects the cases found are kept here, each as the case ids that show it, marked xfail(strict=True) with
 # the defect until it is fixed (strict then fails the run until the mark is removed); each has a smaller
-# reproduction in test_defects.py. None is open.
+# reproduction in tests/integration/test_fault_defects.py. None is open.
 KNOWN_DEFECTS: dict[tuple[str, str, str], str] = {}
 
 
 def known_defect(path: str, call: str, kind: str) -> str | None:
     return KNOWN_DEFECTS.get((path, call, kind))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every case on one xdist worker, one after another (make test's --dist loadgroup): they share the
+    package's world (`fw`), built once, which a second world in the same process would collide with."""
+    for item in items:
+        if item.path.is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.xdist_group("faults"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
