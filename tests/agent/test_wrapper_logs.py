@@ -79,6 +79,7 @@ OFTEN = (
 
 
 @pytest.mark.slow  # the command runs 4 s
+@pytest.mark.alone  # its windows of 0.3 s are the wall clock's: another worker's load closes them
 def test_a_command_that_saves_more_often_than_the_quiet_time_gets_its_saves_committed(
     tmp_path: Path, volume: Path
 ):
