@@ -71,15 +71,15 @@ def test_the_library_still_says_step(tmp_path: Path, caplog: pytest.LogCaptureFi
 OFTEN = (
     "import os, sys, time\n"
     "d = sys.argv[1]\n"
-    "for step in range(40):\n"
+    "for step in range(80):\n"
     "    with open(os.path.join(d, 'tmp'), 'w') as f: f.write(str(step))\n"
     "    os.replace(os.path.join(d, 'tmp'), os.path.join(d, 'state.txt'))\n"
     "    time.sleep(0.1)\n"
 )
 
 
-@pytest.mark.slow  # the command runs 4 s
-@pytest.mark.alone  # its windows of 0.3 s are the wall clock's: another worker's load closes them
+@pytest.mark.slow  # the command runs 8 s: five windows of 1.5 s for a copy, of which two must be taken
+@pytest.mark.alone  # its windows are the wall clock's: another worker's load closes them
 def test_a_command_that_saves_more_often_than_the_quiet_time_gets_its_saves_committed(
     tmp_path: Path, volume: Path
 ):
