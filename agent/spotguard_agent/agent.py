@@ -53,6 +53,7 @@ from spotguard_agent.commits import Commits
 from spotguard_agent.imds import MetadataWatcher
 from spotguard_agent.manifest import Manifest
 from spotguard_agent.ranks import Collective, ControlDir, Ranks
+from spotguard_agent.restores import Restores
 from spotguard_agent.signals import Signals, signal_safe_ignore_usr1
 from spotguard_agent.store import CheckpointStore, Committed
 from spotguard_agent.store_errors import CheckpointUnavailable, StoreError
@@ -143,7 +144,7 @@ class NotUnderSpotGuard(SystemExit):
         return self.HOW
 
 
-class Agent(Signals, Commits):
+class Agent(Signals, Commits, Restores):
     """Restore, know when to save, save and commit (see the module's doc): the state is set here; the
     signals and the stop budget are spotguard_agent.signals', the commits spotguard_agent.commits'."""
 
@@ -173,6 +174,7 @@ class Agent(Signals, Commits):
         self._stop_committed = False  # a checkpoint begun after the stop was agreed is committed
         self._outcome_written = False
         self.restored: Manifest | None = None
+        self.restore_counts: Any = None  # what torch_state.restore read (dcp_reader.ReadCounts)
         self.snapshot_seconds = 0.0  # the last snapshot's stall (torch_state), part of a commit's cost
         self.host_buffers: Any = None  # torch_state's reused host buffers (pinned on a GPU machine)
         self._stop = threading.Event()  # SIGTERM: checkpoint, then exit 75
@@ -250,9 +252,13 @@ class Agent(Signals, Commits):
         try:
             return self.store.restore(into, resume_from, job_id=job_id)
         except StoreError as exc:
-            code = CANNOT_RESTORE_NOW if isinstance(exc, CheckpointUnavailable) else REFUSED
-            print(f"spotguard-agent: {exc}", file=sys.stderr, flush=True)
-            return (str(exc), code)
+            return self._refused(exc)
+
+    def _refused(self, exc: StoreError) -> tuple[str, int]:
+        """(why, exit code) of a restore that cannot go on, said on stderr in one line."""
+        code = CANNOT_RESTORE_NOW if isinstance(exc, CheckpointUnavailable) else REFUSED
+        print(f"spotguard-agent: {exc}", file=sys.stderr, flush=True)
+        return (str(exc), code)
 
     def _restore_ranks(self, into: Path) -> Manifest | None:
         import socket

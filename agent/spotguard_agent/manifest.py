@@ -41,10 +41,15 @@ class FileEntry(BaseModel):
     path: str = Field(min_length=1, description="relative to the checkpoint directory, '/' separated")
     size: int = Field(ge=0)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # the checkpoint's file that lists this file's blocks, each with its sha256 (torch_state's files:
+    # spotguard_agent.dcp_files), for restores that read part of it; None: read and verify it whole
+    blocks: str | None = None
 
-    @field_validator("path")
+    @field_validator("path", "blocks")
     @classmethod
-    def _relative_and_inside(cls, v: str) -> str:
+    def _relative_and_inside(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         p = PurePosixPath(v)
         if p.is_absolute() or ".." in p.parts or "\\" in v or v == MANIFEST:
             raise ValueError(f"{v!r} is not a plain relative path inside the checkpoint")
@@ -73,6 +78,9 @@ class Manifest(BaseModel):
         paths = [f.path for f in v]
         if len(set(paths)) != len(paths):
             raise ValueError("a file is listed twice")
+        listed = set(paths)
+        if any(f.blocks is not None and (f.blocks not in listed or f.blocks == f.path) for f in v):
+            raise ValueError("a file's blocks are in a file the manifest does not list")
         return v
 
     @property

@@ -264,7 +264,8 @@ class CheckpointStore:
             files=tuple(entries),
         )
         self.backend.put_bytes(
-            self.location.key(sequence, MANIFEST), manifest.model_dump_json(indent=1).encode()
+            self.location.key(sequence, MANIFEST),
+            manifest.model_dump_json(indent=1, exclude_none=True).encode(),
         )
         new_keys = [self.location.key(sequence, rel) for rel in [*paths, MANIFEST]]
         try:
@@ -299,44 +300,69 @@ class CheckpointStore:
         restore (a fresh start). Raises StoreError for a refused `resume_from` or target, and its
         CheckpointUnavailable when a committed checkpoint cannot be read now (see the module's doc)."""
         into = Path(into)
-        wanted = self._sequence_of(resume_from) if resume_from else None
+        if resume_from:
+            self._sequence_of(resume_from)
         _check_target(into)
-        self.restored, self.passed_over = None, {}
-        listing = self.location.uri(f"{self.location.prefix}checkpoints/")
-        committed = self._retrying(f"the list of checkpoints under {listing}", self.committed)
-        if wanted is not None:
-            if wanted not in committed:
-                log.warning("SPOTGUARD_RESUME_FROM names checkpoint %s, which is not committed", wanted)
-            for sequence in committed:
-                if sequence > wanted:
-                    self.passed_over[sequence] = "newer than SPOTGUARD_RESUME_FROM"
-            committed = [s for s in committed if s <= wanted]
-        for sequence in reversed(committed):
+        found = self.restore_with(functools.partial(self._download_verified, into=into), resume_from, job_id)
+        return None if found is None else found[0]
+
+    def restore_with(
+        self, read: Callable[[Manifest], T], resume_from: str | None = None, job_id: str = ""
+    ) -> tuple[Manifest, T] | None:
+        """`restore`, but each checkpoint tried is read by `read(manifest)` (torch_state reads it straight
+        into the training state): the chosen manifest and what `read` returned, or None."""
+        for sequence in reversed(self.candidates(resume_from)):
             try:
-                manifest = self._retrying(
+                manifest = self.manifest_of(sequence, job_id)
+                if isinstance(manifest, str):  # another job's
+                    self.pass_over(sequence, manifest)
+                    continue
+                value = self._retrying(
                     f"checkpoint {sequence} ({self.manifest_uri(sequence)})",
-                    functools.partial(self._restore_one, sequence, into, job_id),
+                    functools.partial(read, manifest),
                 )
             except Exception as exc:
                 if not is_damage(exc):
                     raise
-                log.warning("checkpoint %s is damaged (%s); trying the previous one", sequence, _short(exc))
-                self.passed_over[sequence] = "damaged"
-                continue
-            if isinstance(manifest, str):  # another job's
-                log.warning("checkpoint %s %s; trying the previous one", sequence, manifest)
-                self.passed_over[sequence] = manifest
+                self.pass_over(sequence, "damaged", _short(exc))
                 continue
             self.restored = sequence
-            return manifest
+            return manifest, value
         return None
 
-    def _restore_one(self, sequence: int, into: Path, job_id: str) -> Manifest | str:
-        manifest = self.read_manifest(sequence)
+    def candidates(self, resume_from: str | None = None) -> list[int]:
+        """The committed checkpoints a restore may take, oldest first: every one, or (`resume_from`) the
+        one it names and those before it. Starts a restore: forgets what the last one passed over."""
+        wanted = self._sequence_of(resume_from) if resume_from else None
+        self.restored, self.passed_over = None, {}
+        listing = self.location.uri(f"{self.location.prefix}checkpoints/")
+        committed = self._retrying(f"the list of checkpoints under {listing}", self.committed)
+        if wanted is None:
+            return committed
+        if wanted not in committed:
+            log.warning("SPOTGUARD_RESUME_FROM names checkpoint %s, which is not committed", wanted)
+        for sequence in committed:
+            if sequence > wanted:
+                self.passed_over[sequence] = "newer than SPOTGUARD_RESUME_FROM"
+        return [s for s in committed if s <= wanted]
+
+    def manifest_of(self, sequence: int, job_id: str = "") -> Manifest | str:
+        """Checkpoint `sequence`'s manifest, or why it is not this job's (`job_id`, when given). Raises
+        CheckpointDamaged (and ValidationError) when it is damaged, CheckpointUnavailable when it cannot
+        be read now."""
+        what = f"checkpoint {sequence} ({self.manifest_uri(sequence)})"
+        manifest = self._retrying(what, functools.partial(self.read_manifest, sequence))
         if job_id and manifest.job_id and manifest.job_id != job_id:
             return f"{_FOREIGN} {manifest.job_id}, not {job_id}"
-        self._download_verified(manifest, into)
         return manifest
+
+    def pass_over(self, sequence: int, why: str, detail: str = "") -> None:
+        """Checkpoint `sequence` is not restored (damaged, another job's): said, and kept from retention."""
+        if detail:
+            log.warning("checkpoint %s is %s (%s); trying the previous one", sequence, why, detail)
+        else:
+            log.warning("checkpoint %s %s; trying the previous one", sequence, why)
+        self.passed_over[sequence] = why
 
     def _retrying(self, what: str, read: Callable[[], T]) -> T:
         """`read()`, tried again after a pause while it fails in a way that may pass; damage goes up as
@@ -367,6 +393,7 @@ class CheckpointStore:
         return int(m[1])
 
     def _download_verified(self, manifest: Manifest, into: Path) -> None:
+        """`manifest`'s files, downloaded beside `into`, verified, and put in place there."""
         into.parent.mkdir(parents=True, exist_ok=True)
         # a volume mounted at the target (an EBS volume, a container's mount): staged on it, so that its
         # files move in by rename (across devices they could not)

@@ -51,7 +51,8 @@ _TRANSIENT_CODES = frozenset(
         "ServiceUnavailable",
     }
 )
-_MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
+# a key that is not there, or shorter than its manifest says (a range past its end)
+_MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404", "InvalidRange", "416"})
 _TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.EBUSY})
 # What reading a checkpoint can raise that is not evidence of damage.
 _READ_ERRORS = (ClientError, BotoCoreError, RetriesExceededError, OSError)

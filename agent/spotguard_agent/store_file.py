@@ -66,6 +66,15 @@ class LocalBackend:
                 chunks.append(chunk)
             return b"".join(chunks)
 
+    def get_range(self, key: str, start: int, size: int) -> bytes | bytearray:
+        """Bytes [start, start + size) of `key` (fewer when the file is shorter)."""
+        out = bytearray(size)
+        view, got = memoryview(out), 0
+        with self._opened(key) as fd:
+            while got < size and (n := os.preadv(fd, [view[got:]], start + got)):
+                got += n
+        return out if got == size else out[:got]
+
     def get_files(self, pairs: list[tuple[str, Path]]) -> None:
         for key, path in pairs:
             with self._opened(key) as src:

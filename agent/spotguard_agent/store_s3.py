@@ -95,6 +95,15 @@ class S3Backend:
     def get_bytes(self, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
 
+    def get_range(self, key: str, start: int, size: int) -> bytes:
+        """Bytes [start, start + size) of `key` (one ranged GET; fewer when the object is shorter)."""
+        if size == 0:
+            return b""
+        answer = self.client.get_object(
+            Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + size - 1}"
+        )
+        return bytes(answer["Body"].read())
+
     def get_files(self, pairs: list[tuple[str, Path]]) -> None:
         with create_transfer_manager(self.client, self.transfer) as manager:
             for f in [manager.download(self.bucket, key, str(path)) for key, path in pairs]:

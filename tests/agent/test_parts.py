@@ -215,9 +215,9 @@ def test_the_writers_skip_the_zip_crc32_the_sha256_covers_and_leave_the_jobs_own
         assert not torch.serialization.get_crc32_options()  # while the agent writes this file
         torch.save(torch.arange(5.0), stream)
     assert torch.serialization.get_crc32_options()  # given back in the writer's thread
-    (entry,) = fs.entries()
+    entry, blocks = fs.entries()  # the file, and the file of its blocks (blocks.0.json)
     data = (tmp_path / "f").read_bytes()
-    assert entry.sha256 == hashlib.sha256(data).hexdigest()
+    assert entry.sha256 == hashlib.sha256(data).hexdigest() and entry.blocks == blocks.path
     assert torch.equal(torch.load(tmp_path / "f", weights_only=True), torch.arange(5.0))
 
 

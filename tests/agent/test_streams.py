@@ -162,7 +162,7 @@ def test_a_training_state_goes_straight_to_s3_and_restores_exactly(s3, bucket, t
         m.setattr(tempfile, "mkdtemp", lambda *a, **k: pytest.fail("staged through a local disk"))
         save(agent, 10, 0.5, state, sync=True)
     manifest = agent.last.manifest
-    assert ".metadata" in {f.path for f in manifest.files} and len(manifest.files) == 4  # 3 writers
+    assert ".metadata" in {f.path for f in manifest.files} and len(manifest.files) == 5  # 3 writers, blocks
     for f in manifest.files:  # hashed as written: what S3 holds
         body = s3.get_object(Bucket=bucket, Key=agent.store.location.key(manifest.sequence, f.path))
         assert hashlib.sha256(body["Body"].read()).hexdigest() == f.sha256
