@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
-from torch.distributed._shard._utils import narrow_tensor_by_index
 
 from spotguard_agent.dcp_files import BLOCK
 from spotguard_agent.manifest import FileEntry, Manifest

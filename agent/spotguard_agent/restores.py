@@ -157,7 +157,9 @@ def _attempt(read: Callable[[Manifest], T], manifest: Manifest) -> tuple[str, st
     """(what became of this rank's read, why in one line, its value)."""
     try:
         return RESTORED, "", read(manifest)
-    except Exception as exc:
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
         errors = _failures(exc)
         why = "; ".join(dict.fromkeys(_short(e) for e in errors))
         if any(is_damage(e) for e in errors):
