@@ -22,6 +22,11 @@ tensors), to a file:// store under --dir:
    writers doing nothing else (the machine's own limit), and the commit's share of a 120 s warning.
 
     python bench/checkpoint.py --gpu [--sizes 1,13.5] [--dir /local/disk]
+
+Restore mode (`--restore`, bench/restore.py): the state committed, then restored straight from a file://
+store and from moto server S3 into memory, beside a parallel read of the same bytes in the same run.
+
+    .venv/bin/python bench/checkpoint.py --restore [--sizes 1]
 """
 
 from __future__ import annotations
@@ -314,9 +319,13 @@ def main() -> None:
     p.add_argument("--gpu", action="store_true", help="GPU mode (the default when CUDA is there)")
     p.add_argument("--cpu", action="store_true", help="the moto mode even when CUDA is there")
     p.add_argument("--hardware", action="store_true", help="GPU mode's measurements on the CPU")
+    p.add_argument("--restore", action="store_true", help="restore mode (bench/restore.py), --sizes GiB")
     p.add_argument("--sizes", default="1,13.5", help="GPU mode: training states in GiB, comma-separated")
     p.add_argument("--dir", type=Path, help="GPU mode: where the file:// store goes (a local disk)")
     args = p.parse_args()
+    if args.restore:
+        restore_main([float(x) for x in args.sizes.split(",")], args.dir)
+        return
     if args.hardware or args.gpu or (torch.cuda.is_available() and not args.cpu):
         device = torch.device("cuda" if torch.cuda.is_available() and not args.hardware else "cpu")
         if args.gpu and device.type != "cuda":
@@ -359,6 +368,23 @@ def main() -> None:
             f"  written to a local disk ({s['written_s']:.2f} s), then uploaded       {s['staged_s']:6.2f} s"
             f"   streamed x{s['streamed_s'] / s['staged_s']:.2f} of it"
         )
+
+
+def restore_main(sizes: list[float], where: Path | None) -> None:
+    import boto3
+
+    from bench import restore
+    from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS, MotoServer
+
+    os.environ.update(FAKE_CREDENTIALS)
+    root = Path(tempfile.mkdtemp(prefix="spotguard-bench-", dir=where))
+    try:
+        with MotoServer() as moto:
+            s3 = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1")
+            s3.create_bucket(Bucket="bench-restores")
+            restore.report(restore.run(sizes, root, s3, "bench-restores"))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

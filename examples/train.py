@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 from spotguard_agent import Agent
-from spotguard_agent.torch_state import load, save
+from spotguard_agent.torch_state import restore, save
 from tinymodel import build, train_step
 
 
@@ -34,10 +33,9 @@ def main() -> int:
     model, opt = build(args.seed)
 
     agent = Agent.from_env()
-    workdir = Path(tempfile.mkdtemp(prefix="spotguard-restore-"))
     first = 0
-    if agent.restore(workdir / "ckpt") is not None:
-        state = load(workdir / "ckpt")
+    state = restore(agent)  # straight from the store into memory: no copy on a disk
+    if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])

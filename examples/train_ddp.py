@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from spotguard_agent import Agent
-from spotguard_agent.torch_state import load, save
+from spotguard_agent.torch_state import restore, save
 from tinymodel import build, init_distributed
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -51,10 +50,9 @@ def main() -> int:
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
     agent = Agent.from_env()  # every rank
-    workdir = Path(tempfile.mkdtemp(prefix="spotguard-restore-"))
     first = 0
-    if agent.restore(workdir / "ckpt") is not None:  # the same checkpoint in every rank
-        state = load(workdir / "ckpt")
+    state = restore(agent)  # the same checkpoint in every rank, straight from the store
+    if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         first = state["step"] + 1

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from spotguard_agent import Agent
-from spotguard_agent.torch_state import load, save
+from spotguard_agent.torch_state import restore, save
 from tinymodel import build, init_distributed
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
@@ -52,11 +51,11 @@ def main() -> int:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
     agent = Agent.from_env()
-    workdir = Path(tempfile.mkdtemp(prefix="spotguard-restore-"))
     first = 0
-    if agent.restore(workdir / "ckpt") is not None:
-        model_sd, optim_sd = get_state_dict(model, opt)  # this rank's shards: what to load in place
-        state = load(workdir / "ckpt", into={"model": model_sd, "optimizer": optim_sd})
+    model_sd, optim_sd = get_state_dict(model, opt)  # this rank's shards: what to load in place
+    # straight from the store: each rank reads only its shards (resharded when the world size changed)
+    state = restore(agent, into={"model": model_sd, "optimizer": optim_sd})
+    if state is not None:
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         first = state["step"] + 1
         if rank == 0:

@@ -1,0 +1,122 @@
+"""The restore side of bench/checkpoint.py (`bench/checkpoint.py --restore`, issue 47): a training state
+of --sizes GiB (the save benchmark's: fp32 parameters and AdamW's two moments in 1,152 tensors) is
+committed, then read back by torch_state.restore straight from the store into memory, beside the
+machine's own parallel read of the same bytes in the same run:
+- from a file:// store: the checkpoint's files read whole by as many threads as the restore keeps reads
+  in flight (`cat` of the files in parallel, into memory);
+- from S3 (moto server on 127.0.0.1): the same objects in plain ranged GETs of 16 MiB with the same
+  concurrency.
+Goal: the restore at least 0.8 x that read. Only ratios within one run mean anything on a shared machine;
+moto serves from memory, so the S3 figures measure the client side more than a network.
+
+    .venv/bin/python bench/checkpoint.py --restore [--sizes 1] [--dir /local/disk]
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+from spotguard_agent import Agent, CheckpointStore
+from spotguard_agent.agent import AgentEnv
+from spotguard_agent.dcp_files import BLOCK
+from spotguard_agent.store_s3 import transfer_for
+from spotguard_agent.torch_state import restore, save
+
+CONCURRENCY = 16  # reads in flight, the restore's and the plain read's alike
+
+
+def _agent(uri: str, client: Any = None) -> Agent:
+    env = AgentEnv.load({"SPOTGUARD_CHECKPOINT_URI": uri, "SPOTGUARD_S3_CONCURRENCY": str(CONCURRENCY)})
+    store = CheckpointStore(client, uri, transfer=transfer_for(CONCURRENCY, 1))
+    return Agent(env, store, install_signals=False)
+
+
+def _timed_restore(uri: str, client: Any = None) -> tuple[float, int]:
+    agent = _agent(uri, client)
+    started = time.perf_counter()
+    state = restore(agent)
+    seconds = time.perf_counter() - started
+    assert state is not None and agent.restore_counts is not None
+    read = agent.restore_counts.bytes
+    del state
+    gc.collect()
+    return seconds, read
+
+
+def _parallel_cat(directory: Path) -> float:
+    """Every file of the checkpoint read whole into memory, CONCURRENCY files at a time."""
+    files = [p for p in directory.iterdir() if p.is_file()]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        list(pool.map(lambda p: len(p.read_bytes()), files))
+    return time.perf_counter() - started
+
+
+def _parallel_gets(client: Any, bucket: str, keys: list[tuple[str, int]]) -> float:
+    """The same objects in plain ranged GETs of one block each, CONCURRENCY in flight."""
+    ranges = [(k, s, min(BLOCK, size - s)) for k, size in keys for s in range(0, size, BLOCK)]
+
+    def get(r: tuple[str, int, int]) -> int:
+        key, start, n = r
+        answer = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{start + n - 1}")
+        return len(answer["Body"].read())
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        list(pool.map(get, ranges))
+    return time.perf_counter() - started
+
+
+def run(sizes: list[float], root: Path, client: Any = None, bucket: str = "") -> list[dict[str, float]]:
+    from bench.checkpoint import training_state
+
+    rows = []
+    for gib in sizes:
+        state = training_state(gib, torch.device("cpu"))
+        local = f"file://{tempfile.mkdtemp(prefix='restore-', dir=root)}/"
+        save(_agent(local), 1, 0.5, state, sync=True)
+        row: dict[str, float] = {"gib": gib}
+        directory = Path(local.removeprefix("file://")) / "checkpoints" / "0000000000"
+        _parallel_cat(directory)  # the page cache warm for both, as a restarted task on the same disk
+        row["file_cat_s"] = _parallel_cat(directory)
+        row["file_restore_s"], row["file_read_bytes"] = _timed_restore(local)
+        row["bytes"] = sum(p.stat().st_size for p in directory.iterdir())
+        if client is not None:
+            prefix = f"s3://{bucket}/{os.path.basename(local.rstrip('/'))}/"
+            agent = _agent(prefix, client)
+            save(agent, 1, 0.5, state, sync=True)
+            manifest = agent.store.read_manifest(0)
+            keys = [(agent.store.location.key(0, f.path), f.size) for f in manifest.files]
+            row["s3_gets_s"] = _parallel_gets(client, bucket, keys)
+            row["s3_restore_s"], row["s3_read_bytes"] = _timed_restore(prefix, client)
+        del state
+        gc.collect()
+        rows.append(row)
+    return rows
+
+
+def report(rows: list[dict[str, float]]) -> None:
+    print(f"restore straight into memory, {CONCURRENCY} reads in flight (torch_state.restore):")
+    for r in rows:
+        gb = r["bytes"] / 1e9
+        print(f"  {r['gib']:g} GiB state ({r['bytes'] / 1024**3:.2f} GiB of files):")
+        cat, rest = r["file_cat_s"], r["file_restore_s"]
+        print(
+            f"    file://  restore {rest:6.2f} s ({gb / rest:5.2f} GB/s)   parallel cat {cat:6.2f} s"
+            f" ({gb / cat:5.2f} GB/s)   restore x{cat / rest:.2f} of the read"
+            f"   read {r['file_read_bytes']:,} B"
+        )
+        if "s3_restore_s" in r:
+            gets, rest = r["s3_gets_s"], r["s3_restore_s"]
+            print(
+                f"    S3       restore {rest:6.2f} s ({gb / rest:5.2f} GB/s)   ranged GETs  {gets:6.2f} s"
+                f" ({gb / gets:5.2f} GB/s)   restore x{gets / rest:.2f} of the read"
+                f"   read {r['s3_read_bytes']:,} B"
+            )
