@@ -372,8 +372,8 @@ def main() -> None:
 
 def restore_main(sizes: list[float], where: Path | None) -> None:
     import boto3
+    import restore  # bench/restore.py, beside this script
 
-    from bench import restore
     from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS, MotoServer
 
     os.environ.update(FAKE_CREDENTIALS)
@@ -382,7 +382,8 @@ def restore_main(sizes: list[float], where: Path | None) -> None:
         with MotoServer() as moto:
             s3 = boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1")
             s3.create_bucket(Bucket="bench-restores")
-            restore.report(restore.run(sizes, root, s3, "bench-restores"))
+            state = lambda gib: training_state(gib, torch.device("cpu"))  # noqa: E731
+            restore.report(restore.run(sizes, state, root, s3, "bench-restores"))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

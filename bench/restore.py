@@ -18,11 +18,11 @@ import gc
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import torch
 from spotguard_agent import Agent, CheckpointStore
 from spotguard_agent.agent import AgentEnv
 from spotguard_agent.dcp_files import BLOCK
@@ -74,12 +74,13 @@ def _parallel_gets(client: Any, bucket: str, keys: list[tuple[str, int]]) -> flo
     return time.perf_counter() - started
 
 
-def run(sizes: list[float], root: Path, client: Any = None, bucket: str = "") -> list[dict[str, float]]:
-    from bench.checkpoint import training_state
-
+def run(
+    sizes: list[float], make_state: Callable[[float], Any], root: Path, client: Any = None, bucket: str = ""
+) -> list[dict[str, float]]:
+    """For each size: `make_state(gib)` committed and restored (see the module's doc)."""
     rows = []
     for gib in sizes:
-        state = training_state(gib, torch.device("cpu"))
+        state = make_state(gib)
         local = f"file://{tempfile.mkdtemp(prefix='restore-', dir=root)}/"
         save(_agent(local), 1, 0.5, state, sync=True)
         row: dict[str, float] = {"gib": gib}

@@ -16,13 +16,13 @@ says is CheckpointDamaged (restore passes over the checkpoint); any other failur
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import json
 import pickle
 import threading
 import uuid
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
@@ -39,9 +40,29 @@ from spotguard_agent.manifest import FileEntry, Manifest
 from spotguard_agent.store_errors import CheckpointDamaged
 
 METADATA = ".metadata"  # DCP's file of what is where
-# a range being read: (its offset in the file, the read items it serves, (start, bytes) of each block
-# read for it, its length)
-_Pending = tuple[int, list[ReadItem], list[tuple[int, Future[bytes]]], int]
+READ_BYTES = BLOCK  # adjacent blocks a rank needs are read together, up to this many bytes a request
+
+
+@dataclass
+class _Run:
+    """One ranged read: adjacent blocks of a file, from the first's start to the last's end."""
+
+    path: str
+    blocks: list[tuple[int, int, str | None]]
+    users: int = 0  # ranges still to be loaded that need its bytes
+    future: Future[bytes | bytearray] | None = None
+
+    @property
+    def start(self) -> int:
+        return self.blocks[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.blocks[-1][0] + self.blocks[-1][1]
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
 
 
 @dataclass
@@ -70,6 +91,8 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         self.storage_data: dict[Any, Any] = {}
         self.load_id = uuid.uuid4().hex
         self._blocks: dict[str, dict[str, list[tuple[int, int, str]]]] = {}  # blocks file -> its files'
+        self._checked: dict[str, list[tuple[int, int, str]]] = {}  # a data file's blocks, checked
+        self._starts: dict[str, list[int]] = {}  # where each of them starts
         self._whole: dict[str, bytes] = {}  # the small files read whole (.metadata: read more than once)
         self._lock = threading.Lock()
 
@@ -124,56 +147,88 @@ class StoreReader(StorageReader):  # type: ignore[misc]
     def _fetched(
         self, pool: ThreadPoolExecutor, ranges: list[tuple[tuple[str, int, int], list[ReadItem]]]
     ) -> Iterator[tuple[memoryview, list[ReadItem]]]:
-        """Each range's bytes, in order, while the next ones are read (at most `window` bytes ahead)."""
-        pending: deque[tuple[_Pending, int]] = deque()
-        ahead = 0
-        for (path, offset, length), items in ranges:
-            spans = self._spans(path, offset, length)
-            futures = [(start, pool.submit(self._read, path, start, size, sha)) for start, size, sha in spans]
-            fetched = sum(size for _, size, _ in spans)
-            pending.append(((offset, items, futures, length), fetched))
-            ahead += fetched
-            while ahead > self.window and len(pending) > 1:
-                entry, fetched = pending.popleft()
-                ahead -= fetched
-                yield self._joined(entry)
-        while pending:
-            yield self._joined(pending.popleft()[0])
+        """Each range's bytes, in order, while the next reads run (at most `window` bytes ahead of the
+        one being loaded); a read's bytes are let go once every range that needs them is loaded."""
+        reads, jobs = self._plan(ranges)
+        submitted = ahead = 0
+        for offset, length, items, needed in jobs:
+            last = max(needed, default=-1)
+            while submitted < len(reads) and (submitted <= last or ahead < self.window):
+                run = reads[submitted]
+                run.future = pool.submit(self._read_run, run)
+                ahead += run.size
+                submitted += 1
+            yield _assembled(reads, needed, offset, length), items
+            for i in needed:
+                reads[i].users -= 1
+                if reads[i].users == 0:
+                    reads[i].future = None
+                    ahead -= reads[i].size
 
-    @staticmethod
-    def _joined(entry: _Pending) -> tuple[memoryview, list[ReadItem]]:
-        offset, items, futures, length = entry
-        if len(futures) == 1 and futures[0][0] == offset:
-            data = futures[0][1].result()
-            if len(data) == length:
-                return memoryview(data), items
-        out = bytearray(length)
-        for start, future in futures:
-            block = memoryview(future.result())
-            lo, hi = max(start, offset), min(start + len(block), offset + length)
-            out[lo - offset : hi - offset] = block[lo - start : hi - start]
-        return memoryview(out), items
+    def _plan(
+        self, ranges: list[tuple[tuple[str, int, int], list[ReadItem]]]
+    ) -> tuple[list[_Run], list[tuple[int, int, list[ReadItem], list[int]]]]:
+        """The reads (runs of adjacent blocks of a file, up to READ_BYTES each, every block read once)
+        and, for each range in order, (offset, length, its items, the reads it needs)."""
+        reads: list[_Run] = []
+        where: dict[tuple[str, int], int] = {}  # (file, block start) -> its read
+        jobs = []
+        for (path, offset, length), items in ranges:
+            needed: list[int] = []
+            for block in self._spans(path, offset, length):
+                key = (path, block[0])
+                if key not in where:
+                    last = reads[-1] if reads else None
+                    if (
+                        last
+                        and last.path == path
+                        and last.end == block[0]
+                        and last.size + block[1] <= READ_BYTES
+                    ):
+                        last.blocks.append(block)
+                    else:
+                        reads.append(_Run(path, [block]))
+                    where[key] = len(reads) - 1
+                if where[key] not in needed:
+                    needed.append(where[key])
+            for i in needed:
+                reads[i].users += 1
+            jobs.append((offset, length, items, needed))
+        return reads, jobs
 
     def _spans(self, path: str, offset: int, length: int) -> list[tuple[int, int, str | None]]:
-        """The reads that cover [offset, offset + length) of `path`: its blocks there, each with its
-        sha256; a file without blocks read whole (its sha256 is the file's)."""
+        """The blocks of `path` that cover [offset, offset + length), each with its sha256; a file
+        without blocks is one block (its sha256 is the file's)."""
         entry = self._entry(path)
         if offset < 0 or length < 0 or offset + length > entry.size:
             raise CheckpointDamaged(f"{path}: an item at {offset}+{length} lies past its {entry.size} bytes")
+        if length == 0:
+            return []
         blocks = self._blocks_of(entry)
         if blocks is None:
             return [(0, entry.size, entry.sha256)]
-        end = offset + length
-        spans = [(s, n, h) for s, n, h in blocks if s < end and s + n > offset]
-        return spans or [(offset, 0, hashlib.sha256().hexdigest())]
+        starts = self._starts[path]
+        first = bisect.bisect_right(starts, offset) - 1
+        last = bisect.bisect_left(starts, offset + length)
+        return list(blocks[max(first, 0) : last])
 
-    def _read(self, path: str, start: int, size: int, sha256: str | None) -> bytes:
+    def _read_run(self, run: _Run) -> bytes | bytearray:
+        """One ranged read of adjacent blocks, each block checked against its sha256."""
+        return self._read(run.path, run.start, run.size, run.blocks)
+
+    def _read(
+        self, path: str, start: int, size: int, blocks: list[tuple[int, int, str | None]]
+    ) -> bytes | bytearray:
         data = self.store.backend.get_range(
             self.store.location.key(self.manifest.sequence, path), start, size
         )
         self.counts.add(len(data))
-        if len(data) != size or (sha256 is not None and hashlib.sha256(data).hexdigest() != sha256):
-            raise CheckpointDamaged(f"{path}: bytes {start}-{start + size} do not match their sha256")
+        if len(data) != size:
+            raise CheckpointDamaged(f"{path}: shorter than its manifest says (bytes {start}-{start + size})")
+        view = memoryview(data)
+        for at, n, sha256 in blocks:
+            if sha256 is not None and hashlib.sha256(view[at - start : at - start + n]).hexdigest() != sha256:
+                raise CheckpointDamaged(f"{path}: bytes {at}-{at + n} do not match their sha256")
         return data
 
     def whole(self, path: str) -> bytes:
@@ -182,7 +237,7 @@ class StoreReader(StorageReader):  # type: ignore[misc]
             held = self._whole.get(path)
         if held is None:
             entry = self._entry(path)
-            held = self._read(path, 0, entry.size, entry.sha256)
+            held = bytes(self._read(path, 0, entry.size, [(0, entry.size, entry.sha256)]))
             with self._lock:
                 self._whole[path] = held
         return held
@@ -194,8 +249,13 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         return entry
 
     def _blocks_of(self, entry: FileEntry) -> list[tuple[int, int, str]] | None:
+        """`entry`'s blocks, checked once to cover the file end to end; None: it has none."""
         if entry.blocks is None:
             return None
+        with self._lock:
+            checked = self._checked.get(entry.path)
+        if checked is not None:
+            return checked
         with self._lock:
             listing = self._blocks.get(entry.blocks)
         if listing is None:
@@ -205,7 +265,29 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         blocks = listing.get(entry.path)
         if blocks is None or not _tiles(blocks, entry.size):
             raise CheckpointDamaged(f"{entry.blocks} does not list {entry.path}'s blocks end to end")
+        with self._lock:
+            self._checked[entry.path] = blocks
+            self._starts[entry.path] = [s for s, _, _ in blocks]
         return blocks
+
+
+def _assembled(reads: list[_Run], needed: list[int], offset: int, length: int) -> memoryview:
+    """Bytes [offset, offset + length) of a file, from the reads that cover them (a slice of one read,
+    without a copy, when one covers it all)."""
+    if length == 0:
+        return memoryview(b"")
+    runs = [reads[i] for i in needed]
+    if len(runs) == 1 and runs[0].start <= offset and offset + length <= runs[0].end:
+        run = runs[0]
+        assert run.future is not None
+        return memoryview(run.future.result())[offset - run.start : offset - run.start + length]
+    out = bytearray(length)
+    for run in runs:
+        assert run.future is not None
+        data = memoryview(run.future.result())
+        lo, hi = max(run.start, offset), min(run.end, offset + length)
+        out[lo - offset : hi - offset] = data[lo - run.start : hi - run.start]
+    return memoryview(out)
 
 
 def _parse_blocks(name: str, body: bytes) -> dict[str, list[tuple[int, int, str]]]:
@@ -226,16 +308,62 @@ def _tiles(blocks: list[tuple[int, int, str]], size: int) -> bool:
 
 
 def _load(planner: LoadPlanner, item: ReadItem, data: memoryview) -> None:
-    """One read item into the state, as DCP's own FileSystemReader does it."""
+    """One read item into the state, as DCP's own FileSystemReader does it, but read from `data` in
+    place (io.BytesIO would copy it first), and a whole tensor loaded for a planner that can take it
+    as it is (WholePlanner) is not copied again."""
     if item.type == LoadItemType.BYTE_IO:
         planner.load_bytes(item, io.BytesIO(data))
         return
-    tensor = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    tensor = narrow_tensor_by_index(tensor, item.storage_offsets, item.lengths)
+    stored = torch.load(_View(data), map_location="cpu", weights_only=True)
+    if isinstance(planner, WholePlanner) and planner.adopt(item, stored):
+        return
+    tensor = narrow_tensor_by_index(stored, item.storage_offsets, item.lengths)
     target = planner.resolve_tensor(item).detach()
     if target.size() != tensor.size():
         raise CheckpointDamaged(
-            f"{item.storage_index.fqn}: stored as {tuple(tensor.size())}, wanted {target.size()}"
+            f"{item.storage_index.fqn}: stored as {tuple(tensor.size())}, wanted {tuple(target.size())}"
         )
     target.copy_(tensor)
     planner.commit_tensor(item, target)
+
+
+class WholePlanner(_EmptyStateDictLoadPlanner):  # type: ignore[misc]
+    """DCP's planner of a load of whole tensors (torch_state.load without `into`), which takes a tensor
+    stored in one piece as torch.load made it rather than copy it into one it made."""
+
+    def adopt(self, item: ReadItem, tensor: torch.Tensor) -> bool:
+        fqn = item.storage_index.fqn
+        mine = self.state_dict.get(fqn)
+        whole = isinstance(mine, torch.Tensor) and tensor.size() == mine.size() and tensor.dtype == mine.dtype
+        if not whole or any(item.dest_offsets) or any(item.storage_offsets):
+            return False
+        self.state_dict[fqn] = tensor
+        return True
+
+
+class _View(io.RawIOBase):
+    """A read-only, seekable file over a memoryview, with no copy of it (io.BytesIO would copy)."""
+
+    def __init__(self, data: memoryview) -> None:
+        super().__init__()
+        self.data, self.at = data, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), len(self.data) - self.at)
+        memoryview(b).cast("B")[:n] = self.data[self.at : self.at + n]
+        self.at += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.at, io.SEEK_END: len(self.data)}[whence]
+        self.at = max(0, base + offset)
+        return self.at
+
+    def tell(self) -> int:
+        return self.at

@@ -229,9 +229,11 @@ def _load_with(reader: Callable[[], Any], into: dict[str, Any] | None) -> dict[s
 
 
 def _read_whole(reader: Any, keys: set[str]) -> dict[str, Any]:
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
+    from spotguard_agent.dcp_reader import WholePlanner
+
     out: dict[str, Any] = {}
-    _load_state_dict(out, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(keys=keys), no_dist=True)
-    return out
+    planner = WholePlanner(keys=keys)
+    _load_state_dict(out, storage_reader=reader, planner=planner, no_dist=True)
+    return {k: planner.state_dict.get(k, v) for k, v in out.items()}

@@ -162,6 +162,7 @@ def test_a_checkpoint_of_an_earlier_agent_without_blocks_still_restores(tmp_path
     assert got is not None and torch.equal(got["model"]["b"], _state(1)["model"]["b"])
 
 
+@pytest.mark.slow  # a process of its own, which imports torch
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("mount"), reason="mounting a small tmpfs needs root"
 )
