@@ -175,6 +175,9 @@ class Agent(Signals, Commits, Restores):
         self._outcome_written = False
         self.restored: Manifest | None = None
         self.restore_counts: Any = None  # what torch_state.restore read (dcp_reader.ReadCounts)
+        self.restore_seconds: float | None = None  # how long the last restore took
+        # from the process's start to the end of the first step after a restore (said once, FirstStep)
+        self.first_step_seconds: float | None = None
         self.snapshot_seconds = 0.0  # the last snapshot's stall (torch_state), part of a commit's cost
         self.host_buffers: Any = None  # torch_state's reused host buffers (pinned on a GPU machine)
         self._stop = threading.Event()  # SIGTERM: checkpoint, then exit 75
@@ -231,6 +234,7 @@ class Agent(Signals, Commits, Restores):
         In a job of several ranks every rank calls it: rank 0 chooses the checkpoint (with the fall-backs
         below), and the same one is put in every rank's `into` (once for the ranks that name the same
         directory on the same machine); when any rank cannot, every rank raises the same RestoreFailed."""
+        began = time.monotonic()
         if self.ranks.distributed:
             manifest = self._restore_ranks(Path(into))
         else:
@@ -242,6 +246,7 @@ class Agent(Signals, Commits, Restores):
             log.info("restored checkpoint %s (%s %s)", manifest.sequence, self.step_name, manifest.step)
         self.restored = manifest
         self._last_commit = time.monotonic()
+        self.restore_seconds = self._last_commit - began
         return manifest
 
     def _restore_here(self, into: Path, resume_from: str | None) -> Manifest | tuple[str, int] | None:

@@ -51,6 +51,7 @@ class Restores:
     store: CheckpointStore
     ranks: Ranks
     restored: Manifest | None
+    restore_seconds: float | None
     _last_commit: float
 
     if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class Restores:
         fresh start. Raises RestoreFailed as Agent.restore does."""
         from spotguard_agent.agent import RestoreFailed
 
+        began = time.monotonic()
         coll = self._coll() if self.ranks.distributed else None
         agree = (lambda x: coll.gather(x, commit=False)) if coll is not None else (lambda x: [x])
         share = (lambda x: coll.broadcast(x, commit=False)) if coll is not None else (lambda x: x)
@@ -86,6 +88,7 @@ class Restores:
             self.store.restored = sequence
             self.restored = manifest
             self._last_commit = time.monotonic()
+            self.restore_seconds = self._last_commit - began
             if self.ranks.leader:
                 log.info("restored checkpoint %s (step %s) into the state", manifest.sequence, manifest.step)
             return manifest, outcome[0]

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
+import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -38,6 +41,8 @@ class Signals:
     exit_code: int
     step_name: str
     restored: Manifest | None
+    restore_seconds: float | None
+    first_step_seconds: float | None
     last: Committed | None
     snapshot_seconds: float
     cost_seconds: float | None
@@ -99,6 +104,7 @@ class Signals:
         interval; in a job of several ranks, one answer for all of them (call it in every rank at every
         step boundary). After a stop, False when the checkpoint cannot commit within the stop budget."""
         self._poll_control()
+        self._first_step_done()
         if self._kept:
             return False
         stop, save = self._stop.is_set(), self._save.is_set()
@@ -121,6 +127,21 @@ class Signals:
                 self._keep_last(estimate, left)
                 return False
         return stop or save or due
+
+    def _first_step_done(self) -> None:
+        """At the end of the first step after a restore (the first should_save), say once how long the
+        process took from its start to there, and the restore's share: what a job waits after each
+        interruption before it trains again (`spotguard local run` prints it for each attempt)."""
+        if self.first_step_seconds is not None or self.restored is None:
+            return
+        self.first_step_seconds = max(0.0, time.time() - process_started())
+        if self.ranks.leader:
+            print(
+                f"spotguard-agent: first step after the restore: {self.first_step_seconds:.2f} s from the "
+                f"process's start (restore {self.restore_seconds or 0.0:.2f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _keep_last(self, estimate: float, left: float) -> None:
         self._kept = True
@@ -213,6 +234,21 @@ class Signals:
             self._outcome_written = True
         except OSError as exc:
             log.warning("could not tell the wrapper the outcome (%s)", exc)
+
+
+def process_started() -> float:
+    """This process's start, in Unix seconds: from /proc (Linux: its age since it began, to 10 ms);
+    elsewhere, when this module was loaded."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # starttime: field 22, clock ticks since boot
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return _LOADED
+
+
+_LOADED = time.time()
 
 
 def signal_safe_ignore_usr1() -> None:

@@ -38,8 +38,6 @@ import functools
 import logging
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -51,7 +49,7 @@ from typing import Any, Literal, TypeVar
 from boto3.s3.transfer import TransferConfig
 
 from spotguard_agent.manifest import MANIFEST, FileEntry, Manifest, list_files, sha256_of
-from spotguard_agent.restore_target import _check_target, _put_in_place
+from spotguard_agent.restore_target import _check_target, download_verified
 from spotguard_agent.store_errors import (
     _READ_ERRORS,
     CheckpointDamaged,
@@ -303,7 +301,7 @@ class CheckpointStore:
         if resume_from:
             self._sequence_of(resume_from)
         _check_target(into)
-        found = self.restore_with(functools.partial(self._download_verified, into=into), resume_from, job_id)
+        found = self.restore_with(functools.partial(self.download_verified, into=into), resume_from, job_id)
         return None if found is None else found[0]
 
     def restore_with(
@@ -392,29 +390,10 @@ class CheckpointStore:
             raise StoreError(f"SPOTGUARD_RESUME_FROM {manifest_uri!r} is not a manifest under {prefix}")
         return int(m[1])
 
-    def _download_verified(self, manifest: Manifest, into: Path) -> None:
+    def download_verified(self, manifest: Manifest, into: Path) -> None:
         """`manifest`'s files, downloaded beside `into`, verified, and put in place there."""
-        into.parent.mkdir(parents=True, exist_ok=True)
-        # a volume mounted at the target (an EBS volume, a container's mount): staged on it, so that its
-        # files move in by rename (across devices they could not)
-        mounted = into.is_dir() and os.path.ismount(into)
-        staging = Path(tempfile.mkdtemp(prefix=".spotguard-restore-", dir=into if mounted else into.parent))
-        try:
-            pairs = []
-            for e in manifest.files:
-                target = staging / e.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                pairs.append((self.location.key(manifest.sequence, e.path), target))
-            self.backend.get_files(pairs)
-            for e in manifest.files:
-                p = staging / e.path
-                if p.stat().st_size != e.size or sha256_of(p) != e.sha256:
-                    raise CheckpointDamaged(f"{e.path} does not match its manifest")
-            _check_target(into)  # again: nothing may have put a link there meanwhile
-            _put_in_place(staging, into)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+        pairs = [(self.location.key(manifest.sequence, e.path), e) for e in manifest.files]
+        download_verified(self.backend.get_files, pairs, into)
 
 
 _FOREIGN = "belongs to job"

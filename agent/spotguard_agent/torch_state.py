@@ -184,7 +184,7 @@ def restore(agent: Agent, into: dict[str, Any] | None = None) -> dict[str, Any] 
     def read(manifest: Manifest) -> dict[str, Any]:
         if not any(e.blocks for e in manifest.files):
             with tempfile.TemporaryDirectory(prefix="spotguard-restore-") as tmp:
-                agent.store._download_verified(manifest, Path(tmp) / "checkpoint")
+                agent.store.download_verified(manifest, Path(tmp) / "checkpoint")
                 return load(Path(tmp) / "checkpoint", into=into)
         reader = StoreReader(agent.store, manifest, concurrency=agent.store.transfer.max_concurrency)
         agent.restore_counts = reader.counts

@@ -4,7 +4,8 @@ arrive, with no local copy of the checkpoint.
 
 The sharded jobs run as torchrun runs them (gloo on the CPU, tests/agent/shards.py): a state of two
 DTensors split by rows across the ranks. A node of a 4-node gang restores one rank's share here: the
-bytes one node reads are its ranks' (each process stands for a node)."""
+bytes one node reads are its ranks' (each process stands for a node). Eight ranks of one machine commit
+and restore together, each its eighth."""
 
 from __future__ import annotations
 
@@ -64,7 +65,11 @@ def _metadata(store: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("saved", "restored"), [(2, 2), (2, 1), (4, 4)], ids=["2->2", "2->1", "4 nodes"])
+@pytest.mark.parametrize(
+    ("saved", "restored"),
+    [(2, 2), (2, 1), (4, 4), (8, 8)],
+    ids=["2->2", "2->1", "4 nodes", "8 ranks of one machine"],
+)
 def test_each_rank_reads_only_the_shards_it_loads(tmp_path: Path, saved: int, restored: int):
     rows = _sharded(tmp_path / "store", saved, restored)
     total, meta = rows[0]["total"], _metadata(tmp_path / "store")

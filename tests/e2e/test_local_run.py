@@ -150,3 +150,20 @@ def test_a_script_that_exits_0_on_sigterm_without_a_checkpoint_dir_is_told_what_
     assert done.returncode == 1, done.stderr
     assert "what is missing: the command exited 0 after SpotGuard's SIGTERM" in done.stdout, done.stdout
     assert "--checkpoint-dir DIR" in done.stdout and "run FAILED" in done.stdout
+
+
+def test_a_script_with_the_agents_library_is_told_how_long_its_resume_took(tmp_path: Path):
+    """examples/train.py restores straight from the store (torch_state.restore); the second attempt's
+    container start to its first training step is printed, with the restore's share (issue 47)."""
+    pytest.importorskip("torch")
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    command = [sys.executable, "-m", "spotguard_cli.main", "local", "run", "--interrupt-at", "4"]
+    command += ["--", "python", str(examples / "train.py"), "--steps", "300", "--out", str(tmp_path / "w.pt")]
+    command += ["--step-seconds", "0.05"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "attempt 2: container start -> first training step" in done.stdout, done.stdout[-3000:]
+    first = [line for line in done.stdout.splitlines() if line.startswith("attempt 2: container start")]
+    seconds, restore = (float(x) for x in first[0].replace(",", "").split() if x.replace(".", "").isdigit())
+    assert 0 < restore <= seconds, first

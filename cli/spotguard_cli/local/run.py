@@ -33,6 +33,10 @@ INSTANCE_TYPES = {1: "g5.xlarge", 2: "g5.12xlarge", 3: "g5.12xlarge", 4: "g5.12x
 DEFAULT_INTERRUPT_SECONDS = 10.0
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 OUTPUT_LINES = 8  # of each attempt's output, printed beside the proof
+FIRST_STEP = re.compile(
+    r"first step after the restore: (?P<first>[\d.]+) s from the process's start "
+    r"\(restore (?P<restore>[\d.]+) s\)"
+)
 
 
 def add_parser(actions: Any) -> None:
@@ -305,11 +309,7 @@ def _result(
                 all(found == [] for found in starts),
             )
         )
-    outputs = []
-    for x in attempts:
-        log = work / f"task-{x.task_arn.rsplit('/', 1)[-1][:8]}.log"
-        text = log.read_text(errors="replace") if log.exists() else ""
-        outputs.append({"attempt": x.number, "log": str(log), "tail": text.splitlines()[-OUTPUT_LINES:]})
+    outputs = [_output(work, x.number, x.task_arn) for x in attempts]
     hint = None
     if status.state == "succeeded" and len(attempts) == 1 and not wrapped:
         # issue 45, item 18: "[ok] the job succeeded" beside "run FAILED", and nothing said why
@@ -337,6 +337,21 @@ def _result(
     }
 
 
+def _output(work: Path, number: int, task_arn: str) -> dict[str, Any]:
+    """An attempt's output: its log, its last lines, and (the agent's library says it after a restore,
+    issue 47) its container start to first training step, with the restore's share."""
+    log = work / f"task-{task_arn.rsplit('/', 1)[-1][:8]}.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    first = FIRST_STEP.search(text)
+    return {
+        "attempt": number,
+        "log": str(log),
+        "tail": text.splitlines()[-OUTPUT_LINES:],
+        "first_step_seconds": float(first["first"]) if first else None,
+        "restore_seconds": float(first["restore"]) if first else None,
+    }
+
+
 def _started_with(work: Path, job_id: str, attempt: int) -> list[str] | None:
     """What the attempt's checkpoint directory held when its container started, before the agent restored
     anything (local/container.py); None without a checkpoint directory (or a record)."""
@@ -361,6 +376,12 @@ def _print(result: dict[str, Any]) -> None:
     print("\nproof:")
     for p in result["proof"]:
         print(f"  [{'ok' if p['passed'] else 'FAILED'}] {p['check']}")
+    for out in result["output"]:
+        if out.get("first_step_seconds") is not None:
+            print(
+                f"\nattempt {out['attempt']}: container start -> first training step "
+                f"{out['first_step_seconds']:.2f} s, of which the restore {out['restore_seconds']:.2f} s"
+            )
     if facts["resumed_from"]:
         lost = facts["seconds_lost"]
         ran_on = f"; the first attempt stopped {lost:.1f} s after its last commit" if lost is not None else ""
