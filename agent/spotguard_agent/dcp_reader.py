@@ -1,7 +1,7 @@
 """DCP's reader of a committed checkpoint straight from the store (S3 or a file:// directory), with no
 local copy: each rank fetches only the items its load plan names (its own shards when the world size is
 the same; the overlapping ones when DCP reshards to another), with parallel ranged reads, each block
-verified against its sha256 as it arrives (spotguard_agent.dcp_files writes the blocks at save time).
+verified against its CRC32 as it arrives (spotguard_agent.dcp_files writes the blocks at save time).
 
 - `.metadata` and the blocks files are small: read whole, verified against the manifest's sha256.
 - A data file's item is read as the blocks that cover it (an item is a whole number of blocks: they end
@@ -23,6 +23,7 @@ import json
 import pickle
 import threading
 import uuid
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -197,8 +198,8 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         return reads, jobs
 
     def _spans(self, path: str, offset: int, length: int) -> list[tuple[int, int, str | None]]:
-        """The blocks of `path` that cover [offset, offset + length), each with its sha256; a file
-        without blocks is one block (its sha256 is the file's)."""
+        """The blocks of `path` that cover [offset, offset + length), each with its CRC32; a file
+        without blocks is one block, checked against the file's sha256."""
         entry = self._entry(path)
         if offset < 0 or length < 0 or offset + length > entry.size:
             raise CheckpointDamaged(f"{path}: an item at {offset}+{length} lies past its {entry.size} bytes")
@@ -213,7 +214,7 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         return list(blocks[max(first, 0) : last])
 
     def _read_run(self, run: _Run) -> bytes | bytearray:
-        """One ranged read of adjacent blocks, each block checked against its sha256."""
+        """One ranged read of adjacent blocks, each block checked against its CRC32."""
         return self._read(run.path, run.start, run.size, run.blocks)
 
     def _read(
@@ -226,9 +227,9 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         if len(data) != size:
             raise CheckpointDamaged(f"{path}: shorter than its manifest says (bytes {start}-{start + size})")
         view = memoryview(data)
-        for at, n, sha256 in blocks:
-            if sha256 is not None and hashlib.sha256(view[at - start : at - start + n]).hexdigest() != sha256:
-                raise CheckpointDamaged(f"{path}: bytes {at}-{at + n} do not match their sha256")
+        for at, n, digest in blocks:
+            if not _matches(view[at - start : at - start + n], digest):
+                raise CheckpointDamaged(f"{path}: bytes {at}-{at + n} do not match their checksum")
         return data
 
     def whole(self, path: str) -> bytes:
@@ -290,9 +291,21 @@ def _assembled(reads: list[_Run], needed: list[int], offset: int, length: int) -
     return memoryview(out)
 
 
+def _matches(data: memoryview, digest: str | None) -> bool:
+    """Does `data` have this digest: a CRC32 (8 hex digits: a block), or a sha256 (64: a whole file)?"""
+    if digest is None:
+        return True
+    if len(digest) == 8:
+        return f"{zlib.crc32(data):08x}" == digest
+    return hashlib.sha256(data).hexdigest() == digest
+
+
 def _parse_blocks(name: str, body: bytes) -> dict[str, list[tuple[int, int, str]]]:
     try:
-        files = json.loads(body)["files"]
+        listing = json.loads(body)
+        if listing.get("checksum") != "crc32":
+            raise ValueError(f"blocks checked by {listing.get('checksum')!r}, not crc32")
+        files = listing["files"]
         return {p: [(int(s), int(n), str(h)) for s, n, h in b] for p, b in files.items()}
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointDamaged(f"{name} is not a list of blocks ({exc})") from None
