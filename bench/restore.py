@@ -9,6 +9,10 @@ machine's own parallel read of the same bytes in the same run:
 Goal: the restore at least 0.8 x that read. Only ratios within one run mean anything on a shared machine;
 moto serves from memory, so the S3 figures measure the client side more than a network.
 
+Then the time a job waits after an interruption: a new process (python, torch, the agent) restores the
+file:// checkpoint and takes one step; the agent's own line gives its start -> first step, and the
+restore's share. Goal: at most the restore's time + 5 s.
+
     .venv/bin/python bench/checkpoint.py --restore [--sizes 1] [--dir /local/disk]
 """
 
@@ -16,6 +20,9 @@ from __future__ import annotations
 
 import gc
 import os
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -74,6 +81,35 @@ def _parallel_gets(client: Any, bucket: str, keys: list[tuple[str, int]]) -> flo
     return time.perf_counter() - started
 
 
+FIRST_STEP = re.compile(
+    r"first step after the restore: ([\d.]+) s from the process's start \(restore ([\d.]+) s\)"
+)
+RESUMED = """
+import torch
+from spotguard_agent import Agent
+from spotguard_agent.torch_state import restore
+agent = Agent.from_env()
+state = restore(agent)
+assert state is not None
+loss = sum(float(t.flatten()[0]) for t in state["model"].values())  # one step's worth of work
+agent.should_save()  # the step boundary: the agent says how long the process took to get here
+"""
+
+
+def first_step(uri: str) -> tuple[float, float]:
+    """(start -> first step, the restore's share) of a new process resuming from `uri`, in seconds."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTGUARD_")}
+    env.update(
+        SPOTGUARD_CHECKPOINT_URI=uri, SPOTGUARD_WATCH_METADATA="false", AWS_EC2_METADATA_DISABLED="true"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", RESUMED], env=env, capture_output=True, text=True, check=True
+    )
+    found = FIRST_STEP.search(done.stderr)
+    assert found, done.stderr[-2000:]
+    return float(found[1]), float(found[2])
+
+
 def run(
     sizes: list[float], make_state: Callable[[float], Any], root: Path, client: Any = None, bucket: str = ""
 ) -> list[dict[str, float]]:
@@ -89,6 +125,7 @@ def run(
         row["file_cat_s"] = _parallel_cat(directory)
         row["file_restore_s"], row["file_read_bytes"] = _timed_restore(local)
         row["bytes"] = sum(p.stat().st_size for p in directory.iterdir())
+        row["first_step_s"], row["first_restore_s"] = first_step(local)
         if client is not None:
             prefix = f"s3://{bucket}/{os.path.basename(local.rstrip('/'))}/"
             agent = _agent(prefix, client)
@@ -113,6 +150,11 @@ def report(rows: list[dict[str, float]]) -> None:
             f"    file://  restore {rest:6.2f} s ({gb / rest:5.2f} GB/s)   parallel cat {cat:6.2f} s"
             f" ({gb / cat:5.2f} GB/s)   restore x{cat / rest:.2f} of the read"
             f"   read {r['file_read_bytes']:,} B"
+        )
+        first, rest = r["first_step_s"], r["first_restore_s"]
+        print(
+            f"    a new process resuming from file://: start -> first step {first:6.2f} s, the restore"
+            f" {rest:.2f} s of it (goal, the restore + 5 s: {'met' if first <= rest + 5 else 'NOT met'})"
         )
         if "s3_restore_s" in r:
             gets, rest = r["s3_gets_s"], r["s3_restore_s"]

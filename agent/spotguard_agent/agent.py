@@ -1,7 +1,8 @@
 """The agent for training loops: restore at start, know when to save, save and commit.
 
     agent = Agent.from_env()                # SPOTGUARD_* from the task's environment
-    restored = agent.restore(workdir)       # the newest committed checkpoint, or None for a fresh start
+    state = torch_state.restore(agent)      # the newest committed checkpoint's state, None: a fresh start
+    # (or agent.restore(workdir): its files, downloaded and verified into a directory)
     for step in range(first, steps):
         ...one training step...
         if agent.should_save():             # SIGTERM, SIGUSR1, or the periodic interval
