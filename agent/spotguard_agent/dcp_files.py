@@ -251,7 +251,7 @@ class HashingFileSystem(FileSystem):  # type: ignore[misc]
         # streamed: a checkpoint's sequence is new, so nothing of it exists yet
         return False if self._open is not None else bool(super().exists(path))
 
-    def entries(self, rank: int = 0) -> list[FileEntry]:
+    def entries(self, rank: int = 0, skeleton_sha256: str = "") -> list[FileEntry]:
         """Every file written, with its size and sha256, and the file of their blocks (BLOCKS_FILE,
         written here, last) named by each: what this process adds to the checkpoint's manifest."""
         with self._lock:
@@ -261,7 +261,9 @@ class HashingFileSystem(FileSystem):  # type: ignore[misc]
         if not files or self._directory is None:
             return []
         blocks = BLOCKS_FILE.format(rank=rank)
-        listing = {"checksum": "crc32", "files": {name: b for name, (_, _, b) in files.items()}}
+        listing: dict[str, Any] = {"checksum": "crc32", "files": {n: b for n, (_, _, b) in files.items()}}
+        if skeleton_sha256:  # torch_state's: checked before the skeleton is unpickled
+            listing["skeleton_sha256"] = skeleton_sha256
         body = json.dumps(listing, separators=(",", ":"))
         with self.create_stream(self._directory / blocks, "wb") as stream:
             stream.write(body.encode())

@@ -22,6 +22,7 @@ import io
 import json
 import pickle
 import threading
+import time
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -36,9 +37,18 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
 
-from spotguard_agent.dcp_files import BLOCK
+from spotguard_agent.dcp_files import BLOCK, BLOCKS_FILE
 from spotguard_agent.manifest import FileEntry, Manifest
-from spotguard_agent.store_errors import CheckpointDamaged
+from spotguard_agent.store_errors import _READ_ERRORS, CheckpointDamaged, is_damage, is_transient
+
+RUN_TRIES = 3  # of one ranged read that fails in a way that may pass
+RUN_PAUSE = 0.2  # seconds before the second try, doubled before the third
+
+
+class NotReadable(RuntimeError):
+    """The checkpoint is in a form this agent does not read (DCP's transforms), or the store does not
+    answer ranged reads: no damage (the previous checkpoint would fail alike), and no retry mends it."""
+
 
 METADATA = ".metadata"  # DCP's file of what is where
 READ_BYTES = BLOCK  # adjacent blocks a rank needs are read together, up to this many bytes a request
@@ -91,7 +101,9 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         self.counts = ReadCounts()
         self.storage_data: dict[Any, Any] = {}
         self.load_id = uuid.uuid4().hex
-        self._blocks: dict[str, dict[str, list[tuple[int, int, str]]]] = {}  # blocks file -> its files'
+        self._blocks: dict[
+            str, dict[str, list[tuple[int, int, str]]] | None
+        ] = {}  # blocks file -> its files'
         self._checked: dict[str, list[tuple[int, int, str]]] = {}  # a data file's blocks, checked
         self._starts: dict[str, list[int]] = {}  # where each of them starts
         self._whole: dict[str, bytes] = {}  # the small files read whole (.metadata: read more than once)
@@ -105,7 +117,7 @@ class StoreReader(StorageReader):  # type: ignore[misc]
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
         return False  # made for one manifest, never picked by DCP for a path
 
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+    def read_metadata(self) -> Metadata:  # no `rank=`: DCP then never reads it per rank on its own
         metadata = pickle.loads(self.whole(METADATA))  # verified against the manifest first
         if not isinstance(metadata, Metadata):
             raise CheckpointDamaged(f"{METADATA} is not DCP's metadata")
@@ -128,9 +140,7 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         for item in plan.items:
             info = self.storage_data[item.storage_index]
             if getattr(info, "transform_descriptors", None):
-                raise CheckpointDamaged(
-                    f"{info.relative_path}: stored with transforms this agent does not read"
-                )
+                raise NotReadable(f"{info.relative_path}: stored with transforms this agent does not read")
             ranges.setdefault((info.relative_path, info.offset, info.length), []).append(item)
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="spotguard-restore") as pool:
             try:
@@ -214,8 +224,27 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         return list(blocks[max(first, 0) : last])
 
     def _read_run(self, run: _Run) -> bytes | bytearray:
-        """One ranged read of adjacent blocks, each block checked against its CRC32."""
-        return self._read(run.path, run.start, run.size, run.blocks)
+        """One ranged read of adjacent blocks, each block checked against its CRC32; tried again, after a
+        short pause, when it failed in a way that may pass (botocore retries each request, but not a
+        body cut short), so that one such read among thousands does not send every rank back to the
+        start."""
+        for attempt in range(RUN_TRIES):
+            try:
+                return self._read(run.path, run.start, run.size, run.blocks)
+            except _READ_ERRORS as exc:
+                if is_damage(exc) or not is_transient(exc) or attempt == RUN_TRIES - 1:
+                    raise
+                time.sleep(RUN_PAUSE * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def check_skeleton(self, rank: int, blob: bytes) -> None:
+        """torch_state's skeleton of `rank` has the sha256 its blocks file says, when it says one."""
+        name = BLOCKS_FILE.format(rank=rank)
+        if name not in self.files:
+            return
+        want = json.loads(self.whole(name)).get("skeleton_sha256")
+        if want and hashlib.sha256(blob).hexdigest() != want:
+            raise CheckpointDamaged(f"rank {rank}'s skeleton does not match its sha256")
 
     def _read(
         self, path: str, start: int, size: int, blocks: list[tuple[int, int, str | None]]
@@ -224,8 +253,10 @@ class StoreReader(StorageReader):  # type: ignore[misc]
             self.store.location.key(self.manifest.sequence, path), start, size
         )
         self.counts.add(len(data))
-        if len(data) != size:
+        if len(data) < size:
             raise CheckpointDamaged(f"{path}: shorter than its manifest says (bytes {start}-{start + size})")
+        if len(data) > size:
+            raise NotReadable(f"{path}: the store answered a ranged read with {len(data)} bytes, not {size}")
         view = memoryview(data)
         for at, n, digest in blocks:
             if not _matches(view[at - start : at - start + n], digest):
@@ -263,6 +294,8 @@ class StoreReader(StorageReader):  # type: ignore[misc]
             listing = _parse_blocks(entry.blocks, self.whole(entry.blocks))
             with self._lock:
                 self._blocks[entry.blocks] = listing
+        if listing is None:  # blocks this agent cannot check: the whole file, against its sha256
+            return None
         blocks = listing.get(entry.path)
         if blocks is None or not _tiles(blocks, entry.size):
             raise CheckpointDamaged(f"{entry.blocks} does not list {entry.path}'s blocks end to end")
@@ -300,12 +333,12 @@ def _matches(data: memoryview, digest: str | None) -> bool:
     return hashlib.sha256(data).hexdigest() == digest
 
 
-def _parse_blocks(name: str, body: bytes) -> dict[str, list[tuple[int, int, str]]]:
+def _parse_blocks(name: str, body: bytes) -> dict[str, list[tuple[int, int, str]]] | None:
     try:
         listing = json.loads(body)
-        if listing.get("checksum") != "crc32":
-            raise ValueError(f"blocks checked by {listing.get('checksum')!r}, not crc32")
         files = listing["files"]
+        if listing.get("checksum") != "crc32":
+            return None  # checked some other way (a newer agent's): each file read whole, its sha256
         return {p: [(int(s), int(n), str(h)) for s, n, h in b] for p, b in files.items()}
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointDamaged(f"{name} is not a list of blocks ({exc})") from None

@@ -1,17 +1,19 @@
 """Restore straight into the training state (torch_state.restore): the Agent's `restore_state`.
 
 The checkpoint is chosen as `Agent.restore` chooses it (SPOTGUARD_RESUME_FROM's or the newest committed,
-passing over damaged ones and other jobs'), but nothing is downloaded into a directory: `read(manifest)`
-reads what this rank loads from the store. In a job of several ranks, rank 0 lists the checkpoints and
-reads each manifest; every rank then reads its part of the same checkpoint, and the ranks agree on what
-happened before any of them goes on:
-- every rank read it: restored;
+passing over damaged ones and other jobs'), but nothing is downloaded into a directory: each rank reads
+what it loads from the store. In a job of several ranks, rank 0 lists the checkpoints and reads each
+manifest; every rank then reads its part of the same checkpoint in two steps (what may fail in one rank
+alone, then what may be a collective), and after each the ranks agree on what happened before any of
+them goes on, so that every rank makes the same collective calls:
+- every rank did it: go on (restored, after the second);
 - any rank found it damaged: every rank passes over it to the previous one;
+- the state does not fit this job, or the checkpoint is in a format this agent does not read: every rank
+  ends with RestoreFailed, exit 1 (a failure: no retry mends it);
+- a read that failed for good: exit 69 in every rank (resubmitted: resuming later beats starting over);
 - a read that may pass (throttling, 5xx, a timeout): every rank tries the same checkpoint again after a
-  pause that doubles, `restore_attempts` times in all;
-- anything else: every rank ends with the same RestoreFailed (exit 69, or 2 when refused).
-DCP's own collective load, when it fails in one rank, fails in every rank alike (CheckpointException), so
-the agreement also holds for loads into DTensor shards.
+  pause that doubles, `restore_attempts` times in all, then exit 69.
+DCP's own collective load, when it fails in one rank, fails in every rank alike (CheckpointException).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from spotguard_agent.ranks import Ranks
 from spotguard_agent.store import CheckpointStore
 from spotguard_agent.store_errors import (
     _READ_ERRORS,
+    CheckpointUnavailable,
     StoreError,
     _short,
     is_damage,
@@ -40,8 +43,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("spotguard.agent")
 T = TypeVar("T")
 
-# what one rank's read of a checkpoint came to, and the word the ranks agree with
-RESTORED, DAMAGED, TRY_AGAIN, FAILED = "restored", "damaged", "try again", "failed"
+# What one rank's step of a restore came to. The ranks agree on the worst: damage first (the previous
+# checkpoint may do), then what no retry mends (the state does not fit this job, a format this agent does
+# not read: exit 1, a failure), then a read that failed (exit 69: resubmitted), then one that may pass.
+RESTORED, DAMAGED, BROKEN, UNAVAILABLE, TRY_AGAIN = (
+    "restored",
+    "damaged",
+    "broken",
+    "unavailable",
+    "try again",
+)
+WORST_FIRST = (DAMAGED, BROKEN, UNAVAILABLE, TRY_AGAIN, RESTORED)
+BROKEN_EXIT = 1
 
 
 class Restores:
@@ -60,9 +73,15 @@ class Restores:
 
         def _refused(self, exc: StoreError) -> tuple[str, int]: ...
 
-    def restore_state(self, read: Callable[[Manifest], T]) -> tuple[Manifest, T] | None:
-        """The chosen checkpoint's manifest and what `read(manifest)` made of it in this rank; None for a
-        fresh start. Raises RestoreFailed as Agent.restore does."""
+    def restore_state(
+        self, read: Callable[[Any], T], prepare: Callable[[Manifest], Any] | None = None
+    ) -> tuple[Manifest, T] | None:
+        """The chosen checkpoint's manifest and what this rank made of it; None for a fresh start. Two
+        steps, each agreed by every rank before any goes on: `prepare(manifest)` (this rank alone, no
+        collective: what may fail in one rank only, such as reading DCP's metadata), then
+        `read(prepared)` (which may be a collective, as DCP's load into DTensor shards is). Raises
+        RestoreFailed as Agent.restore does, and with exit 1 when the checkpoint cannot be loaded into
+        this job at all (the state does not fit it, a format this agent does not read)."""
         from spotguard_agent.agent import RestoreFailed
 
         began = time.monotonic()
@@ -82,7 +101,7 @@ class Restores:
             if isinstance(manifest, str):
                 self._pass_over(sequence, manifest)
                 continue
-            outcome = self._read_agreed(read, manifest, agree)
+            outcome = self._read_agreed(prepare or (lambda m: m), read, manifest, agree)
             if outcome is None:
                 continue
             self.store.restored = sequence
@@ -109,40 +128,52 @@ class Restores:
             return self._refused(exc)
 
     def _read_agreed(
-        self, read: Callable[[Manifest], T], manifest: Manifest, agree: Callable[[Any], list[Any]]
+        self,
+        prepare: Callable[[Manifest], Any],
+        read: Callable[[Any], T],
+        manifest: Manifest,
+        agree: Callable[[Any], list[Any]],
     ) -> tuple[T] | None:
         """(what `read` made,) once every rank read `manifest`; None when it is damaged somewhere."""
         from spotguard_agent.agent import CANNOT_RESTORE_NOW, RestoreFailed
 
         pause = self.store.retry_pause
+        where = f"checkpoint {manifest.sequence} ({self.store.manifest_uri(manifest.sequence)})"
         for attempt in range(1, self.store.restore_attempts + 1):
-            kind, why, value = _attempt(read, manifest)
-            outcomes = agree((kind, why))
-            kinds = {k for k, _ in outcomes}
-            if kinds == {RESTORED}:
-                return (value,)  # type: ignore[return-value]
-            first = next((w for k, w in outcomes if k in (FAILED, DAMAGED, TRY_AGAIN) and w), why)
-            if DAMAGED in kinds:
-                self._pass_over(manifest.sequence, "damaged", next(w for k, w in outcomes if k == DAMAGED))
+            kind, why, prepared = _agreed(prepare, manifest, agree)
+            if kind == RESTORED:
+                kind, why, value = _agreed(read, prepared, agree)
+                if kind == RESTORED:
+                    return (value,)
+            prepared = value = None  # let a state read in part go before the next try
+            if kind == DAMAGED:
+                self._pass_over(manifest.sequence, "damaged", why)
                 return None
-            if FAILED in kinds or attempt == self.store.restore_attempts:
+            if kind == BROKEN:
+                line = f"{where} cannot be loaded into this job ({why})"
+                code = BROKEN_EXIT
+            elif kind == UNAVAILABLE or attempt == self.store.restore_attempts:
                 tries = f"{attempt} tr{'y' if attempt == 1 else 'ies'}"
-                line = (
-                    f"checkpoint {manifest.sequence} ({self.store.manifest_uri(manifest.sequence)}) cannot "
-                    f"be read now ({first}; {tries}): restore later rather than start from scratch"
-                )
-                if self.ranks.leader:
-                    print(f"spotguard-agent: {line}", file=sys.stderr, flush=True)
-                raise RestoreFailed(line, CANNOT_RESTORE_NOW)
-            log.warning(
-                "checkpoint %s cannot be read now (%s); trying again in %.1f s",
-                manifest.sequence,
-                first,
-                pause,
-            )
-            time.sleep(pause)
-            pause *= 2
+                line = f"{where} cannot be read now ({why}; {tries}): restore later rather than start over"
+                code = CANNOT_RESTORE_NOW
+            else:
+                log.warning("%s cannot be read now (%s); trying again in %.1f s", where, why, pause)
+                time.sleep(pause)
+                pause *= 2
+                continue
+            if self.ranks.leader:
+                print(f"spotguard-agent: {line}", file=sys.stderr, flush=True)
+            raise RestoreFailed(line, code)
         raise AssertionError("unreachable")
+
+
+def _agreed(call: Callable[[Any], Any], arg: Any, agree: Callable[[Any], list[Any]]) -> tuple[str, str, Any]:
+    """`call(arg)` in this rank, then what every rank's came to: the worst kind (damage first) with the
+    first rank's reason for it, and this rank's value."""
+    kind, why, value = _attempt(call, arg)
+    outcomes = agree((kind, why))
+    worst = min((k for k, _ in outcomes), key=WORST_FIRST.index)
+    return worst, next(w for k, w in outcomes if k == worst), value
 
 
 def _manifest_or_damage(store: Any, sequence: int, job_id: str) -> Manifest | str:
@@ -156,10 +187,10 @@ def _manifest_or_damage(store: Any, sequence: int, job_id: str) -> Manifest | st
         return ""
 
 
-def _attempt(read: Callable[[Manifest], T], manifest: Manifest) -> tuple[str, str, T | None]:
-    """(what became of this rank's read, why in one line, its value)."""
+def _attempt(call: Callable[[Any], Any], arg: Any) -> tuple[str, str, Any]:
+    """(what became of this rank's step, why in one line, its value)."""
     try:
-        return RESTORED, "", read(manifest)
+        return RESTORED, "", call(arg)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # DCP's CheckpointException is a BaseException
@@ -169,7 +200,9 @@ def _attempt(read: Callable[[Manifest], T], manifest: Manifest) -> tuple[str, st
             return DAMAGED, why, None
         if all(isinstance(e, _READ_ERRORS) and is_transient(e) for e in errors):
             return TRY_AGAIN, why, None
-        return FAILED, why, None
+        if all(isinstance(e, (*_READ_ERRORS, CheckpointUnavailable)) for e in errors):
+            return UNAVAILABLE, why, None
+        return BROKEN, why, None
 
 
 def _failures(exc: BaseException) -> list[BaseException]:

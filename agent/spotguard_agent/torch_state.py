@@ -27,6 +27,7 @@ Checkpoints written by earlier agents (one `state.pt`) load as before.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import pickle
 import tempfile
@@ -47,6 +48,7 @@ from spotguard_agent.store import Parts
 from spotguard_agent.store_errors import OtherRankFailed
 
 STATE_FILE = "state.pt"  # the earlier single-file format, still loaded
+METADATA = ".metadata"  # DCP's
 TENSOR = "t:"  # DCP keys: t:<path of the tensor in the state>
 SKELETON = "skeleton:"  # skeleton:<rank>: the state's structure and values that are not tensors
 SEP = "/"
@@ -124,7 +126,9 @@ def save(agent: Agent, step: int, progress: float, state: dict[str, Any], sync: 
     buffers: HostBuffers = agent.host_buffers
     skeleton, tensors = _split(buffers.take(state))
     agent.snapshot_seconds = buffers.last_seconds
-    payload: dict[str, Any] = {**tensors, f"{SKELETON}{agent.ranks.rank}": _as_tensor(pickle.dumps(skeleton))}
+    blob = pickle.dumps(skeleton)
+    payload: dict[str, Any] = {**tensors, f"{SKELETON}{agent.ranks.rank}": _as_tensor(blob)}
+    skeleton_sha256 = hashlib.sha256(blob).hexdigest()  # in this rank's blocks file, for restore
     # enough files that none is over MAX_FILE_BYTES (S3 takes at most 10,000 parts of a file)
     threads = max(_threads(agent), -(-buffers.bytes // MAX_FILE_BYTES))
 
@@ -143,7 +147,7 @@ def save(agent: Agent, step: int, progress: float, state: dict[str, Any], sync: 
             dcp.save(payload, storage_writer=writer, process_group=group, no_dist=group is None)
         except CheckpointException as exc:  # a BaseException whose text is every rank's traceback
             raise _first_failure(exc, agent.ranks.rank) from None
-        return fs.entries(agent.ranks.rank)
+        return fs.entries(agent.ranks.rank, skeleton_sha256=skeleton_sha256)
 
     agent.commit_parts(write, step, progress, sync=sync)
     agent.note_cost(time.monotonic() - started)
@@ -177,20 +181,29 @@ def restore(agent: Agent, into: dict[str, Any] | None = None) -> dict[str, Any] 
     each DTensor, or the overlapping parts when the world size changed; without: every tensor, whole),
     each block verified as it arrives. None for a fresh start. The checkpoint is chosen, and a damaged one
     passed over, as `Agent.restore` does; it raises RestoreFailed as that does. What this rank read:
-    `agent.restore_counts` (dcp_reader.ReadCounts). A checkpoint of an earlier agent (no blocks) is
-    downloaded into a temporary directory and loaded from there, as before."""
+    `agent.restore_counts` (dcp_reader.ReadCounts). A checkpoint of an earlier agent's DCP files without
+    blocks is read the same way, each file this rank needs whole (checked against its sha256); one of the
+    earliest agents' (one state.pt) is downloaded into a temporary directory and loaded from there."""
     from spotguard_agent.dcp_reader import StoreReader
 
-    def read(manifest: Manifest) -> dict[str, Any]:
-        if not any(e.blocks for e in manifest.files):
-            with tempfile.TemporaryDirectory(prefix="spotguard-restore-") as tmp:
-                agent.store.download_verified(manifest, Path(tmp) / "checkpoint")
-                return load(Path(tmp) / "checkpoint", into=into)
+    def prepare(manifest: Manifest) -> Any:
+        """This rank alone: what can fail in one rank (DCP's metadata read, an old state.pt downloaded)."""
+        if not any(e.path == METADATA for e in manifest.files):  # the earliest agents' one state.pt
+            tmp = tempfile.TemporaryDirectory(prefix="spotguard-restore-")
+            agent.store.download_verified(manifest, Path(tmp.name) / "checkpoint")
+            return tmp
         reader = StoreReader(agent.store, manifest, concurrency=agent.store.transfer.max_concurrency)
-        agent.restore_counts = reader.counts
-        return _load_with(lambda: reader, into)
+        reader.read_metadata()  # kept: every later read of it in `_load_with` is from memory
+        return reader
 
-    found = agent.restore_state(read)
+    def read(prepared: Any) -> dict[str, Any]:
+        if isinstance(prepared, tempfile.TemporaryDirectory):
+            with prepared as tmp:
+                return load(Path(tmp) / "checkpoint", into=into)
+        agent.restore_counts = prepared.counts
+        return _load_with(lambda: prepared, into)
+
+    found = agent.restore_state(read, prepare)
     return None if found is None else found[1]
 
 
@@ -224,7 +237,11 @@ def _load_with(reader: Callable[[], Any], into: dict[str, Any] | None) -> dict[s
     whole = _read_whole(
         reader(), {k for k in keys if k.startswith(TENSOR) and k not in in_place} | {skeleton_key}
     )
-    skeleton = pickle.loads(_as_bytes(whole.pop(skeleton_key)))
+    blob = _as_bytes(whole.pop(skeleton_key))
+    check = getattr(reader(), "check_skeleton", None)
+    if check is not None:  # its sha256 before it is unpickled (a block's CRC32 guards damage, not forgery)
+        check(int(skeleton_key.removeprefix(SKELETON)), blob)
+    skeleton = pickle.loads(blob)
     return dict(_fill(skeleton, {**whole, **in_place}))
 
 
