@@ -248,7 +248,7 @@ def _load_with(reader: Callable[[], Any], into: dict[str, Any] | None) -> dict[s
 def _read_whole(reader: Any, keys: set[str]) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-    from spotguard_agent.dcp_reader import WholePlanner
+    from spotguard_agent.dcp_load import WholePlanner
 
     out: dict[str, Any] = {}
     planner = WholePlanner(keys=keys)
