@@ -40,6 +40,11 @@ def job_env(store: Path, **extra: str) -> dict[str, str]:
 
 
 def torchrun(script: Path, ranks: int, out: Path, *args: str, steps: int = STEPS) -> list[str]:
+    return launch(script, ranks, "--steps", str(steps), "--out", str(out), *args)
+
+
+def launch(script: Path, ranks: int, *args: str) -> list[str]:
+    """torchrun's command line: `script` with `args` in `ranks` processes of this machine."""
     return [
         sys.executable,
         "-m",
@@ -48,10 +53,6 @@ def torchrun(script: Path, ranks: int, out: Path, *args: str, steps: int = STEPS
         "--nproc-per-node",
         str(ranks),
         str(script),
-        "--steps",
-        str(steps),
-        "--out",
-        str(out),
         *args,
     ]
 

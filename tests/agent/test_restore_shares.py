@@ -26,23 +26,14 @@ from spotguard_agent.agent import CANNOT_RESTORE_NOW, AgentEnv, RestoreFailed  #
 from spotguard_agent.store_file import LocalBackend  # noqa: E402
 from spotguard_agent.torch_state import restore, save  # noqa: E402
 
-from bench.torchrun_jobs import job_env, run  # noqa: E402
+from bench.torchrun_jobs import job_env, launch, run  # noqa: E402
 
 SHARDS = Path(__file__).with_name("shards.py")
 ROWS = 512  # 2 MiB a tensor, 4 MiB of state
 
 
 def _torchrun(ranks: int, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(ranks),
-        str(SHARDS),
-        *args,
-    ]
+    return launch(SHARDS, ranks, *args)
 
 
 def _sharded(store: Path, saved: int, restored: int) -> list[dict[str, object]]:

@@ -31,6 +31,8 @@ from spotguard_cli.emulator.timeline import Timeline
 from spotguard_cli.local import capacity_demo, gang
 from spotguard_cli.local.shared import (
     STATE_DIR,
+    first_step,
+    first_step_line,
     passed,
     picture,
     print_end,
@@ -261,6 +263,10 @@ def _interruption_proof(
         "gpu_hours_lost": spend.gpu_hours_lost,
         "dead_letters": system.dead_letters(),
         "pids": [p for p in (moto.proc.pid if moto.proc else None, reference.pid) if p] + system.runner.pids,
+        # each attempt after the first: its container start -> first training step, and the restore's share
+        "first_steps": {
+            x.number: s for x, t in zip(attempts, log_texts, strict=True) if (s := first_step(t))
+        },
     }
     proof = [
         ("the job finished: succeeded", status.state == "succeeded"),
@@ -290,6 +296,8 @@ def _print_interruption_demo(
         return 0 if ok else 1
     print_timeline(timeline, "seconds since the warning was put on the bus")
     print_proof(proof)
+    for attempt, seconds in (facts.get("first_steps") or {}).items():
+        print("\n" + first_step_line(attempt, seconds))
     if "gpu_hours" in facts:
         print(f"\n{savings_text(facts)}")
     print_end(work, ok)

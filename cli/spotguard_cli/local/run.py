@@ -27,16 +27,12 @@ from typing import Any
 from spotguard.domain.jobs.commands import CommandError
 from spotguard.domain.jobs.model import TERMINAL
 from spotguard_cli.arguments import number
-from spotguard_cli.local.shared import STATE_DIR
+from spotguard_cli.local.shared import STATE_DIR, first_step, first_step_line
 
 INSTANCE_TYPES = {1: "g5.xlarge", 2: "g5.12xlarge", 3: "g5.12xlarge", 4: "g5.12xlarge"}  # else g5.48xlarge
 DEFAULT_INTERRUPT_SECONDS = 10.0
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 OUTPUT_LINES = 8  # of each attempt's output, printed beside the proof
-FIRST_STEP = re.compile(
-    r"first step after the restore: (?P<first>[\d.]+) s from the process's start "
-    r"\(restore (?P<restore>[\d.]+) s\)"
-)
 
 
 def add_parser(actions: Any) -> None:
@@ -342,13 +338,13 @@ def _output(work: Path, number: int, task_arn: str) -> dict[str, Any]:
     issue 47) its container start to first training step, with the restore's share."""
     log = work / f"task-{task_arn.rsplit('/', 1)[-1][:8]}.log"
     text = log.read_text(errors="replace") if log.exists() else ""
-    first = FIRST_STEP.search(text)
+    first = first_step(text)
     return {
         "attempt": number,
         "log": str(log),
         "tail": text.splitlines()[-OUTPUT_LINES:],
-        "first_step_seconds": float(first["first"]) if first else None,
-        "restore_seconds": float(first["restore"]) if first else None,
+        "first_step_seconds": first[0] if first else None,
+        "restore_seconds": first[1] if first else None,
     }
 
 
@@ -378,10 +374,7 @@ def _print(result: dict[str, Any]) -> None:
         print(f"  [{'ok' if p['passed'] else 'FAILED'}] {p['check']}")
     for out in result["output"]:
         if out.get("first_step_seconds") is not None:
-            print(
-                f"\nattempt {out['attempt']}: container start -> first training step "
-                f"{out['first_step_seconds']:.2f} s, of which the restore {out['restore_seconds']:.2f} s"
-            )
+            print("\n" + first_step_line(out["attempt"], (out["first_step_seconds"], out["restore_seconds"])))
     if facts["resumed_from"]:
         lost = facts["seconds_lost"]
         ran_on = f"; the first attempt stopped {lost:.1f} s after its last commit" if lost is not None else ""

@@ -45,6 +45,27 @@ def task_definition(
     )
 
 
+# what the agent's library says at the end of the first step after a restore (issue 47)
+FIRST_STEP = re.compile(
+    r"first step after the restore: (?P<first>[\d.]+) s from the process's start "
+    r"\(restore (?P<restore>[\d.]+) s\)"
+)
+
+
+def first_step(log_text: str) -> tuple[float, float] | None:
+    """(container start -> first training step, the restore's share of it) in seconds, as the agent
+    said it in an attempt's log; None when it did not (a first attempt, or no agent library)."""
+    found = FIRST_STEP.search(log_text)
+    return (float(found["first"]), float(found["restore"])) if found else None
+
+
+def first_step_line(attempt: int, seconds: tuple[float, float]) -> str:
+    return (
+        f"attempt {attempt}: container start -> first training step {seconds[0]:.2f} s, of which the "
+        f"restore {seconds[1]:.2f} s"
+    )
+
+
 def steps_done(log: Path) -> list[int]:
     """The training steps a task's log says were done, in order."""
     if not log.exists():
