@@ -384,6 +384,7 @@ def restore_main(sizes: list[float], where: Path | None) -> None:
             s3.create_bucket(Bucket="bench-restores")
             state = lambda gib: training_state(gib, torch.device("cpu"))  # noqa: E731
             restore.report(restore.run(sizes, state, root, s3, "bench-restores"))
+        restore.report_gang(restore.gang_share(root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -9,6 +9,10 @@ machine's own parallel read of the same bytes in the same run:
 Goal: the restore at least 0.8 x that read. Only ratios within one run mean anything on a shared machine;
 moto serves from memory, so the S3 figures measure the client side more than a network.
 
+A gang's share: a 4-node job (4 ranks here, one a node) commits a state sharded across its ranks
+(bench/shards.py, gloo on the CPU) and restores it; each node's bytes read are printed beside the
+checkpoint's (goal: at most a quarter, plus the metadata).
+
 Then the time a job waits after an interruption: a new process (python, torch, the agent) restores the
 file:// checkpoint and takes one step; the agent's own line gives its start -> first step, and the
 restore's share. Goal: at most the restore's time + 5 s.
@@ -138,6 +142,30 @@ def run(
         gc.collect()
         rows.append(row)
     return rows
+
+
+def gang_share(root: Path, nodes: int = 4, rows: int = 4096) -> list[dict[str, Any]]:
+    """Each node's read of a `nodes`-node checkpoint (bench/shards.py: two DTensors of `rows` x 4 KiB),
+    restored by a gang of the same size: [{rank, bytes, total}, ...]."""
+    import json
+
+    from torchrun_jobs import job_env, launch, run  # bench/, beside this script
+
+    shards = Path(__file__).with_name("shards.py")
+    store, report = Path(tempfile.mkdtemp(dir=root)), Path(tempfile.mkdtemp(dir=root))
+    env = job_env(store)
+    for args in (("save",), ("restore", "--report", str(report))):
+        done = run(launch(shards, nodes, *args, "--rows", str(rows)), env)
+        assert done.returncode == 0, done.stderr[-2000:]
+    return sorted((json.loads(p.read_text()) for p in report.glob("*.json")), key=lambda r: r["rank"])
+
+
+def report_gang(rows: list[dict[str, Any]]) -> None:
+    total = rows[0]["total"]
+    print(f"a {len(rows)}-node gang's checkpoint ({total / 1024**2:.1f} MiB), each node restoring its share:")
+    for r in rows:
+        share = r["bytes"] / total
+        print(f"  node {r['rank']}: read {r['bytes'] / 1024**2:6.2f} MiB, {share:.3f} of the checkpoint")
 
 
 def report(rows: list[dict[str, float]]) -> None:

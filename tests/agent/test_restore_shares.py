@@ -2,7 +2,7 @@
 into the ranks' state, each rank fetching the blocks of the items its load plan names, verified as they
 arrive, with no local copy of the checkpoint.
 
-The sharded jobs run as torchrun runs them (gloo on the CPU, tests/agent/shards.py): a state of two
+The sharded jobs run as torchrun runs them (gloo on the CPU, bench/shards.py): a state of two
 DTensors split by rows across the ranks. A node of a 4-node gang restores one rank's share here: the
 bytes one node reads are its ranks' (each process stands for a node). Eight ranks of one machine commit
 and restore together, each its eighth."""
@@ -28,7 +28,7 @@ from spotguard_agent.torch_state import restore, save  # noqa: E402
 
 from bench.torchrun_jobs import job_env, launch, run  # noqa: E402
 
-SHARDS = Path(__file__).with_name("shards.py")
+SHARDS = Path(__file__).resolve().parents[2] / "bench" / "shards.py"
 ROWS = 512  # 2 MiB a tensor, 4 MiB of state
 
 

@@ -1,7 +1,8 @@
 """One rank of a job whose state is sharded across its ranks (DTensor, Shard(0), gloo on the CPU), for
-tests/agent/test_restore_shares.py: `save` commits the state through torch_state.save; `restore` loads it
-into a template of this job's size through torch_state.restore and prints, as one JSON line, what this
-rank read and whether every value came back, into REPORT/<rank>.json.
+tests/agent/test_restore_shares.py and the gang figure of `bench/checkpoint.py --restore`: `save`
+commits the state through torch_state.save; `restore` loads it into a template of this job's size
+through torch_state.restore and writes, as one JSON line in REPORT/<rank>.json, what this rank read and
+whether every value came back.
 
     torchrun --nproc-per-node N shards.py save|restore --rows R [--report REPORT]
 """
