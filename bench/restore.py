@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,8 @@ from spotguard_agent.agent import AgentEnv
 from spotguard_agent.dcp_files import BLOCK
 from spotguard_agent.store_s3 import transfer_for
 from spotguard_agent.torch_state import restore, save
+
+from spotguard_cli.local.shared import first_step as said_first_step
 
 CONCURRENCY = 16  # reads in flight, the restore's and the plain read's alike
 
@@ -85,9 +86,6 @@ def _parallel_gets(client: Any, bucket: str, keys: list[tuple[str, int]]) -> flo
     return time.perf_counter() - started
 
 
-FIRST_STEP = re.compile(
-    r"first step after the restore: ([\d.]+) s from the process's start \(restore ([\d.]+) s\)"
-)
 RESUMED = """
 import torch
 from spotguard_agent import Agent
@@ -109,9 +107,9 @@ def first_step(uri: str) -> tuple[float, float]:
     done = subprocess.run(
         [sys.executable, "-c", RESUMED], env=env, capture_output=True, text=True, check=True
     )
-    found = FIRST_STEP.search(done.stderr)
+    found = said_first_step(done.stderr)  # the agent's line, read as `spotguard local run` reads it
     assert found, done.stderr[-2000:]
-    return float(found[1]), float(found[2])
+    return found
 
 
 def run(

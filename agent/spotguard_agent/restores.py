@@ -34,6 +34,7 @@ from spotguard_agent.store_errors import (
     _short,
     is_damage,
     is_transient,
+    unreadable,
 )
 
 if TYPE_CHECKING:
@@ -153,8 +154,7 @@ class Restores:
                 line = f"{where} cannot be loaded into this job ({why})"
                 code = BROKEN_EXIT
             elif kind == UNAVAILABLE or attempt == self.store.restore_attempts:
-                tries = f"{attempt} tr{'y' if attempt == 1 else 'ies'}"
-                line = f"{where} cannot be read now ({why}; {tries}): restore later rather than start over"
+                line = unreadable(where, why, attempt)
                 code = CANNOT_RESTORE_NOW
             else:
                 log.warning("%s cannot be read now (%s); trying again in %.1f s", where, why, pause)

@@ -58,6 +58,7 @@ from spotguard_agent.store_errors import (
     _short,
     is_damage,
     is_transient,
+    unreadable,
 )
 from spotguard_agent.store_file import LocalBackend
 from spotguard_agent.store_location import Location
@@ -372,11 +373,7 @@ class CheckpointStore:
                 if is_damage(exc):
                     raise
                 if not is_transient(exc) or attempt == self.restore_attempts:
-                    tries = f"{attempt} tr{'y' if attempt == 1 else 'ies'}"
-                    raise CheckpointUnavailable(
-                        f"{what} cannot be read now ({_short(exc)}; {tries}): restore later rather than "
-                        "start from scratch"
-                    ) from exc
+                    raise CheckpointUnavailable(unreadable(what, _short(exc), attempt)) from exc
                 pause = self.retry_pause * 2 ** (attempt - 1)
                 log.warning("%s cannot be read now (%s); trying again in %.1f s", what, _short(exc), pause)
                 time.sleep(pause)

@@ -80,6 +80,12 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS
 
 
+def unreadable(what: str, why: str, tries: int) -> str:
+    """The one line of a restore that gives up on a checkpoint it cannot read now (exit 69)."""
+    said = f"{tries} tr{'y' if tries == 1 else 'ies'}"
+    return f"{what} cannot be read now ({why}; {said}): restore later rather than start from scratch"
+
+
 def _short(exc: BaseException) -> str:
     if isinstance(exc, RetriesExceededError) and exc.last_exception is not None:
         exc = exc.last_exception
