@@ -1,10 +1,19 @@
 """How one item a rank read from the store becomes part of its state (spotguard_agent.dcp_reader): as
-DCP's own FileSystemReader does it, but read from the bytes in place, and a whole tensor taken as
-torch.load made it rather than copied again."""
+DCP's own FileSystemReader does it, but from the bytes in place. An item DCP stored with torch.save (a
+zip: a small pickle saying the tensor's dtype, size and strides, and its storage's bytes, stored as they
+are) is decoded here, and the tensor is a view of the bytes read, with no copy, where they lie aligned in
+a buffer of their own; anything else (another layout, a pickle with more in it) goes to torch.load as
+DCP's reader would."""
 
 from __future__ import annotations
 
+import collections
+import ctypes
 import io
+import pickle
+import struct
+import zipfile
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,14 +24,15 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, Read
 from spotguard_agent.store_errors import CheckpointDamaged
 
 
-def _load(planner: LoadPlanner, item: ReadItem, data: memoryview) -> None:
+def _load(planner: LoadPlanner, item: ReadItem, data: memoryview, owner: torch.Tensor | None = None) -> None:
     """One read item into the state, as DCP's own FileSystemReader does it, but read from `data` in
-    place (io.BytesIO would copy it first), and a whole tensor loaded for a planner that can take it
-    as it is (WholePlanner) is not copied again."""
+    place. `owner`: a uint8 tensor whose bytes `data` is (aligned as torch allocates), which the loaded
+    tensor may be a view of; a whole tensor loaded for a planner that can take it as it is (WholePlanner)
+    is then not copied at all."""
     if item.type == LoadItemType.BYTE_IO:
         planner.load_bytes(item, io.BytesIO(data))
         return
-    stored = torch.load(_View(data), map_location="cpu", weights_only=True)
+    stored = stored_tensor(data, owner)
     if isinstance(planner, WholePlanner) and planner.adopt(item, stored):
         return
     tensor = narrow_tensor_by_index(stored, item.storage_offsets, item.lengths)
@@ -33,6 +43,175 @@ def _load(planner: LoadPlanner, item: ReadItem, data: memoryview) -> None:
         )
     target.copy_(tensor)
     planner.commit_tensor(item, target)
+
+
+def stored_tensor(data: memoryview, owner: torch.Tensor | None = None) -> torch.Tensor:
+    """The tensor torch.save wrote as `data`, as torch.load would make it (a storage of its own bytes,
+    the tensor's offset, size and strides in it): its storage is the bytes in `owner` (or in an aligned
+    copy of `data`) with no copy, when it is a plain dense tensor stored as it is; else torch.load's."""
+    layout = _plain_layout(data)
+    if layout is None or layout.at % layout.dtype.itemsize:  # torch.save aligns it: leave it to torch.load
+        return torch.load(_View(data), map_location="cpu", weights_only=True)
+    if layout.nbytes == 0:
+        return torch.empty_strided(layout.size, layout.stride, dtype=layout.dtype)
+    if owner is None:
+        owner = torch.empty(len(data), dtype=torch.uint8)
+        writable(owner)[:] = data
+    own = writable(owner)[layout.at : layout.at + layout.nbytes]  # keeps `owner` alive
+    storage = torch.frombuffer(own, dtype=layout.dtype)  # its own storage: offset 0, these bytes only
+    tensor = storage.as_strided(layout.size, layout.stride, layout.offset)
+    return tensor.requires_grad_() if layout.requires_grad else tensor
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a plain tensor's elements lie in torch.save's zip, and how the tensor views them."""
+
+    dtype: torch.dtype
+    at: int  # the storage's first byte in the zip
+    nbytes: int  # the storage's bytes
+    offset: int  # the tensor's first element in its storage
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    requires_grad: bool
+
+
+class _NotPlain(Exception):
+    """The item holds more than one plain dense tensor: left to torch.load."""
+
+
+_TYPED = {  # torch.save's storage classes of the tensors it pickles with _rebuild_tensor_v2
+    "FloatStorage": torch.float32,
+    "DoubleStorage": torch.float64,
+    "HalfStorage": torch.float16,
+    "BFloat16Storage": torch.bfloat16,
+    "LongStorage": torch.int64,
+    "IntStorage": torch.int32,
+    "ShortStorage": torch.int16,
+    "CharStorage": torch.int8,
+    "ByteStorage": torch.uint8,
+    "BoolStorage": torch.bool,
+    "ComplexFloatStorage": torch.complex64,
+    "ComplexDoubleStorage": torch.complex128,
+}
+
+
+_DTYPES = {name: value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
+
+
+@dataclass(frozen=True)
+class _StorageClass:
+    dtype: torch.dtype | None  # None: UntypedStorage, whose tensor names its dtype
+
+
+@dataclass(frozen=True)
+class _Storage:
+    dtype: torch.dtype | None
+    key: str
+    numel: int  # in elements of its dtype (in bytes when untyped)
+
+
+def _rebuilt(storage: Any, offset: Any, size: Any, stride: Any, grad: Any, hooks: Any, *more: Any) -> tuple:
+    """torch._utils._rebuild_tensor_v2/_v3's arguments, recorded and checked, nothing built."""
+    dtype = storage.dtype if isinstance(storage, _Storage) else None
+    if more and isinstance(more[0], torch.dtype):  # v3: (..., dtype, metadata=None)
+        dtype, more = more[0], more[1:]
+    if (
+        dtype is None
+        or not isinstance(storage, _Storage)
+        or any(m is not None for m in more)  # a tensor's Python state: torch.load rebuilds it
+        or hooks
+        or not isinstance(offset, int)
+        or not all(isinstance(v, int) and v >= 0 for v in (*size, *stride))
+        or len(size) != len(stride)
+    ):
+        raise _NotPlain
+    return (storage, dtype, offset, tuple(size), tuple(stride), bool(grad))
+
+
+class _Header(pickle.Unpickler):
+    """torch.save's data.pkl of one tensor, read with nothing in it called but _rebuilt: any other
+    global is _NotPlain (as torch.load's weights_only, but in C and with no object made)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor_v3"):
+            return _rebuilt
+        if module == "collections" and name == "OrderedDict":
+            return collections.OrderedDict
+        if module == "torch" and name in _TYPED:
+            return _StorageClass(_TYPED[name])
+        if module == "torch.storage" and name == "UntypedStorage":
+            return _StorageClass(None)
+        if module == "torch" and name in _DTYPES:
+            return _DTYPES[name]
+        raise _NotPlain
+
+    def persistent_load(self, pid: Any) -> _Storage:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise _NotPlain
+        _, kind, key, _, numel = pid
+        if not isinstance(kind, _StorageClass) or not isinstance(numel, int):
+            raise _NotPlain
+        return _Storage(kind.dtype, str(key), numel)
+
+
+def writable(buffer: torch.Tensor) -> memoryview:
+    """A uint8 CPU tensor's bytes as a writable memoryview, which keeps the tensor alive."""
+    array = (ctypes.c_ubyte * buffer.numel()).from_address(buffer.data_ptr())
+    array.owner = buffer  # type: ignore[attr-defined]
+    return memoryview(array).cast("B")
+
+
+def _start(data: memoryview, record: zipfile.ZipInfo) -> int:
+    """Where a record's bytes start: past its local header, whose extra field pads them to alignment."""
+    name_length, extra_length = struct.unpack_from("<HH", data, record.header_offset + 26)
+    return int(record.header_offset + 30 + name_length + extra_length)
+
+
+def _record(data: memoryview, record: zipfile.ZipInfo) -> bytes:
+    """A small record's bytes as stored (zipfile's own read would check a CRC32 that torch.save may
+    leave out: the blocks' CRC32 has checked these bytes already)."""
+    if record.compress_type != zipfile.ZIP_STORED:
+        raise _NotPlain
+    at = _start(data, record)
+    return bytes(data[at : at + record.file_size])
+
+
+def _plain_layout(data: memoryview) -> _Layout | None:
+    """The layout of the one plain dense tensor torch.save wrote as `data`, or None: not that."""
+    try:
+        archive = zipfile.ZipFile(_View(data))
+        pkl = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+        prefix = pkl.removesuffix("data.pkl")
+        if _record(data, archive.getinfo(f"{prefix}byteorder")) != b"little":
+            return None
+        rebuilt = _Header(io.BytesIO(_record(data, archive.getinfo(pkl)))).load()
+        if not isinstance(rebuilt, tuple) or len(rebuilt) != 6:
+            return None
+        storage, dtype, offset, size, stride, grad = rebuilt
+        record = archive.getinfo(f"{prefix}data/{storage.key}")
+        nbytes = storage.numel * (dtype.itemsize if storage.dtype is not None else 1)
+        if record.compress_type != zipfile.ZIP_STORED or record.file_size != nbytes:
+            return None
+        at = _start(data, record)
+        elements = nbytes // dtype.itemsize
+        last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) if all(size) else -1
+        if nbytes % dtype.itemsize or at + nbytes > len(data) or offset < 0 or last >= elements:
+            return None
+        return _Layout(dtype, at, nbytes, offset, size, stride, grad)
+    except (
+        _NotPlain,
+        StopIteration,
+        KeyError,
+        ValueError,
+        struct.error,
+        zipfile.BadZipFile,
+        pickle.UnpicklingError,
+        EOFError,
+        TypeError,
+        AttributeError,
+    ):
+        return None
 
 
 class WholePlanner(_EmptyStateDictLoadPlanner):  # type: ignore[misc]

@@ -6,6 +6,9 @@ verified against its CRC32 as it arrives (spotguard_agent.dcp_files writes the b
 - `.metadata` and the blocks files are small: read whole, verified against the manifest's sha256.
 - A data file's item is read as the blocks that cover it (an item is a whole number of blocks: they end
   where items do); a file written without blocks (by an earlier agent) is read whole and verified whole.
+- An item of at least DIRECT bytes is read into a buffer of its own, aligned as torch allocates, which the
+  loaded tensor then is a view of (spotguard_agent.dcp_load): its bytes are copied once, from the store
+  into memory, or twice when they go into a state the job made (`into`); smaller ones share reads.
 - Up to `concurrency` reads in flight; the items are loaded into the ranks' state in order while the next
   ones are read, with at most `window` bytes fetched and not yet loaded.
 
@@ -35,7 +38,7 @@ from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
 
 from spotguard_agent.dcp_files import BLOCK, BLOCKS_FILE
-from spotguard_agent.dcp_load import _load
+from spotguard_agent.dcp_load import _load, writable
 from spotguard_agent.manifest import FileEntry, Manifest
 from spotguard_agent.store_errors import _READ_ERRORS, CheckpointDamaged, is_damage, is_transient
 
@@ -50,16 +53,38 @@ class NotReadable(RuntimeError):
 
 METADATA = ".metadata"  # DCP's file of what is where
 READ_BYTES = BLOCK  # adjacent blocks a rank needs are read together, up to this many bytes a request
+DIRECT = 64 * 1024  # an item at least this long is read into a buffer of its own (see the module's doc)
+
+
+@dataclass
+class _Range:
+    """Bytes [offset, offset + length) of a file that hold one or more read items, and the reads (by
+    their index) that bring them; a direct range's reads fill `buffer`, made when the first is sent."""
+
+    offset: int
+    length: int
+    items: list[ReadItem]
+    needed: list[int]
+    direct: bool
+    buffer: torch.Tensor | None = None
+
+    def view(self) -> memoryview:
+        if self.buffer is None:
+            self.buffer = torch.empty(self.length, dtype=torch.uint8)
+        return writable(self.buffer)
 
 
 @dataclass
 class _Run:
-    """One ranged read: adjacent blocks of a file, from the first's start to the last's end."""
+    """One ranged read: adjacent blocks of a file, from the first's start to the last's end, into a
+    buffer of its own or into its direct range's."""
 
     path: str
     blocks: list[tuple[int, int, str | None]]
+    into: _Range | None = None  # the direct range whose buffer it fills
     users: int = 0  # ranges still to be loaded that need its bytes
-    future: Future[bytes | bytearray] | None = None
+    future: Future[memoryview] | None = None
+    target: memoryview | None = None
 
     @property
     def start(self) -> int:
@@ -142,9 +167,9 @@ class StoreReader(StorageReader):  # type: ignore[misc]
             ranges.setdefault((info.relative_path, info.offset, info.length), []).append(item)
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="spotguard-restore") as pool:
             try:
-                for data, items in self._fetched(pool, sorted(ranges.items())):
+                for data, owner, items in self._fetched(pool, sorted(ranges.items())):
                     for item in items:
-                        _load(planner, item, data)
+                        _load(planner, item, data, owner)
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
@@ -155,54 +180,68 @@ class StoreReader(StorageReader):  # type: ignore[misc]
     # -------------------------------------------------------------------------------------- reads
     def _fetched(
         self, pool: ThreadPoolExecutor, ranges: list[tuple[tuple[str, int, int], list[ReadItem]]]
-    ) -> Iterator[tuple[memoryview, list[ReadItem]]]:
-        """Each range's bytes, in order, while the next reads run (at most `window` bytes ahead of the
-        one being loaded); a read's bytes are let go once every range that needs them is loaded."""
+    ) -> Iterator[tuple[memoryview, torch.Tensor | None, list[ReadItem]]]:
+        """Each range's bytes (and the buffer of its own they are in, if any), in order, while the next
+        reads run (at most `window` bytes ahead of the one being loaded); a read's bytes are let go once
+        every range that needs them is loaded."""
         reads, jobs = self._plan(ranges)
         submitted = ahead = 0
-        for offset, length, items, needed in jobs:
-            last = max(needed, default=-1)
+        for job in jobs:
+            last = max(job.needed, default=-1)
             while submitted < len(reads) and (submitted <= last or ahead < self.window):
                 run = reads[submitted]
+                if run.into is not None:  # its range's buffer, made now: never all of them at once
+                    run.target = run.into.view()[run.start - run.into.offset : run.end - run.into.offset]
                 run.future = pool.submit(self._read_run, run)
                 ahead += run.size
                 submitted += 1
-            yield _assembled(reads, needed, offset, length), items
-            for i in needed:
+            if job.direct:
+                for i in job.needed:
+                    reads[i].future.result()  # type: ignore[union-attr]
+                yield writable(job.buffer), job.buffer, job.items  # type: ignore[arg-type]
+                job.buffer = None  # the state holds it now if it took a view of it
+            else:
+                yield _assembled(reads, job.needed, job.offset, job.length), None, job.items
+            for i in job.needed:
                 reads[i].users -= 1
                 if reads[i].users == 0:
-                    reads[i].future = None
+                    reads[i].future = reads[i].target = None
                     ahead -= reads[i].size
 
     def _plan(
         self, ranges: list[tuple[tuple[str, int, int], list[ReadItem]]]
-    ) -> tuple[list[_Run], list[tuple[int, int, list[ReadItem], list[int]]]]:
+    ) -> tuple[list[_Run], list[_Range]]:
         """The reads (runs of adjacent blocks of a file, up to READ_BYTES each, every block read once)
-        and, for each range in order, (offset, length, its items, the reads it needs)."""
+        and the ranges in order, each with the reads it needs."""
         reads: list[_Run] = []
         where: dict[tuple[str, int], int] = {}  # (file, block start) -> its read
         jobs = []
         for (path, offset, length), items in ranges:
-            needed: list[int] = []
-            for block in self._spans(path, offset, length):
+            spans = self._spans(path, offset, length)
+            job = _Range(
+                offset, length, items, [], direct=length >= DIRECT and _exactly(spans, offset, length)
+            )
+            job.direct = job.direct and not any((path, b[0]) in where for b in spans)
+            for block in spans:
                 key = (path, block[0])
                 if key not in where:
                     last = reads[-1] if reads else None
                     if (
                         last
                         and last.path == path
+                        and last.into is (job if job.direct else None)
                         and last.end == block[0]
                         and last.size + block[1] <= READ_BYTES
                     ):
                         last.blocks.append(block)
                     else:
-                        reads.append(_Run(path, [block]))
+                        reads.append(_Run(path, [block], into=job if job.direct else None))
                     where[key] = len(reads) - 1
-                if where[key] not in needed:
-                    needed.append(where[key])
-            for i in needed:
+                if where[key] not in job.needed:
+                    job.needed.append(where[key])
+            for i in job.needed:
                 reads[i].users += 1
-            jobs.append((offset, length, items, needed))
+            jobs.append(job)
         return reads, jobs
 
     def _spans(self, path: str, offset: int, length: int) -> list[tuple[int, int, str | None]]:
@@ -221,14 +260,15 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         last = bisect.bisect_left(starts, offset + length)
         return list(blocks[max(first, 0) : last])
 
-    def _read_run(self, run: _Run) -> bytes | bytearray:
+    def _read_run(self, run: _Run) -> memoryview:
         """One ranged read of adjacent blocks, each block checked against its CRC32; tried again, after a
         short pause, when it failed in a way that may pass (botocore retries each request, but not a
         body cut short), so that one such read among thousands does not send every rank back to the
         start."""
         for attempt in range(RUN_TRIES):
             try:
-                return self._read(run.path, run.start, run.size, run.blocks)
+                into = run.target if run.target is not None else memoryview(bytearray(run.size))
+                return self._read(run.path, run.start, into, run.blocks)
             except _READ_ERRORS as exc:
                 if is_damage(exc) or not is_transient(exc) or attempt == RUN_TRIES - 1:
                     raise
@@ -245,21 +285,22 @@ class StoreReader(StorageReader):  # type: ignore[misc]
             raise CheckpointDamaged(f"rank {rank}'s skeleton does not match its sha256")
 
     def _read(
-        self, path: str, start: int, size: int, blocks: list[tuple[int, int, str | None]]
-    ) -> bytes | bytearray:
-        data = self.store.backend.get_range(
-            self.store.location.key(self.manifest.sequence, path), start, size
+        self, path: str, start: int, into: memoryview, blocks: list[tuple[int, int, str | None]]
+    ) -> memoryview:
+        """Bytes [start, start + len(into)) of `path` into `into`, each of `blocks` checked."""
+        size = len(into)
+        got = self.store.backend.read_range(
+            self.store.location.key(self.manifest.sequence, path), start, into
         )
-        self.counts.add(len(data))
-        if len(data) < size:
+        self.counts.add(min(got, size))
+        if got < size:
             raise CheckpointDamaged(f"{path}: shorter than its manifest says (bytes {start}-{start + size})")
-        if len(data) > size:
-            raise NotReadable(f"{path}: the store answered a ranged read with {len(data)} bytes, not {size}")
-        view = memoryview(data)
+        if got > size:
+            raise NotReadable(f"{path}: the store answered a ranged read with {got} bytes, not {size}")
         for at, n, digest in blocks:
-            if not _matches(view[at - start : at - start + n], digest):
+            if not _matches(into[at - start : at - start + n], digest):
                 raise CheckpointDamaged(f"{path}: bytes {at}-{at + n} do not match their checksum")
-        return data
+        return into
 
     def whole(self, path: str) -> bytes:
         """A small file of the checkpoint, read whole and verified against the manifest (once)."""
@@ -267,7 +308,8 @@ class StoreReader(StorageReader):  # type: ignore[misc]
             held = self._whole.get(path)
         if held is None:
             entry = self._entry(path)
-            held = bytes(self._read(path, 0, entry.size, [(0, entry.size, entry.sha256)]))
+            into = memoryview(bytearray(entry.size))
+            held = bytes(self._read(path, 0, into, [(0, entry.size, entry.sha256)]))
             with self._lock:
                 self._whole[path] = held
         return held
@@ -312,14 +354,19 @@ def _assembled(reads: list[_Run], needed: list[int], offset: int, length: int) -
     if len(runs) == 1 and runs[0].start <= offset and offset + length <= runs[0].end:
         run = runs[0]
         assert run.future is not None
-        return memoryview(run.future.result())[offset - run.start : offset - run.start + length]
+        return run.future.result()[offset - run.start : offset - run.start + length]
     out = bytearray(length)
     for run in runs:
         assert run.future is not None
-        data = memoryview(run.future.result())
+        data = run.future.result()
         lo, hi = max(run.start, offset), min(run.end, offset + length)
         out[lo - offset : hi - offset] = data[lo - run.start : hi - run.start]
     return memoryview(out)
+
+
+def _exactly(spans: list[tuple[int, int, str | None]], offset: int, length: int) -> bool:
+    """Do the blocks cover [offset, offset + length) and nothing more (so they can fill its buffer)?"""
+    return bool(spans) and spans[0][0] == offset and spans[-1][0] + spans[-1][1] == offset + length
 
 
 def _matches(data: memoryview, digest: str | None) -> bool:

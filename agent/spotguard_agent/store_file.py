@@ -66,14 +66,14 @@ class LocalBackend:
                 chunks.append(chunk)
             return b"".join(chunks)
 
-    def get_range(self, key: str, start: int, size: int) -> bytes | bytearray:
-        """Bytes [start, start + size) of `key` (fewer when the file is shorter)."""
-        out = bytearray(size)
-        view, got = memoryview(out), 0
+    def read_range(self, key: str, start: int, into: memoryview) -> int:
+        """Bytes [start, start + len(into)) of `key`, read into `into`; how many there were (fewer when
+        the file is shorter)."""
+        got = 0
         with self._opened(key) as fd:
-            while got < size and (n := os.preadv(fd, [view[got:]], start + got)):
+            while got < len(into) and (n := os.preadv(fd, [into[got:]], start + got)):
                 got += n
-        return out if got == size else out[:got]
+        return got
 
     def get_files(self, pairs: list[tuple[str, Path]]) -> None:
         for key, path in pairs:

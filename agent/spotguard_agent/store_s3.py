@@ -95,14 +95,20 @@ class S3Backend:
     def get_bytes(self, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
 
-    def get_range(self, key: str, start: int, size: int) -> bytes:
-        """Bytes [start, start + size) of `key` (one ranged GET; fewer when the object is shorter)."""
-        if size == 0:
-            return b""
+    def read_range(self, key: str, start: int, into: memoryview) -> int:
+        """Bytes [start, start + len(into)) of `key` in one ranged GET, read into `into` (no copy of
+        them made on the way); how many the store answered with (fewer when the object is shorter, more
+        when it ignored the range: only len(into) of them are read)."""
+        if len(into) == 0:
+            return 0
         answer = self.client.get_object(
-            Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + size - 1}"
+            Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + len(into) - 1}"
         )
-        return bytes(answer["Body"].read())
+        with contextlib.closing(answer["Body"]) as body:
+            got = 0
+            while got < len(into) and (n := body.readinto(into[got:])):
+                got += n
+        return max(got, int(answer.get("ContentLength", got)))
 
     def get_files(self, pairs: list[tuple[str, Path]]) -> None:
         with create_transfer_manager(self.client, self.transfer) as manager:

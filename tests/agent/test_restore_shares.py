@@ -116,17 +116,17 @@ def test_a_store_that_cannot_be_read_now_ends_the_restore_with_69_rather_than_st
 ):
     save(_agent(tmp_path), 1, 0.5, _state(1), sync=True)
     calls = []
-    real = LocalBackend.get_range
+    real = LocalBackend.read_range
 
-    def throttled(self: LocalBackend, key: str, start: int, size: int) -> bytes | bytearray:
+    def throttled(self: LocalBackend, key: str, start: int, into: memoryview) -> int:
         if not key.endswith(".distcp"):  # the metadata and blocks read; the data throttled
-            return real(self, key, start, size)
+            return real(self, key, start, into)
         calls.append(key)
         raise ClientError(
             {"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}}, "GetObject"
         )
 
-    monkeypatch.setattr(LocalBackend, "get_range", throttled)
+    monkeypatch.setattr(LocalBackend, "read_range", throttled)
     monkeypatch.setattr("spotguard_agent.dcp_reader.RUN_PAUSE", 0.0)
     with pytest.raises(RestoreFailed) as raised:
         restore(_agent(tmp_path))
@@ -137,17 +137,17 @@ def test_a_store_that_cannot_be_read_now_ends_the_restore_with_69_rather_than_st
 
 def test_a_read_that_fails_once_is_tried_again_alone(tmp_path, monkeypatch):
     save(_agent(tmp_path), 1, 0.5, _state(1), sync=True)
-    real, failed = LocalBackend.get_range, []
+    real, failed = LocalBackend.read_range, []
 
-    def once(self: LocalBackend, key: str, start: int, size: int) -> bytes | bytearray:
+    def once(self: LocalBackend, key: str, start: int, into: memoryview) -> int:
         if key.endswith(".distcp") and not failed:
             failed.append(key)
             raise ClientError(
                 {"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}}, "Get"
             )
-        return real(self, key, start, size)
+        return real(self, key, start, into)
 
-    monkeypatch.setattr(LocalBackend, "get_range", once)
+    monkeypatch.setattr(LocalBackend, "read_range", once)
     monkeypatch.setattr("spotguard_agent.dcp_reader.RUN_PAUSE", 0.0)
     agent = _agent(tmp_path)
     assert restore(agent) is not None and failed
