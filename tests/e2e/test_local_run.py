@@ -167,3 +167,56 @@ def test_a_script_with_the_agents_library_is_told_how_long_its_resume_took(tmp_p
     first = [line for line in done.stdout.splitlines() if line.startswith("attempt 2: container start")]
     seconds, restore = (float(x) for x in first[0].replace(",", "").split() if x.replace(".", "").isdigit())
     assert 0 < restore <= seconds, first
+
+
+GANG_SPEC = """name: my-gang
+cluster: gpu-spot
+image: mine:local
+command: >-
+  spotguard-agent run -- torchrun --nproc-per-node 1 {script}
+  --steps 40 --step-seconds 0.25 --out {out}
+gpus: 1
+nodes: 2
+environment:
+  SPOTGUARD_CHECKPOINT_INTERVAL_SECONDS: "2"
+  SPOTGUARD_STOP_TIMEOUT_SECONDS: "60"
+  OMP_NUM_THREADS: "1"
+"""
+
+
+def test_my_own_two_node_spec_rehearses_as_a_gang_and_proves_it(tmp_path: Path):
+    """Issue 48, item 4: a user's 2-node spec (the agent's wrapper over torchrun, as docs/jobs.md says)
+    never ended under `local run`: the stack had one instance a zone, so the gang could never form, and
+    the run waited out its --timeout. Now each zone has room for the gang, the rendezvous is here, the
+    warning comes once both nodes run, and the proof says every attempt ran both nodes."""
+    pytest.importorskip("torch")
+    script = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+    (tmp_path / "gang.yaml").write_text(GANG_SPEC.format(script=script, out=tmp_path / "final.pt"))
+    done = _local_run(tmp_path, "gang.yaml", "--interrupt-at", "step:10", "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    checks = {p["check"]: p["passed"] for p in result["proof"]}
+    assert result["ok"] and checks["each attempt ran its 2 nodes together"], checks
+    assert "interrupted once and resumed as a whole gang, off the warned instance (2 attempts)" in checks
+    assert result["facts"]["attempts"] == 2 and result["facts"]["resumed_at_step"] >= 10
+    assert sorted((o["attempt"], o["node"]) for o in result["output"]) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert (tmp_path / "final.pt").exists()
+
+
+def test_a_gang_this_machine_cannot_rehearse_is_refused_in_one_line(tmp_path: Path):
+    import socket
+
+    (tmp_path / "big.yaml").write_text("cluster: gpu-spot\nimage: x\ncommand: python x.py\nnodes: 5\n")
+    done = _local_run(tmp_path, "big.yaml")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "nodes: 5: a local run rehearses at most 4 nodes" in done.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        (tmp_path / "port.yaml").write_text(
+            f"cluster: gpu-spot\nimage: x\ncommand: python x.py\nnodes: 2\nrendezvous_port: {port}\n"
+        )
+        done = _local_run(tmp_path, "port.yaml")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"rendezvous_port: {port} is in use on this machine" in done.stderr

@@ -109,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # each attempt its own file system: the job and attempt SpotGuard's RunTask gave the task
     job, attempt = os.environ.get("SPOTGUARD_JOB_ID", "job"), os.environ.get("SPOTGUARD_ATTEMPT", os.getpid())
     name = f"{job}-attempt-{attempt}"
+    if os.environ.get("SPOTGUARD_NODES", "1") != "1":  # a gang's nodes are all on this machine
+        name += f"-node-{os.environ.get('SPOTGUARD_NODE_RANK', '0')}"
     root = args.root.resolve() / name
     if args.dir:
         args.dir = checkpoint_directory(args.dir)

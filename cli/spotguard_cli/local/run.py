@@ -9,6 +9,12 @@ Two simulated GPU spot instances; once the job runs, a spot warning for its inst
 (seconds after it started, or once a checkpoint of a step is committed); SpotGuard drains, makes it
 commit, resubmits it on the other instance from that checkpoint, and it runs to its end. Prints the
 timeline, each attempt's output, and the proof; exit status 0 only when the proof holds.
+
+A multi-node spec (`nodes: N`, up to LOCAL_MAX_NODES) gets N instances in each of two zones (two pools:
+the gang is relaunched in the one the warning did not hit, as SpotGuard avoids the pool it lost a node
+in), its rendezvous on 127.0.0.1 (a free port when the spec names none), and the warning, once all N
+nodes run together, for the instance of its last node; the proof adds that every attempt ran its N nodes
+together. What it cannot rehearse is refused at once, in one line.
 """
 
 from __future__ import annotations
@@ -17,22 +23,23 @@ import argparse
 import json
 import re
 import shutil
+import socket
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from spotguard.domain.jobs.commands import CommandError
 from spotguard.domain.jobs.model import TERMINAL
 from spotguard_cli.arguments import number
-from spotguard_cli.local.shared import STATE_DIR, first_step, first_step_line
+from spotguard_cli.local.run_proof import OUTPUT_LINES, formed, print_result, proved
+from spotguard_cli.local.shared import STATE_DIR
 
 INSTANCE_TYPES = {1: "g5.xlarge", 2: "g5.12xlarge", 3: "g5.12xlarge", 4: "g5.12xlarge"}  # else g5.48xlarge
 DEFAULT_INTERRUPT_SECONDS = 10.0
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
-OUTPUT_LINES = 8  # of each attempt's output, printed beside the proof
+LOCAL_MAX_NODES = 4  # of a multi-node spec: every node's command runs on this machine
 
 
 def add_parser(actions: Any) -> None:
@@ -137,6 +144,7 @@ def run_local(args: argparse.Namespace) -> int:
                 "--interrupt-at step:N: with checkpoint_dir the agent's wrapper commits the directory and "
                 "does not know the script's training step; give SECONDS (e.g. --interrupt-at 20)",
             )
+        _gang_refusal(spec)
     except CommandError as exc:
         print(f"spotguard local run: {exc}", file=sys.stderr)
         return 2
@@ -155,15 +163,56 @@ def run_local(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        _print(result)
+        print_result(result)
     return 0 if result["ok"] else 1
+
+
+def _gang_refusal(spec: Any) -> None:
+    """CommandError, in one line, for a multi-node spec this machine cannot rehearse."""
+    if spec.nodes > LOCAL_MAX_NODES:
+        raise CommandError(
+            "BadRequest",
+            f"nodes: {spec.nodes}: a local run rehearses at most {LOCAL_MAX_NODES} nodes (every node's "
+            "command runs on this machine); rehearse the same spec with fewer nodes",
+        )
+    port = spec.rendezvous_port
+    if spec.nodes > 1 and port is not None and not _port_free(port):
+        raise CommandError(
+            "BadRequest",
+            f"rendezvous_port: {port} is in use on this machine, where node 0 of the rehearsal listens on "
+            "it: give a free port in the spec (or none: local run then picks one)",
+        )
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _add_hosts(system: Any, spec: Any, say: Callable[..., None]) -> Any:
+    """The spot instances: one in each of two zones, or for a gang N in each (a pool with room for the
+    gang, and one for its relaunch); the first."""
+    kind = INSTANCE_TYPES.get(spec.gpus, "g5.48xlarge")
+    hosts = [system.add_host(kind, zone) for zone in ("us-east-1a", "us-east-1b") for _ in range(spec.nodes)]
+    names = ", ".join(f"{h.instance_id} ({h.availability_zone[-2:]})" for h in hosts)
+    say(f"local stack on {system.stack.endpoint}: spot instances {names}")
+    return hosts[0]
 
 
 def _run(spec: Any, when: tuple[str, float], timeout: float, quiet: bool) -> dict[str, Any]:
     from spotguard_cli.emulator.motoserver import MotoServer
     from spotguard_cli.emulator.system import LocalSystem
     from spotguard_cli.emulator.timeline import Timeline, record_calls
-    from spotguard_cli.jobs.spec import spec_payload
 
     say: Callable[..., None] = (lambda *_: None) if quiet else print
     work = STATE_DIR / "run"
@@ -181,16 +230,7 @@ def _run(spec: Any, when: tuple[str, float], timeout: float, quiet: bool) -> dic
         system = LocalSystem(moto.endpoint, work, on_change=timeline.add)
         try:
             record_calls(timeline, calls)
-            kind = INSTANCE_TYPES.get(spec.gpus, "g5.48xlarge")
-            a, b = system.add_host(kind, "us-east-1a"), system.add_host(kind, "us-east-1b")
-            say(f"local stack on {moto.endpoint}: spot instances {a.instance_id} (1a), {b.instance_id} (1b)")
-            system.pump()
-            td = _task_definition(system, spec, work)
-            answer = system.invoke_jobs(spec_payload(spec, td))
-            if not answer.get("ok"):
-                raise RuntimeError(
-                    f"the jobs function refused the job: {(answer.get('error') or {}).get('message')}"
-                )
+            a = _submit(system, spec, work, say)
             say(f"job {job_id} submitted; its output: {work}/task-*.log")
 
             def left() -> float:
@@ -198,10 +238,10 @@ def _run(spec: Any, when: tuple[str, float], timeout: float, quiet: bool) -> dic
 
             def running() -> bool:
                 s = system.job_status(job_id)
-                return bool(s.attempts and s.attempts[0].started_at) or s.state in TERMINAL
+                return bool(s.attempts and formed(s.attempts[0], spec.nodes)) or s.state in TERMINAL
 
             if not system.run_until(running, timeout=left(), every=0.2):
-                raise RuntimeError(f"the job did not start running within --timeout {timeout:g} s")
+                raise RuntimeError(_not_started(system.job_status(job_id), spec.nodes, timeout))
             first = system.job_status(job_id).attempts[0]
             if system.job_status(job_id).state in TERMINAL:
                 raise _ended_early(system, job_id, work)
@@ -223,18 +263,53 @@ def _run(spec: Any, when: tuple[str, float], timeout: float, quiet: bool) -> dic
                 raise _ended_early(system, job_id, work)
             timeline.mark_zero()
             warned_at = system.clock.now()
-            system.notice("spot-interruption", first.instance_id or a.instance_id)
-            timeline.add(f"SPOT INTERRUPTION WARNING for {first.instance_id} put on the default bus")
-            say(f"spot interruption warning sent for {first.instance_id}; waiting for the job to end ...")
+            first = system.job_status(job_id).attempts[0]
+            node = first.tasks[-1]  # a gang's last node: not the one hosting the rendezvous
+            warned = node.instance_id or a.instance_id
+            whose = f" (node {node.node} of {spec.nodes})" if spec.nodes > 1 else ""
+            system.notice("spot-interruption", warned)
+            timeline.add(f"SPOT INTERRUPTION WARNING for {warned}{whose} put on the default bus")
+            say(f"spot interruption warning sent for {warned}{whose}; waiting for the job to end ...")
             if not system.run_until(
                 lambda: system.job_status(job_id).state in TERMINAL, timeout=left(), every=0.2
             ):
                 raise RuntimeError(f"the job did not end within --timeout {timeout:g} s (see its output)")
             status = system.job_status(job_id)
             timeline.add(f"job {job_id} {status.state} after {len(status.attempts)} attempt(s)")
-            return _result(system, status, warned_at, timeline, work, wrapped=bool(spec.checkpoint_dir))
+            return proved(
+                system, status, (warned_at, warned), timeline, work, spec.nodes, bool(spec.checkpoint_dir)
+            )
         finally:
             system.close()
+
+
+def _submit(system: Any, spec: Any, work: Path, say: Callable[..., None]) -> Any:
+    """The instances added, the spec's task definition registered and the job submitted; the first
+    instance."""
+    from spotguard_cli.jobs.spec import spec_payload
+
+    a = _add_hosts(system, spec, say)
+    system.pump()
+    td = _task_definition(system, spec, work)
+    payload = spec_payload(spec, td)
+    if spec.nodes > 1:
+        port = payload.setdefault("options", {}).setdefault("rendezvous_port", _free_port())
+        say(f"{spec.nodes} nodes; node 0 hosts the rendezvous at 127.0.0.1:{port} (all are here)")
+    answer = system.invoke_jobs(payload)
+    if not answer.get("ok"):
+        raise RuntimeError(f"the jobs function refused the job: {(answer.get('error') or {}).get('message')}")
+    return a
+
+
+def _not_started(status: Any, nodes: int, timeout: float) -> str:
+    """Why the wait for the job to run ended, in a line."""
+    if nodes == 1 or not status.attempts:
+        return f"the job did not start running within --timeout {timeout:g} s"
+    running = sum(1 for t in status.attempts[-1].tasks if t.started_at and not t.stopped)
+    return (
+        f"the job's {nodes} nodes did not run together within --timeout {timeout:g} s ({running} of "
+        f"{nodes} running in its attempt {status.attempts[-1].number}; see .local-stack/run/functions.log)"
+    )
 
 
 def _task_definition(system: Any, spec: Any, work: Path) -> str:
@@ -259,127 +334,3 @@ def _task_definition(system: Any, spec: Any, work: Path) -> str:
         registered.pop(key, None)  # no IAM to assume here
     arn = system.cluster.ecs.register_task_definition(**registered)["taskDefinition"]["taskDefinitionArn"]
     return str(arn)
-
-
-def _result(
-    system: Any, status: Any, warned_at: datetime, timeline: Any, work: Path, wrapped: bool = True
-) -> dict[str, Any]:
-    attempts, checkpoints = status.attempts, status.checkpoints
-    before_second = [
-        c
-        for c in checkpoints
-        if len(attempts) > 1
-        and c.created_at is not None
-        and attempts[1].launched_at is not None
-        and c.created_at <= attempts[1].launched_at
-    ]
-    newest = max(before_second, key=lambda c: c.sequence, default=None)
-    warned_commit = [
-        c for c in checkpoints if c.attempt == 1 and c.created_at is not None and c.created_at >= warned_at
-    ]
-    lost = (
-        (attempts[0].stopped_at - newest.created_at).total_seconds()
-        if newest is not None and newest.created_at and attempts[0].stopped_at
-        else None
-    )
-    dead = system.dead_letters()
-    proof = [
-        ("the job succeeded", status.state == "succeeded"),
-        (
-            "interrupted once and resumed on the other instance (2 attempts)",
-            len(attempts) == 2 and attempts[0].instance_id != attempts[1].instance_id,
-        ),
-        ("it committed a checkpoint when warned", bool(warned_commit)),
-        (
-            "the second attempt resumed from the newest committed checkpoint",
-            newest is not None and attempts[1].resume_from == newest.manifest_uri,
-        ),
-        ("nothing in any dead-letter queue", not any(dead.values())),
-        ("every AWS call allowed by its function's role", not system.guard.denied),
-    ]
-    starts = [_started_with(work, status.job_id, x.number) for x in attempts]
-    if any(found is not None for found in starts):  # a checkpoint_dir: each container says what it found
-        proof.append(
-            (
-                "each attempt's checkpoint directory held nothing but what SpotGuard restored",
-                all(found == [] for found in starts),
-            )
-        )
-    outputs = [_output(work, x.number, x.task_arn) for x in attempts]
-    hint = None
-    if status.state == "succeeded" and len(attempts) == 1 and not wrapped:
-        # issue 45, item 18: "[ok] the job succeeded" beside "run FAILED", and nothing said why
-        hint = (
-            "the command exited 0 after SpotGuard's SIGTERM, so SpotGuard took the job as finished: a "
-            "script that saves to a directory needs --checkpoint-dir DIR (the agent's wrapper then commits "
-            "DIR and resumes it); one that uses the agent's library exits 75 once its checkpoint is committed"
-        )
-    return {
-        "ok": all(p for _, p in proof),
-        "hint": hint,
-        "timeline": [{"seconds": round(t, 3), "what": w} for t, w in timeline.rows],
-        "proof": [{"check": c, "passed": p} for c, p in proof],
-        "facts": {
-            "job_id": status.job_id,
-            "state": status.state,
-            "attempts": len(attempts),
-            "resumed_from": attempts[1].resume_from if len(attempts) > 1 else None,
-            "resumed_at_step": newest.step if newest is not None else None,
-            "resumed_at": newest.step_label if newest is not None else None,  # step N | wrapper commit N
-            "seconds_lost": lost,
-            "dead_letters": dead,
-        },
-        "output": outputs,
-    }
-
-
-def _output(work: Path, number: int, task_arn: str) -> dict[str, Any]:
-    """An attempt's output: its log, its last lines, and (the agent's library says it after a restore,
-    issue 47) its container start to first training step, with the restore's share."""
-    log = work / f"task-{task_arn.rsplit('/', 1)[-1][:8]}.log"
-    text = log.read_text(errors="replace") if log.exists() else ""
-    first = first_step(text)
-    return {
-        "attempt": number,
-        "log": str(log),
-        "tail": text.splitlines()[-OUTPUT_LINES:],
-        "first_step_seconds": first[0] if first else None,
-        "restore_seconds": first[1] if first else None,
-    }
-
-
-def _started_with(work: Path, job_id: str, attempt: int) -> list[str] | None:
-    """What the attempt's checkpoint directory held when its container started, before the agent restored
-    anything (local/container.py); None without a checkpoint directory (or a record)."""
-    from spotguard_cli.local.container import START_RECORD
-
-    record = work / "containers" / f"{job_id}-attempt-{attempt}" / START_RECORD
-    try:
-        return list(json.loads(record.read_text())["found"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _print(result: dict[str, Any]) -> None:
-    print("\ntimeline (seconds since the warning was put on the bus):")
-    for row in result["timeline"]:
-        print(f"  {row['seconds']:+8.3f}s  {row['what']}")
-    for out in result["output"]:
-        print(f"\nattempt {out['attempt']}'s output (last lines; all of it in {out['log']}):")
-        for line in out["tail"]:
-            print(f"  | {line}")
-    facts = result["facts"]
-    print("\nproof:")
-    for p in result["proof"]:
-        print(f"  [{'ok' if p['passed'] else 'FAILED'}] {p['check']}")
-    for out in result["output"]:
-        if out.get("first_step_seconds") is not None:
-            print("\n" + first_step_line(out["attempt"], (out["first_step_seconds"], out["restore_seconds"])))
-    if facts["resumed_from"]:
-        lost = facts["seconds_lost"]
-        ran_on = f"; the first attempt stopped {lost:.1f} s after its last commit" if lost is not None else ""
-        print(f"\nresumed from {facts['resumed_from']} (its {facts['resumed_at']}){ran_on}")
-    print(f"logs: {STATE_DIR / 'run'}/ (functions.log, task-*.log, moto.log)")
-    if result.get("hint"):
-        print(f"\nwhat is missing: {result['hint']}")
-    print("moto server and every task process stopped.\n" + ("run passed" if result["ok"] else "run FAILED"))
