@@ -56,17 +56,25 @@ READ_BYTES = BLOCK  # adjacent blocks a rank needs are read together, up to this
 DIRECT = 64 * 1024  # an item at least this long is read into a buffer of its own (see the module's doc)
 
 
+Block = tuple[int, int, str | None]  # start, length, CRC32 (or a whole file's sha256)
+
+
 @dataclass
 class _Range:
-    """Bytes [offset, offset + length) of a file that hold one or more read items, and the reads (by
-    their index) that bring them; a direct range's reads fill `buffer`, made when the first is sent."""
+    """Bytes [offset, offset + length) of a file that hold one or more read items: its blocks, each as
+    (its read's index, its place in that read). A direct range's blocks land in `buffer`, made when the
+    first of its reads is sent."""
 
     offset: int
     length: int
     items: list[ReadItem]
-    needed: list[int]
     direct: bool
+    parts: list[tuple[int, int]] = field(default_factory=list)
     buffer: torch.Tensor | None = None
+
+    @property
+    def needed(self) -> list[int]:
+        return sorted({i for i, _ in self.parts})
 
     def view(self) -> memoryview:
         if self.buffer is None:
@@ -76,15 +84,15 @@ class _Range:
 
 @dataclass
 class _Run:
-    """One ranged read: adjacent blocks of a file, from the first's start to the last's end, into a
-    buffer of its own or into its direct range's."""
+    """One ranged read: adjacent blocks of a file, from the first's start to the last's end, each block
+    read into its own place: its direct range's buffer, or the read's own bytes."""
 
     path: str
-    blocks: list[tuple[int, int, str | None]]
-    into: _Range | None = None  # the direct range whose buffer it fills
+    blocks: list[Block]
+    into: list[_Range | None]  # each block's direct range (None: the read's own bytes)
     users: int = 0  # ranges still to be loaded that need its bytes
-    future: Future[memoryview] | None = None
-    target: memoryview | None = None
+    future: Future[None] | None = None
+    views: list[memoryview] | None = None  # each block's bytes, once the read is sent
 
     @property
     def start(self) -> int:
@@ -97,6 +105,17 @@ class _Run:
     @property
     def size(self) -> int:
         return self.end - self.start
+
+    def send(self) -> None:
+        """Where each block's bytes go, made now: never every range's buffer at once."""
+        own = sum(n for (_, n, _), d in zip(self.blocks, self.into, strict=True) if d is None)
+        spare, at, self.views = memoryview(bytearray(own)), 0, []
+        for (start, n, _), direct in zip(self.blocks, self.into, strict=True):
+            if direct is not None:
+                self.views.append(direct.view()[start - direct.offset : start - direct.offset + n])
+            else:
+                self.views.append(spare[at : at + n])
+                at += n
 
 
 @dataclass
@@ -187,41 +206,39 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         reads, jobs = self._plan(ranges)
         submitted = ahead = 0
         for job in jobs:
-            last = max(job.needed, default=-1)
+            needed = job.needed
+            last = max(needed, default=-1)
             while submitted < len(reads) and (submitted <= last or ahead < self.window):
                 run = reads[submitted]
-                if run.into is not None:  # its range's buffer, made now: never all of them at once
-                    run.target = run.into.view()[run.start - run.into.offset : run.end - run.into.offset]
+                run.send()
                 run.future = pool.submit(self._read_run, run)
                 ahead += run.size
                 submitted += 1
+            for i in needed:
+                reads[i].future.result()  # type: ignore[union-attr]
             if job.direct:
-                for i in job.needed:
-                    reads[i].future.result()  # type: ignore[union-attr]
                 yield writable(job.buffer), job.buffer, job.items  # type: ignore[arg-type]
                 job.buffer = None  # the state holds it now if it took a view of it
             else:
-                yield _assembled(reads, job.needed, job.offset, job.length), None, job.items
-            for i in job.needed:
+                yield _assembled(reads, job), None, job.items
+            for i in needed:
                 reads[i].users -= 1
                 if reads[i].users == 0:
-                    reads[i].future = reads[i].target = None
+                    reads[i].future = reads[i].views = None
                     ahead -= reads[i].size
 
     def _plan(
         self, ranges: list[tuple[tuple[str, int, int], list[ReadItem]]]
     ) -> tuple[list[_Run], list[_Range]]:
         """The reads (runs of adjacent blocks of a file, up to READ_BYTES each, every block read once)
-        and the ranges in order, each with the reads it needs."""
+        and the ranges in order, each with its blocks' places in them."""
         reads: list[_Run] = []
-        where: dict[tuple[str, int], int] = {}  # (file, block start) -> its read
+        where: dict[tuple[str, int], tuple[int, int]] = {}  # (file, block start) -> its read, its place
         jobs = []
         for (path, offset, length), items in ranges:
             spans = self._spans(path, offset, length)
-            job = _Range(
-                offset, length, items, [], direct=length >= DIRECT and _exactly(spans, offset, length)
-            )
-            job.direct = job.direct and not any((path, b[0]) in where for b in spans)
+            direct = length >= DIRECT and _exactly(spans, offset, length)
+            job = _Range(offset, length, items, direct and not any((path, b[0]) in where for b in spans))
             for block in spans:
                 key = (path, block[0])
                 if key not in where:
@@ -229,22 +246,21 @@ class StoreReader(StorageReader):  # type: ignore[misc]
                     if (
                         last
                         and last.path == path
-                        and last.into is (job if job.direct else None)
                         and last.end == block[0]
                         and last.size + block[1] <= READ_BYTES
                     ):
                         last.blocks.append(block)
+                        last.into.append(job if job.direct else None)
                     else:
-                        reads.append(_Run(path, [block], into=job if job.direct else None))
-                    where[key] = len(reads) - 1
-                if where[key] not in job.needed:
-                    job.needed.append(where[key])
+                        reads.append(_Run(path, [block], [job if job.direct else None]))
+                    where[key] = (len(reads) - 1, len(reads[-1].blocks) - 1)
+                job.parts.append(where[key])
             for i in job.needed:
                 reads[i].users += 1
             jobs.append(job)
         return reads, jobs
 
-    def _spans(self, path: str, offset: int, length: int) -> list[tuple[int, int, str | None]]:
+    def _spans(self, path: str, offset: int, length: int) -> list[Block]:
         """The blocks of `path` that cover [offset, offset + length), each with its CRC32; a file
         without blocks is one block, checked against the file's sha256."""
         entry = self._entry(path)
@@ -260,20 +276,20 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         last = bisect.bisect_left(starts, offset + length)
         return list(blocks[max(first, 0) : last])
 
-    def _read_run(self, run: _Run) -> memoryview:
+    def _read_run(self, run: _Run) -> None:
         """One ranged read of adjacent blocks, each block checked against its CRC32; tried again, after a
         short pause, when it failed in a way that may pass (botocore retries each request, but not a
         body cut short), so that one such read among thousands does not send every rank back to the
         start."""
+        assert run.views is not None
         for attempt in range(RUN_TRIES):
             try:
-                into = run.target if run.target is not None else memoryview(bytearray(run.size))
-                return self._read(run.path, run.start, into, run.blocks)
+                self._read(run.path, run.start, run.views, run.blocks)
+                return
             except _READ_ERRORS as exc:
                 if is_damage(exc) or not is_transient(exc) or attempt == RUN_TRIES - 1:
                     raise
                 time.sleep(RUN_PAUSE * 2**attempt)
-        raise AssertionError("unreachable")
 
     def check_skeleton(self, rank: int, blob: bytes) -> None:
         """torch_state's skeleton of `rank` has the sha256 its blocks file says, when it says one."""
@@ -284,11 +300,9 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         if want and hashlib.sha256(blob).hexdigest() != want:
             raise CheckpointDamaged(f"rank {rank}'s skeleton does not match its sha256")
 
-    def _read(
-        self, path: str, start: int, into: memoryview, blocks: list[tuple[int, int, str | None]]
-    ) -> memoryview:
-        """Bytes [start, start + len(into)) of `path` into `into`, each of `blocks` checked."""
-        size = len(into)
+    def _read(self, path: str, start: int, into: list[memoryview], blocks: list[Block]) -> None:
+        """Bytes [start, ...) of `path`, one block into each of `into` in order, each block checked."""
+        size = sum(len(v) for v in into)
         got = self.store.backend.read_range(
             self.store.location.key(self.manifest.sequence, path), start, into
         )
@@ -297,10 +311,9 @@ class StoreReader(StorageReader):  # type: ignore[misc]
             raise CheckpointDamaged(f"{path}: shorter than its manifest says (bytes {start}-{start + size})")
         if got > size:
             raise NotReadable(f"{path}: the store answered a ranged read with {got} bytes, not {size}")
-        for at, n, digest in blocks:
-            if not _matches(into[at - start : at - start + n], digest):
+        for (at, n, digest), view in zip(blocks, into, strict=True):
+            if not _matches(view, digest):
                 raise CheckpointDamaged(f"{path}: bytes {at}-{at + n} do not match their checksum")
-        return into
 
     def whole(self, path: str) -> bytes:
         """A small file of the checkpoint, read whole and verified against the manifest (once)."""
@@ -309,7 +322,8 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         if held is None:
             entry = self._entry(path)
             into = memoryview(bytearray(entry.size))
-            held = bytes(self._read(path, 0, into, [(0, entry.size, entry.sha256)]))
+            self._read(path, 0, [into], [(0, entry.size, entry.sha256)])
+            held = bytes(into)
             with self._lock:
                 self._whole[path] = held
         return held
@@ -345,26 +359,24 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         return blocks
 
 
-def _assembled(reads: list[_Run], needed: list[int], offset: int, length: int) -> memoryview:
-    """Bytes [offset, offset + length) of a file, from the reads that cover them (a slice of one read,
-    without a copy, when one covers it all)."""
-    if length == 0:
+def _assembled(reads: list[_Run], job: _Range) -> memoryview:
+    """A shared range's bytes, from its blocks' places in the reads (a slice of one block, without a
+    copy, when one covers it all: a file without blocks is one)."""
+    if job.length == 0:
         return memoryview(b"")
-    runs = [reads[i] for i in needed]
-    if len(runs) == 1 and runs[0].start <= offset and offset + length <= runs[0].end:
-        run = runs[0]
-        assert run.future is not None
-        return run.future.result()[offset - run.start : offset - run.start + length]
-    out = bytearray(length)
-    for run in runs:
-        assert run.future is not None
-        data = run.future.result()
-        lo, hi = max(run.start, offset), min(run.end, offset + length)
-        out[lo - offset : hi - offset] = data[lo - run.start : hi - run.start]
-    return memoryview(out)
+    pieces = []
+    for i, k in job.parts:
+        start, n, _ = reads[i].blocks[k]
+        views = reads[i].views
+        assert views is not None
+        lo, hi = max(start, job.offset), min(start + n, job.offset + job.length)
+        pieces.append(views[k][lo - start : hi - start])
+    if len(pieces) == 1:
+        return pieces[0]
+    return memoryview(b"".join(pieces))
 
 
-def _exactly(spans: list[tuple[int, int, str | None]], offset: int, length: int) -> bool:
+def _exactly(spans: list[Block], offset: int, length: int) -> bool:
     """Do the blocks cover [offset, offset + length) and nothing more (so they can fill its buffer)?"""
     return bool(spans) and spans[0][0] == offset and spans[-1][0] + spans[-1][1] == offset + length
 

@@ -66,12 +66,12 @@ class LocalBackend:
                 chunks.append(chunk)
             return b"".join(chunks)
 
-    def read_range(self, key: str, start: int, into: memoryview) -> int:
-        """Bytes [start, start + len(into)) of `key`, read into `into`; how many there were (fewer when
-        the file is shorter)."""
-        got = 0
+    def read_range(self, key: str, start: int, into: list[memoryview]) -> int:
+        """Bytes from `start` of `key`, read into each of `into` in turn (one preadv); how many there
+        were (fewer when the file is shorter)."""
+        got, size = 0, sum(len(v) for v in into)
         with self._opened(key) as fd:
-            while got < len(into) and (n := os.preadv(fd, [into[got:]], start + got)):
+            while got < size and (n := os.preadv(fd, _past(into, got), start + got)):
                 got += n
         return got
 
@@ -174,3 +174,15 @@ def _copy(src: int, dst: int) -> None:
             raise
     while chunk := os.read(src, _COPY_CHUNK):
         _write_all(dst, chunk)
+
+
+def _past(views: list[memoryview], skip: int) -> list[memoryview]:
+    """`views` without their first `skip` bytes (what a short preadv left to read)."""
+    out = []
+    for v in views:
+        if skip >= len(v):
+            skip -= len(v)
+            continue
+        out.append(v[skip:])
+        skip = 0
+    return out

@@ -95,19 +95,25 @@ class S3Backend:
     def get_bytes(self, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
 
-    def read_range(self, key: str, start: int, into: memoryview) -> int:
-        """Bytes [start, start + len(into)) of `key` in one ranged GET, read into `into` (no copy of
+    def read_range(self, key: str, start: int, into: list[memoryview]) -> int:
+        """Bytes from `start` of `key` in one ranged GET, read into each of `into` in turn (no copy of
         them made on the way); how many the store answered with (fewer when the object is shorter, more
-        when it ignored the range: only len(into) of them are read)."""
-        if len(into) == 0:
+        when it ignored the range: only what `into` holds is read)."""
+        size = sum(len(v) for v in into)
+        if size == 0:
             return 0
         answer = self.client.get_object(
-            Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + len(into) - 1}"
+            Bucket=self.bucket, Key=key, Range=f"bytes={start}-{start + size - 1}"
         )
+        got = 0
         with contextlib.closing(answer["Body"]) as body:
-            got = 0
-            while got < len(into) and (n := body.readinto(into[got:])):
-                got += n
+            for view in into:
+                at = 0
+                while at < len(view) and (n := body.readinto(view[at:])):
+                    at += n
+                got += at
+                if at < len(view):
+                    break
         return max(got, int(answer.get("ContentLength", got)))
 
     def get_files(self, pairs: list[tuple[str, Path]]) -> None:

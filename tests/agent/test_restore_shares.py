@@ -118,7 +118,7 @@ def test_a_store_that_cannot_be_read_now_ends_the_restore_with_69_rather_than_st
     calls = []
     real = LocalBackend.read_range
 
-    def throttled(self: LocalBackend, key: str, start: int, into: memoryview) -> int:
+    def throttled(self: LocalBackend, key: str, start: int, into: list[memoryview]) -> int:
         if not key.endswith(".distcp"):  # the metadata and blocks read; the data throttled
             return real(self, key, start, into)
         calls.append(key)
@@ -139,7 +139,7 @@ def test_a_read_that_fails_once_is_tried_again_alone(tmp_path, monkeypatch):
     save(_agent(tmp_path), 1, 0.5, _state(1), sync=True)
     real, failed = LocalBackend.read_range, []
 
-    def once(self: LocalBackend, key: str, start: int, into: memoryview) -> int:
+    def once(self: LocalBackend, key: str, start: int, into: list[memoryview]) -> int:
         if key.endswith(".distcp") and not failed:
             failed.append(key)
             raise ClientError(
