@@ -53,13 +53,15 @@ def stored_tensor(data: memoryview, owner: torch.Tensor | None = None) -> torch.
     if layout is None or layout.at % layout.dtype.itemsize:  # torch.save aligns it: leave it to torch.load
         return torch.load(_View(data), map_location="cpu", weights_only=True)
     if layout.nbytes == 0:
-        return torch.empty_strided(layout.size, layout.stride, dtype=layout.dtype)
-    if owner is None:
-        owner = torch.empty(len(data), dtype=torch.uint8)
-        writable(owner)[:] = data
-    own = writable(owner)[layout.at : layout.at + layout.nbytes]  # keeps `owner` alive
-    storage = torch.frombuffer(own, dtype=layout.dtype)  # its own storage: offset 0, these bytes only
-    tensor = storage.as_strided(layout.size, layout.stride, layout.offset)
+        tensor = torch.empty_strided(layout.size, layout.stride, dtype=layout.dtype)
+    else:
+        if owner is None:
+            owner = torch.empty(len(data), dtype=torch.uint8)
+            writable(owner)[:] = data
+        own = writable(owner)[layout.at : layout.at + layout.nbytes]  # keeps `owner` alive
+        storage = torch.frombuffer(own, dtype=layout.dtype).untyped_storage()  # these bytes only
+        # set_, as torch.load's rebuild does: a tensor of its own on that storage, not a view of another
+        tensor = torch.empty(0, dtype=layout.dtype).set_(storage, layout.offset, layout.size, layout.stride)
     return tensor.requires_grad_() if layout.requires_grad else tensor
 
 
@@ -96,6 +98,7 @@ _TYPED = {  # torch.save's storage classes of the tensors it pickles with _rebui
 }
 
 
+PICKLE_BYTES = 64 * 1024  # a data.pkl larger than this is no plain tensor's: left to torch.load
 _DTYPES = {name: value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
 
 
@@ -111,7 +114,21 @@ class _Storage:
     numel: int  # in elements of its dtype (in bytes when untyped)
 
 
-def _rebuilt(storage: Any, offset: Any, size: Any, stride: Any, grad: Any, hooks: Any, *more: Any) -> tuple:
+@dataclass(frozen=True)
+class _Rebuilt:
+    """What _rebuilt recorded: the only result of data.pkl that _plain_layout takes."""
+
+    storage: _Storage
+    dtype: torch.dtype
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    requires_grad: bool
+
+
+def _rebuilt(
+    storage: Any, offset: Any, size: Any, stride: Any, grad: Any, hooks: Any, *more: Any
+) -> _Rebuilt:
     """torch._utils._rebuild_tensor_v2/_v3's arguments, recorded and checked, nothing built."""
     dtype = storage.dtype if isinstance(storage, _Storage) else None
     if more and isinstance(more[0], torch.dtype):  # v3: (..., dtype, metadata=None)
@@ -122,11 +139,14 @@ def _rebuilt(storage: Any, offset: Any, size: Any, stride: Any, grad: Any, hooks
         or any(m is not None for m in more)  # a tensor's Python state: torch.load rebuilds it
         or hooks
         or not isinstance(offset, int)
+        or offset < 0
+        or not isinstance(size, tuple | list)
+        or not isinstance(stride, tuple | list)
         or not all(isinstance(v, int) and v >= 0 for v in (*size, *stride))
         or len(size) != len(stride)
     ):
         raise _NotPlain
-    return (storage, dtype, offset, tuple(size), tuple(stride), bool(grad))
+    return _Rebuilt(storage, dtype, offset, tuple(size), tuple(stride), bool(grad))
 
 
 class _Header(pickle.Unpickler):
@@ -185,10 +205,14 @@ def _plain_layout(data: memoryview) -> _Layout | None:
         prefix = pkl.removesuffix("data.pkl")
         if _record(data, archive.getinfo(f"{prefix}byteorder")) != b"little":
             return None
-        rebuilt = _Header(io.BytesIO(_record(data, archive.getinfo(pkl)))).load()
-        if not isinstance(rebuilt, tuple) or len(rebuilt) != 6:
+        header = archive.getinfo(pkl)
+        if header.file_size > PICKLE_BYTES:  # one tensor's is some 200 bytes
             return None
-        storage, dtype, offset, size, stride, grad = rebuilt
+        rebuilt = _Header(io.BytesIO(_record(data, header))).load()
+        if not isinstance(rebuilt, _Rebuilt):
+            return None
+        storage, dtype, offset = rebuilt.storage, rebuilt.dtype, rebuilt.offset
+        size, stride, grad = rebuilt.size, rebuilt.stride, rebuilt.requires_grad
         record = archive.getinfo(f"{prefix}data/{storage.key}")
         nbytes = storage.numel * (dtype.itemsize if storage.dtype is not None else 1)
         if record.compress_type != zipfile.ZIP_STORED or record.file_size != nbytes:
@@ -199,18 +223,8 @@ def _plain_layout(data: memoryview) -> _Layout | None:
         if nbytes % dtype.itemsize or at + nbytes > len(data) or offset < 0 or last >= elements:
             return None
         return _Layout(dtype, at, nbytes, offset, size, stride, grad)
-    except (
-        _NotPlain,
-        StopIteration,
-        KeyError,
-        ValueError,
-        struct.error,
-        zipfile.BadZipFile,
-        pickle.UnpicklingError,
-        EOFError,
-        TypeError,
-        AttributeError,
-    ):
+    except Exception:  # whatever the bytes hold that is not a plain tensor (a forged pickle's
+        # MemoryError or RecursionError included) is left to torch.load, which says what it is
         return None
 
 

@@ -10,7 +10,8 @@ verified against its CRC32 as it arrives (spotguard_agent.dcp_files writes the b
   loaded tensor then is a view of (spotguard_agent.dcp_load): its bytes are copied once, from the store
   into memory, or twice when they go into a state the job made (`into`); smaller ones share reads.
 - Up to `concurrency` reads in flight; the items are loaded into the ranks' state in order while the next
-  ones are read, with at most `window` bytes fetched and not yet loaded.
+  ones are read, with at most `window` bytes of reads sent and not yet loaded (beyond it, at most the
+  rest of the buffer of a large item whose first read was sent).
 
 A block whose bytes do not match, a file the manifest does not list, or a file shorter than the manifest
 says is CheckpointDamaged (restore passes over the checkpoint); any other failure to read goes up as it is

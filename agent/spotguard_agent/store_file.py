@@ -12,6 +12,8 @@ from pathlib import Path
 
 from spotguard_agent.store_errors import CheckpointDamaged, StoreError
 
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024  # buffers a preadv takes
+
 
 class LocalBackend:
     """Files under a directory (keys are absolute paths below `root`), written durably: what is on the
@@ -71,7 +73,7 @@ class LocalBackend:
         were (fewer when the file is shorter)."""
         got, size = 0, sum(len(v) for v in into)
         with self._opened(key) as fd:
-            while got < size and (n := os.preadv(fd, _past(into, got), start + got)):
+            while got < size and (n := os.preadv(fd, _past(into, got)[:IOV_MAX], start + got)):
                 got += n
         return got
 

@@ -125,3 +125,40 @@ def test_a_viewed_tensor_has_a_storage_of_its_own_bytes_as_torch_load_makes_it()
     assert got.storage_offset() == want.storage_offset() == 0
     torch.set_rng_state(got)
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_an_empty_tensor_keeps_requires_grad_and_no_result_is_a_view():
+    for value in (torch.zeros(0, 3, requires_grad=True), torch.randn(4, 4).t()):
+        data = _saved(value)
+        got = stored_tensor(memoryview(data), _owned(data))
+        want = torch.load(io.BytesIO(data), weights_only=True)
+        assert got.requires_grad == want.requires_grad and got._is_view() == want._is_view()
+
+
+def test_a_pickle_that_is_no_tensors_rebuild_is_left_to_torch_load():
+    """A plain 6-tuple where _rebuild_tensor_v2's call should be, and a BINBYTES8 that claims 2**62
+    bytes: neither is taken as a layout, and neither escapes as anything but torch.load's own error."""
+    for pkl in (
+        pickle.dumps((1, 2, 3, 4, 5, 6), protocol=2),
+        b"\\x80\\x04\\x8e" + (2**62).to_bytes(8, "little"),
+    ):
+        stream = io.BytesIO()
+        with zipfile.ZipFile(stream, "w") as archive:
+            archive.writestr("archive/data.pkl", pkl)
+            archive.writestr("archive/byteorder", "little")
+            archive.writestr("archive/version", "3\\n")
+        assert _plain_layout(memoryview(stream.getvalue())) is None
+
+
+def test_a_file_read_of_more_blocks_than_one_preadv_takes(tmp_path):
+    """A 16 MiB read of many small items (an optimizer's step scalars) is over 1,024 blocks: preadv
+    refuses more buffers than IOV_MAX (EINVAL), so the file store reads them in turns."""
+    from spotguard_agent.store_file import IOV_MAX, LocalBackend
+
+    body = bytes(range(256)) * (IOV_MAX + 100)
+    path = tmp_path / "f"
+    path.write_bytes(body)
+    views = [memoryview(bytearray(256)) for _ in range(len(body) // 256)]
+    assert len(views) > IOV_MAX
+    assert LocalBackend(str(tmp_path)).read_range(str(path), 0, views) == len(body)
+    assert b"".join(bytes(v) for v in views) == body
