@@ -26,6 +26,7 @@ import torch
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
 
 from spotguard_agent.manifest import FileEntry
+from spotguard_agent.store_errors import CheckpointDamaged
 
 _BUFFER = 4 * 1024 * 1024
 BLOCK = 16 * 1024 * 1024  # at most this many bytes a block (one ranged read; S3's part size)
@@ -274,3 +275,33 @@ class HashingFileSystem(FileSystem):  # type: ignore[misc]
             *(FileEntry(path=n, size=z, sha256=h, blocks=blocks) for n, (z, h, _) in files.items()),
             FileEntry(path=blocks, size=size, sha256=sha),
         ]
+
+
+# ------------------------------------------------------------- the blocks, as restore checks them
+def matches(data: memoryview, digest: str | None) -> bool:
+    """Does `data` have this digest: a CRC32 (8 hex digits: a block), or a sha256 (64: a whole file)?"""
+    if digest is None:
+        return True
+    if len(digest) == 8:
+        return f"{zlib.crc32(data):08x}" == digest
+    return hashlib.sha256(data).hexdigest() == digest
+
+
+def parse_blocks(name: str, body: bytes) -> dict[str, list[tuple[int, int, str]]] | None:
+    try:
+        listing = json.loads(body)
+        files = listing["files"]
+        if listing.get("checksum") != "crc32":
+            return None  # checked some other way (a newer agent's): each file read whole, its sha256
+        return {p: [(int(s), int(n), str(h)) for s, n, h in b] for p, b in files.items()}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointDamaged(f"{name} is not a list of blocks ({exc})") from None
+
+
+def tiles(blocks: list[tuple[int, int, str]], size: int) -> bool:
+    at = 0
+    for start, length, _ in blocks:
+        if start != at or length <= 0:
+            return False
+        at += length
+    return at == size

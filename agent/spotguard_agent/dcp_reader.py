@@ -27,7 +27,6 @@ import pickle
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
 
-from spotguard_agent.dcp_files import BLOCK, BLOCKS_FILE
+from spotguard_agent.dcp_files import BLOCK, BLOCKS_FILE, matches, parse_blocks, tiles
 from spotguard_agent.dcp_load import _load, writable
 from spotguard_agent.manifest import FileEntry, Manifest
 from spotguard_agent.store_errors import _READ_ERRORS, CheckpointDamaged, is_damage, is_transient
@@ -313,7 +312,7 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         if got > size:
             raise NotReadable(f"{path}: the store answered a ranged read with {got} bytes, not {size}")
         for (at, n, digest), view in zip(blocks, into, strict=True):
-            if not _matches(view, digest):
+            if not matches(view, digest):
                 raise CheckpointDamaged(f"{path}: bytes {at}-{at + n} do not match their checksum")
 
     def whole(self, path: str) -> bytes:
@@ -346,13 +345,13 @@ class StoreReader(StorageReader):  # type: ignore[misc]
         with self._lock:
             listing = self._blocks.get(entry.blocks)
         if listing is None:
-            listing = _parse_blocks(entry.blocks, self.whole(entry.blocks))
+            listing = parse_blocks(entry.blocks, self.whole(entry.blocks))
             with self._lock:
                 self._blocks[entry.blocks] = listing
         if listing is None:  # blocks this agent cannot check: the whole file, against its sha256
             return None
         blocks = listing.get(entry.path)
-        if blocks is None or not _tiles(blocks, entry.size):
+        if blocks is None or not tiles(blocks, entry.size):
             raise CheckpointDamaged(f"{entry.blocks} does not list {entry.path}'s blocks end to end")
         with self._lock:
             self._checked[entry.path] = blocks
@@ -380,32 +379,3 @@ def _assembled(reads: list[_Run], job: _Range) -> memoryview:
 def _exactly(spans: list[Block], offset: int, length: int) -> bool:
     """Do the blocks cover [offset, offset + length) and nothing more (so they can fill its buffer)?"""
     return bool(spans) and spans[0][0] == offset and spans[-1][0] + spans[-1][1] == offset + length
-
-
-def _matches(data: memoryview, digest: str | None) -> bool:
-    """Does `data` have this digest: a CRC32 (8 hex digits: a block), or a sha256 (64: a whole file)?"""
-    if digest is None:
-        return True
-    if len(digest) == 8:
-        return f"{zlib.crc32(data):08x}" == digest
-    return hashlib.sha256(data).hexdigest() == digest
-
-
-def _parse_blocks(name: str, body: bytes) -> dict[str, list[tuple[int, int, str]]] | None:
-    try:
-        listing = json.loads(body)
-        files = listing["files"]
-        if listing.get("checksum") != "crc32":
-            return None  # checked some other way (a newer agent's): each file read whole, its sha256
-        return {p: [(int(s), int(n), str(h)) for s, n, h in b] for p, b in files.items()}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointDamaged(f"{name} is not a list of blocks ({exc})") from None
-
-
-def _tiles(blocks: list[tuple[int, int, str]], size: int) -> bool:
-    at = 0
-    for start, length, _ in blocks:
-        if start != at or length <= 0:
-            return False
-        at += length
-    return at == size
