@@ -19,7 +19,9 @@ tensors), to a file:// store under --dir:
    non-blocking copy of the same bytes in the same run, and the stall it costs the training loop;
 4. the SIGTERM commit (torch_state.save after a stop: snapshot, parallel writes hashed as written,
    fsync, manifest) in seconds beside the same bytes written, hashed and fsynced by as many parallel
-   writers doing nothing else (the machine's own limit), and the commit's share of a 120 s warning.
+   writers doing nothing else (the machine's own limit), and the commit's share of a 120 s warning;
+5. the restore of that checkpoint into a state of the same shapes on the device (torch_state.restore
+   with `into`), beside one pinned, non-blocking copy of the same bytes from host to device.
 
     python bench/checkpoint.py --gpu [--sizes 1,13.5] [--dir /local/disk]
 
@@ -45,6 +47,7 @@ import uuid
 from pathlib import Path
 
 import torch
+from restore import into_device, tensors  # bench/, beside this script
 from spotguard_agent import Agent, AgentEnv, CheckpointStore
 from spotguard_agent.ranks import Ranks
 from spotguard_agent.snapshot import HostBuffers
@@ -115,7 +118,7 @@ def stop_commit_to_s3(s3: object, bucket: str, gib: float) -> dict[str, float]:
     against the same DCP files written, hashed and fsynced into a local directory first and then
     uploaded (the agent's path before: a second pass through a disk)."""
     state = training_state(gib, torch.device("cpu"))
-    nbytes = sum(v.numel() * v.element_size() for v in _tensors(state))
+    nbytes = sum(v.numel() * v.element_size() for v in tensors(state))
     env = AgentEnv.model_validate({"SPOTGUARD_CHECKPOINT_URI": f"s3://{bucket}/stop/{uuid.uuid4().hex}/"})
     store = CheckpointStore(s3, env.checkpoint_uri, keep=1, transfer=transfer_for(0, 1))
     agent = Agent(env, store, install_signals=False, ranks=Ranks())
@@ -129,7 +132,7 @@ def stop_commit_to_s3(s3: object, bucket: str, gib: float) -> dict[str, float]:
         import torch.distributed.checkpoint as dcp
 
         t = time.perf_counter()
-        payload = {f"t{i}": v for i, v in enumerate(_tensors(agent.host_buffers.take(state)))}
+        payload = {f"t{i}": v for i, v in enumerate(tensors(agent.host_buffers.take(state)))}
         fs = HashingFileSystem()
         writer = dcp.FileSystemWriter(d, thread_count=_threads(agent), sync_files=True, overwrite=True)
         writer.fs = fs
@@ -225,7 +228,7 @@ def parallel_write_seconds(buffers: HostBuffers, directory: Path, writers: int) 
 def hardware(gib: float, device: torch.device, root: Path) -> dict[str, float]:
     state = training_state(gib, device)
     sync(device)
-    nbytes = sum(v.numel() * v.element_size() for v in _tensors(state))
+    nbytes = sum(v.numel() * v.element_size() for v in tensors(state))
     buffers = HostBuffers()
     t = time.perf_counter()
     buffers.take(state)  # the first take makes (and pins) the buffers
@@ -251,6 +254,7 @@ def hardware(gib: float, device: torch.device, root: Path) -> dict[str, float]:
     commit = time.perf_counter() - t
     assert agent.last is not None and agent.last.manifest.total_bytes >= nbytes
     writers = _threads(agent)
+    restored, to_device = into_device(f"file://{store_dir}/", state, device, buffers._block, nbytes)
     shutil.rmtree(store_dir, ignore_errors=True)
     limit = parallel_write_seconds(buffers, root / f"plain-{uuid.uuid4().hex[:8]}", writers)
     return {
@@ -263,17 +267,9 @@ def hardware(gib: float, device: torch.device, root: Path) -> dict[str, float]:
         "limit_s": limit,
         "writers": float(writers),
         "pinned": float(buffers.pinned),
+        "restore_s": restored,
+        "to_device_gbps": to_device,
     }
-
-
-def _tensors(value: object) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _tensors(v)]
-    return []
 
 
 def hardware_main(sizes: list[float], device: torch.device, root: Path) -> list[dict[str, float]]:
@@ -305,6 +301,12 @@ def hardware_main(sizes: list[float], device: torch.device, root: Path) -> list[
                 f"commit x{r['commit_s'] / r['limit_s']:.2f} of it",
             ),
             ("the commit's share of 120 s", f"{r['commit_s'] / WARNING * 100:7.1f} %", ""),
+            (f"{one} of the same bytes to the device", f"{r['to_device_gbps']:7.2f} GB/s", ""),
+            (
+                "restore into the state there (file://)",
+                f"{r['bytes'] / r['restore_s'] / 1e9:7.2f} GB/s",
+                f"x{r['bytes'] / r['restore_s'] / 1e9 / r['to_device_gbps']:.2f} of that copy",
+            ),
         ]
         for what, figure, note in lines:
             print(f"  {what:<36} {figure:>12}   {note}".rstrip(), flush=True)
@@ -372,7 +374,7 @@ def main() -> None:
 
 def restore_main(sizes: list[float], where: Path | None) -> None:
     import boto3
-    import restore  # bench/restore.py, beside this script
+    import restore  # bench/restore.py, beside this script (imported above for the GPU mode's restore)
 
     from spotguard_cli.emulator.motoserver import FAKE_CREDENTIALS, MotoServer
 

@@ -40,8 +40,6 @@ from spotguard_agent.dcp_files import BLOCK
 from spotguard_agent.store_s3 import transfer_for
 from spotguard_agent.torch_state import restore, save
 
-from spotguard_cli.local.shared import first_step as said_first_step
-
 CONCURRENCY = 16  # reads in flight, the restore's and the plain read's alike
 
 
@@ -97,6 +95,63 @@ def _parallel_gets(client: Any, bucket: str, keys: list[tuple[str, int]]) -> flo
     return time.perf_counter() - started
 
 
+def into_device(uri: str, state: Any, device: Any, block: Any, nbytes: int) -> tuple[float, float]:
+    """(seconds, GB/s of one pinned host -> device copy): the checkpoint at `uri` restored into a state
+    shaped as `state` on `device` (torch_state.restore with `into`: each item read, checked, and copied
+    into its tensor there; the page cache warm, the files just written), beside one pinned, non-blocking
+    copy of as many bytes from host memory (`block`, pinned) to the device, best of 3."""
+    import torch
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    template = _like(state)
+    agent = _agent(uri)
+    sync()
+    started = time.perf_counter()
+    got = restore(agent, into=template)
+    sync()
+    seconds = time.perf_counter() - started
+    assert got is not None
+    dst, best = torch.empty(nbytes, dtype=torch.uint8, device=device), float("inf")
+    for _ in range(3):
+        sync()
+        started = time.perf_counter()
+        dst.copy_(block[:nbytes], non_blocking=True)
+        sync()
+        best = min(best, time.perf_counter() - started)
+    del dst, template, got
+    gc.collect()
+    return seconds, nbytes / best / 1e9
+
+
+def _like(value: Any) -> Any:
+    """`value` with every tensor an empty one of its shape, dtype and device (a job's state before it
+    restores)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return torch.empty_like(value)
+    if isinstance(value, dict):
+        return {k: _like(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_like(v) for v in value)
+    return value
+
+
+def tensors(value: object) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensors(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in tensors(v)]
+    return []
+
+
 RESUMED = """
 import torch
 from spotguard_agent import Agent
@@ -118,7 +173,11 @@ def first_step(uri: str) -> tuple[float, float]:
     done = subprocess.run(
         [sys.executable, "-c", RESUMED], env=env, capture_output=True, text=True, check=True
     )
-    found = said_first_step(done.stderr)  # the agent's line, read as `spotguard local run` reads it
+    # the agent's line, read as `spotguard local run` reads it (the CLI: not on a bare GPU machine, where
+    # bench/gpu.sh imports this module for into_device)
+    from spotguard_cli.local.shared import first_step as said_first_step
+
+    found = said_first_step(done.stderr)
     assert found, done.stderr[-2000:]
     return found
 

@@ -28,7 +28,8 @@ def test_the_gpu_checks_run_through_on_the_cpu_and_say_each_check_and_goal():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert "SIGTERM commit to file://" in out and "snapshot (reused buffers)" in out
-    assert out.count("goal 0.01 GiB:") == 1  # the snapshot's goal, met or missed
+    assert out.count("goal 0.01 GiB:") == 2  # the snapshot's and the restore's goals, met or missed
+    assert "restore into the state there (file://)" in out
     assert "0.01 GiB: SIGTERM commit / parallel writers x" in out  # said, but the goal is 13.5 GiB's
     assert out.count("  ok     ") == 3 and "0 check(s) failed" in out
 
@@ -76,23 +77,26 @@ def test_the_commits_goal_is_the_large_states_and_the_snapshots_every_states(mon
     import gpu_check
     import torch
 
-    def figures(gib: float, snapshot: float, commit: float) -> dict[str, float]:
+    def figures(gib: float, snapshot: float, commit: float, restore: float = 0.9) -> dict[str, float]:
         return {
             "bytes": gib * 1024**3,
             "link_gbps": 50.0,
             "snapshot_gbps": 50.0 * snapshot,
             "commit_s": commit,
             "limit_s": 1.0,
+            "to_device_gbps": 20.0,
+            "restore_s": gib * 1024**3 / 1e9 / (20.0 * restore),
         }
 
-    measured = [figures(1, 0.9, 2.5), figures(13.5, 0.9, 1.1), figures(13.5, 0.7, 1.3)]
+    measured = [figures(1, 0.9, 2.5), figures(13.5, 0.9, 1.1), figures(13.5, 0.7, 1.3, restore=0.5)]
     monkeypatch.setattr(gpu_check, "hardware_main", lambda sizes, device, root: measured)
     missed = gpu_check.figures([1, 13.5, 13.5], torch.device("cpu"), REPO)
     # the small state's slow commit is said, not missed; the large state's is a goal
     assert missed == [
         "13.50 GiB snapshot / one pinned copy x0.70",
+        "13.50 GiB restore to the device / one pinned copy x0.50",
         "13.50 GiB SIGTERM commit / parallel writers x1.30",
     ]
     out = capsys.readouterr().out
     assert "1.00 GiB: SIGTERM commit / parallel writers x2.50 (the goal is the 13.5 GiB state's)" in out
-    assert out.count(": met") == 3  # 1 GiB's snapshot, the first 13.5 GiB state's snapshot and commit
+    assert out.count(": met") == 5  # 1 GiB's snapshot and restore, the first 13.5 GiB state's three
