@@ -34,7 +34,6 @@ store and from moto server S3 into memory, beside a parallel read of the same by
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import hashlib
 import os
@@ -50,7 +49,7 @@ import torch
 from restore import into_device, tensors  # bench/, beside this script
 from spotguard_agent import Agent, AgentEnv, CheckpointStore
 from spotguard_agent.ranks import Ranks
-from spotguard_agent.snapshot import HostBuffers
+from spotguard_agent.snapshot import HostBuffers, writable
 from spotguard_agent.store_s3 import transfer_for
 from spotguard_agent.torch_state import HashingFileSystem, _threads, save
 from torch import nn
@@ -200,7 +199,7 @@ def parallel_write_seconds(buffers: HostBuffers, directory: Path, writers: int) 
 
     def write(i: int) -> None:
         start, end = i * share, min(total, (i + 1) * share)
-        view = memoryview((ctypes.c_ubyte * (end - start)).from_address(block.data_ptr() + start)).cast("B")
+        view = writable(block)[start:end]
         h = hashlib.sha256()
         fd = os.open(directory / f"part-{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

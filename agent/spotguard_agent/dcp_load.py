@@ -1,14 +1,13 @@
 """How one item a rank read from the store becomes part of its state (spotguard_agent.dcp_reader): as
 DCP's own FileSystemReader does it, but from the bytes in place. An item DCP stored with torch.save (a
 zip: a small pickle saying the tensor's dtype, size and strides, and its storage's bytes, stored as they
-are) is decoded here, and the tensor is a view of the bytes read, with no copy, where they lie aligned in
+are) is decoded here, and the tensor's storage is the bytes read, with no copy, where they lie aligned in
 a buffer of their own; anything else (another layout, a pickle with more in it) goes to torch.load as
 DCP's reader would."""
 
 from __future__ import annotations
 
 import collections
-import ctypes
 import io
 import pickle
 import struct
@@ -20,14 +19,15 @@ from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
+from spotguard_agent.snapshot import writable
 from spotguard_agent.store_errors import CheckpointDamaged
 
 
 def _load(planner: LoadPlanner, item: ReadItem, data: memoryview, owner: torch.Tensor | None = None) -> None:
     """One read item into the state, as DCP's own FileSystemReader does it, but read from `data` in
-    place. `owner`: a uint8 tensor whose bytes `data` is (aligned as torch allocates), which the loaded
-    tensor may be a view of; a whole tensor loaded for a planner that can take it as it is (WholePlanner)
-    is then not copied at all."""
+    place. `owner`: a uint8 tensor whose bytes `data` is (aligned as torch allocates), on whose memory
+    the loaded tensor's storage may lie; a whole tensor loaded for a planner that can take it as it is
+    (WholePlanner) is then not copied at all."""
     if item.type == LoadItemType.BYTE_IO:
         planner.load_bytes(item, io.BytesIO(data))
         return
@@ -174,13 +174,6 @@ class _Header(pickle.Unpickler):
         return _Storage(kind.dtype, str(key), numel)
 
 
-def writable(buffer: torch.Tensor) -> memoryview:
-    """A uint8 CPU tensor's bytes as a writable memoryview, which keeps the tensor alive."""
-    array = (ctypes.c_ubyte * buffer.numel()).from_address(buffer.data_ptr())
-    array.owner = buffer  # type: ignore[attr-defined]
-    return memoryview(array).cast("B")
-
-
 @dataclass(frozen=True)
 class _Entry:
     """One record of torch.save's zip, as its central directory lists it."""
@@ -252,7 +245,7 @@ def _plain_layout(data: memoryview) -> _Layout | None:
         at = _start(data, record)
         elements = nbytes // dtype.itemsize
         last = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) if all(size) else -1
-        if nbytes % dtype.itemsize or at + nbytes > len(data) or offset < 0 or last >= elements:
+        if nbytes % dtype.itemsize or at + nbytes > len(data) or last >= elements:
             return None
         return _Layout(dtype, at, nbytes, offset, size, stride, grad)
     except Exception:  # whatever the bytes hold that is not a plain tensor (a forged pickle's

@@ -6,8 +6,8 @@ verified against its CRC32 as it arrives (spotguard_agent.dcp_files writes the b
 - `.metadata` and the blocks files are small: read whole, verified against the manifest's sha256.
 - A data file's item is read as the blocks that cover it (an item is a whole number of blocks: they end
   where items do); a file written without blocks (by an earlier agent) is read whole and verified whole.
-- An item of at least DIRECT bytes is read into a buffer of its own, aligned as torch allocates, which the
-  loaded tensor then is a view of (spotguard_agent.dcp_load): its bytes are copied once, from the store
+- An item of at least DIRECT bytes is read into a buffer of its own, aligned as torch allocates, on which
+  the loaded tensor's storage then lies (spotguard_agent.dcp_load): its bytes are copied once, from the store
   into memory, or twice when they go into a state the job made (`into`); smaller ones share reads.
 - Up to `concurrency` reads in flight; the items are loaded into the ranks' state in order while the next
   ones are read, with at most `window` bytes of reads sent and not yet loaded (beyond it, at most the
@@ -38,8 +38,9 @@ from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 from torch.distributed.checkpoint.storage import StorageReader
 
 from spotguard_agent.dcp_files import BLOCK, BLOCKS_FILE, matches, parse_blocks, tiles
-from spotguard_agent.dcp_load import _load, writable
+from spotguard_agent.dcp_load import _load
 from spotguard_agent.manifest import FileEntry, Manifest
+from spotguard_agent.snapshot import writable
 from spotguard_agent.store_errors import _READ_ERRORS, CheckpointDamaged, is_damage, is_transient
 
 RUN_TRIES = 3  # of one ranged read that fails in a way that may pass
@@ -218,7 +219,7 @@ class StoreReader(StorageReader):  # type: ignore[misc]
                 reads[i].future.result()  # type: ignore[union-attr]
             if job.direct:
                 yield writable(job.buffer), job.buffer, job.items  # type: ignore[arg-type]
-                job.buffer = None  # the state holds it now if it took a view of it
+                job.buffer = None  # the state holds it now if a tensor's storage lies on it
             else:
                 yield _assembled(reads, job), None, job.items
             for i in needed:

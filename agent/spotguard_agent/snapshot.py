@@ -139,19 +139,26 @@ class HostBuffers:
         self._views = []
         self._block = None  # let the old block go first
         block, pinned = _host_block(total, pinned)
-        base = block.data_ptr()
         views: list[torch.Tensor] = []
         for (shape, dtype), offset, size in zip(layout, offsets, sizes, strict=True):
             if size == 0:
                 views.append(torch.empty(shape, dtype=dtype))
                 continue
-            # a storage of exactly this tensor's bytes (a slice of the block, no copy): serialised alone
-            raw = (ctypes.c_ubyte * size).from_address(base + offset)
-            raw.block = block  # type: ignore[attr-defined]  # the block lives while any copy does
+            # a storage of exactly this tensor's bytes (a slice of the block, no copy): serialised alone;
+            # the block lives while any copy does
+            raw = writable(block)[offset : offset + size]
             views.append(torch.frombuffer(raw, dtype=torch.uint8).view(dtype).view(shape))
         self._block, self._views, self._layout, self.pinned = block, views, key, pinned
         self.bytes = total
         self.allocations += 1
+
+
+def writable(buffer: torch.Tensor) -> memoryview:
+    """A uint8 CPU tensor's bytes as a writable memoryview, which keeps the tensor alive (as do its
+    slices, and a tensor torch.frombuffer makes on them)."""
+    array = (ctypes.c_ubyte * buffer.numel()).from_address(buffer.data_ptr())
+    array.owner = buffer  # type: ignore[attr-defined]
+    return memoryview(array).cast("B")
 
 
 def _synchronize(devices: set[torch.device]) -> None:

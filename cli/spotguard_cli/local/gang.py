@@ -40,6 +40,7 @@ from spotguard_cli.local.gang_nodes import (
 )
 from spotguard_cli.local.gang_proof import gang_proof
 from spotguard_cli.local.shared import (
+    add_spot_hosts,
     passed,
     print_end,
     print_json,
@@ -105,9 +106,8 @@ def run_gang_demo(
 
 def _add_gang_hosts(system: Any, say: Any) -> None:
     """The cluster's four spot instances, two in us-east-1a and two in us-east-1b, one GPU each."""
-    hosts = [system.add_host("g5.xlarge", zone) for zone in ("us-east-1a",) * 2 + ("us-east-1b",) * 2]
-    names = {h.instance_id: f"{h.instance_id} ({h.availability_zone[-2:]})" for h in hosts}
-    say(f"cluster {system.cluster.name}: spot instances {', '.join(names.values())}, one GPU each")
+    _, names = add_spot_hosts(system, "g5.xlarge", 2)
+    say(f"cluster {system.cluster.name}: spot instances {names}, one GPU each")
 
 
 def _gang_task_definition(system: Any, out: Path, args: argparse.Namespace) -> str:

@@ -23,7 +23,6 @@ import argparse
 import json
 import re
 import shutil
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -33,8 +32,9 @@ from typing import Any
 from spotguard.domain.jobs.commands import CommandError
 from spotguard.domain.jobs.model import TERMINAL
 from spotguard_cli.arguments import number
+from spotguard_cli.local.gang_nodes import free_port
 from spotguard_cli.local.run_proof import OUTPUT_LINES, formed, print_result, proved
-from spotguard_cli.local.shared import STATE_DIR
+from spotguard_cli.local.shared import STATE_DIR, add_spot_hosts
 
 INSTANCE_TYPES = {1: "g5.xlarge", 2: "g5.12xlarge", 3: "g5.12xlarge", 4: "g5.12xlarge"}  # else g5.48xlarge
 DEFAULT_INTERRUPT_SECONDS = 10.0
@@ -176,7 +176,7 @@ def _gang_refusal(spec: Any) -> None:
             "command runs on this machine); rehearse the same spec with fewer nodes",
         )
     port = spec.rendezvous_port
-    if spec.nodes > 1 and port is not None and not _port_free(port):
+    if spec.nodes > 1 and port is not None and free_port(port) != port:
         raise CommandError(
             "BadRequest",
             f"rendezvous_port: {port} is in use on this machine, where node 0 of the rehearsal listens on "
@@ -184,27 +184,10 @@ def _gang_refusal(spec: Any) -> None:
         )
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _add_hosts(system: Any, spec: Any, say: Callable[..., None]) -> Any:
     """The spot instances: one in each of two zones, or for a gang N in each (a pool with room for the
     gang, and one for its relaunch); the first."""
-    kind = INSTANCE_TYPES.get(spec.gpus, "g5.48xlarge")
-    hosts = [system.add_host(kind, zone) for zone in ("us-east-1a", "us-east-1b") for _ in range(spec.nodes)]
-    names = ", ".join(f"{h.instance_id} ({h.availability_zone[-2:]})" for h in hosts)
+    hosts, names = add_spot_hosts(system, INSTANCE_TYPES.get(spec.gpus, "g5.48xlarge"), spec.nodes)
     say(f"local stack on {system.stack.endpoint}: spot instances {names}")
     return hosts[0]
 
@@ -293,7 +276,7 @@ def _submit(system: Any, spec: Any, work: Path, say: Callable[..., None]) -> Any
     td = _task_definition(system, spec, work)
     payload = spec_payload(spec, td)
     if spec.nodes > 1:
-        port = payload.setdefault("options", {}).setdefault("rendezvous_port", _free_port())
+        port = payload.setdefault("options", {}).setdefault("rendezvous_port", free_port())
         say(f"{spec.nodes} nodes; node 0 hosts the rendezvous at 127.0.0.1:{port} (all are here)")
     answer = system.invoke_jobs(payload)
     if not answer.get("ok"):

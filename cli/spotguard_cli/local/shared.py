@@ -24,6 +24,13 @@ PLACEHOLDER_PRICES = "moto's placeholder prices"
 
 
 # ==================================================================================== the demos' job
+def add_spot_hosts(system: Any, kind: str, per_zone: int) -> tuple[list[Any], str]:
+    """`per_zone` spot instances of `kind` in each of the local stack's two zones (us-east-1a, then
+    us-east-1b), and their names in words: 'i-... (1a), i-... (1b)'."""
+    hosts = [system.add_host(kind, zone) for zone in ("us-east-1a", "us-east-1b") for _ in range(per_zone)]
+    return hosts, ", ".join(f"{h.instance_id} ({h.availability_zone[-2:]})" for h in hosts)
+
+
 def train_args(steps: int, out: Path, step_seconds: float | None = None) -> list[str]:
     """The demos' training arguments (examples/train.py and train_ddp.py take the same): `steps` steps,
     the final weights written to `out`, and with `step_seconds` a pause after each step."""
